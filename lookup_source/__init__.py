@@ -1,0 +1,56 @@
+"""asynclookup: asynchronous I/O lookup joins for Apache Spark.
+
+>>> from lookup_source import AsyncLookupDataSource, lookup_join   # doctest: +SKIP
+"""
+
+from lookup_source.connectors.base import ConnectorConfig, LookupClient
+from lookup_source.errors import (
+    AsyncLookupError,
+    ConfigurationError,
+    ConnectorError,
+    ConnectorNotFoundError,
+    LookupFailedError,
+    LookupTimeoutError,
+    OptionError,
+    PermanentError,
+    RecordError,
+    SchemaError,
+    TransientError,
+)
+from lookup_source.options import LookupOptions, parse_options
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncLookupDataSource",
+    "AsyncLookupError",
+    "ConfigurationError",
+    "ConnectorConfig",
+    "ConnectorError",
+    "ConnectorNotFoundError",
+    "LookupClient",
+    "LookupFailedError",
+    "LookupOptions",
+    "LookupTimeoutError",
+    "OptionError",
+    "PermanentError",
+    "RecordError",
+    "SchemaError",
+    "TransientError",
+    "__version__",
+    "lookup_join",
+    "parse_options",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The Spark-facing parts import pyspark; load them on first use only.
+    if name == "AsyncLookupDataSource":
+        from lookup_source.datasource import AsyncLookupDataSource
+
+        return AsyncLookupDataSource
+    if name == "lookup_join":
+        from lookup_source.join import lookup_join
+
+        return lookup_join
+    raise AttributeError(f"module 'lookup_source' has no attribute {name!r}")

@@ -1,0 +1,146 @@
+"""Turn looked-up Python values into Arrow columns of the declared types, and keys into Arrow.
+
+Conversion is vectorised when the values already have the right Python types (the common
+case) and falls back to one value at a time only to pin down which values do not fit: those
+come back as per-position error messages, never as silently dropped values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_CONVERSION_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    TypeError,
+    ValueError,
+    OverflowError,
+)
+
+
+def describe_type(arrow_type: pa.DataType) -> str:
+    """A short Spark-like name for messages: ``int``, ``bigint``, ``string``..."""
+    names = {
+        pa.int8(): "tinyint",
+        pa.int16(): "smallint",
+        pa.int32(): "int",
+        pa.int64(): "bigint",
+        pa.float32(): "float",
+        pa.float64(): "double",
+        pa.string(): "string",
+        pa.large_string(): "string",
+        pa.bool_(): "boolean",
+        pa.binary(): "binary",
+        pa.date32(): "date",
+    }
+    return names.get(arrow_type, str(arrow_type))
+
+
+def _excerpt(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_textual(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
+def _convert_one(value: Any, arrow_type: pa.DataType) -> Any:
+    """Convert one value or raise; returns something ``pa.array(..., type)`` accepts."""
+    if isinstance(value, str) and not _is_textual(arrow_type):
+        if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+            return value.encode("utf-8")
+        return cast_strings(pa.array([value], pa.string()), arrow_type)[0].as_py()
+    if isinstance(value, bytes) and _is_textual(arrow_type):
+        return value.decode("utf-8")
+    if pa.types.is_decimal(arrow_type) and isinstance(value, (int, float)):
+        if isinstance(value, bool):
+            raise TypeError("a boolean is not a decimal")
+        try:
+            value = Decimal(str(value))
+        except InvalidOperation as exc:
+            raise ValueError(str(exc)) from None
+    if _is_textual(arrow_type) and not isinstance(value, str):
+        raise TypeError(f"expected string, got {type(value).__name__}")
+    if isinstance(value, bool) and (
+        pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+    ):
+        raise TypeError(f"expected {describe_type(arrow_type)}, got a boolean")
+    if isinstance(value, float) and pa.types.is_integer(arrow_type):
+        if not value.is_integer():
+            raise ValueError("has a fractional part")
+        value = int(value)
+    return pa.scalar(value, type=arrow_type).as_py()
+
+
+def cast_strings(array: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    """Parse a string array into ``arrow_type``; timestamps without a zone offset are UTC."""
+    try:
+        return array.cast(arrow_type)
+    except pa.ArrowInvalid:
+        if pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None:
+            naive = array.cast(pa.timestamp(arrow_type.unit))
+            return naive.cast(arrow_type)
+        raise
+
+
+def to_arrow_column(
+    values: Sequence[Any], arrow_type: pa.DataType, *, column: str
+) -> tuple[pa.Array, dict[int, str]]:
+    """Convert ``values`` (``None`` = null) into an Arrow array of ``arrow_type``.
+
+    Returns the array and ``{position: message}`` for each value that does not fit (those
+    positions are null in the array). Strings are parsed into numbers, booleans, dates and
+    timestamps (Redis hashes and HTTP query strings carry everything as text).
+    """
+    if not _needs_slow_path(values, arrow_type):
+        try:
+            return pa.array(values, type=arrow_type), {}
+        except _CONVERSION_ERRORS:
+            pass
+    if not _is_textual(arrow_type) and all(v is None or isinstance(v, str) for v in values):
+        try:
+            return cast_strings(pa.array(values, type=pa.string()), arrow_type), {}
+        except _CONVERSION_ERRORS:
+            pass
+    converted: list[Any] = []
+    errors: dict[int, str] = {}
+    for position, value in enumerate(values):
+        if value is None:
+            converted.append(None)
+            continue
+        try:
+            converted.append(_convert_one(value, arrow_type))
+        except _CONVERSION_ERRORS as exc:
+            converted.append(None)
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            errors[position] = (
+                f"column '{column}' expects {describe_type(arrow_type)}, got "
+                f"{type(value).__name__} {_excerpt(value)} ({detail})"
+            )
+    return pa.array(converted, type=arrow_type), errors
+
+
+def _needs_slow_path(values: Sequence[Any], arrow_type: pa.DataType) -> bool:
+    # pa.array silently turns booleans into numbers, and numbers into booleans: not on our watch.
+    if pa.types.is_integer(arrow_type):
+        return any(isinstance(v, (bool, float)) for v in values)
+    if pa.types.is_floating(arrow_type):
+        return any(isinstance(v, bool) for v in values)
+    if pa.types.is_boolean(arrow_type):
+        return any(v is not None and not isinstance(v, bool) for v in values)
+    return False
+
+
+def null_out(array: pa.Array, positions: set[int]) -> pa.Array:
+    """``array`` with the given positions set to null."""
+    if not positions:
+        return array
+    mask = pa.array([i in positions for i in range(len(array))], type=pa.bool_())
+    return pc.if_else(mask, pa.nulls(len(array), type=array.type), array)

@@ -1,0 +1,147 @@
+"""The interface every connector implements.
+
+A connector is a small async client. The engine creates it on the executor, opens it once per
+task, calls :meth:`LookupClient.lookup` with batches of distinct, non-null keys (at most
+``batch.size`` of them, at most ``capacity`` calls at once) and closes it at the end of the task,
+on success and on failure. The engine knows nothing of any backend::
+
+    from lookup_source.connectors import LookupClient
+
+    class DictClient(LookupClient):
+        name = "dict"
+
+        async def lookup(self, keys):
+            return {k: TABLE[k] for k in keys if k in TABLE}
+
+Ship it in a package with an entry point, and users select it with ``connector=dict``::
+
+    [project.entry-points."asynclookup.connectors"]
+    dict = "my_package.clients:DictClient"
+
+or without packaging, with ``connector=my_package.clients:DictClient``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from lookup_source.errors import PermanentError, RecordError, TransientError
+from lookup_source.redaction import redact_url
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lookup_source.options import LookupOptions, OptionSpec
+
+Key = Hashable
+"""A key: a scalar for a single key column, a tuple of scalars for a composite key."""
+
+Record = Mapping[str, Any]
+"""A looked-up record: value column name -> Python value (converted to the column's type)."""
+
+LookupResult = Mapping[Key, "Record | RecordError | None"]
+"""What :meth:`LookupClient.lookup` returns. A key that is absent (or maps to ``None``) is
+missing; a :class:`RecordError` marks a key whose stored value is malformed."""
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    """Everything a connector is told about the lookup. Built on the driver; it pickles."""
+
+    connector: str
+    url: str | None
+    key_columns: tuple[str, ...]
+    value_columns: tuple[str, ...]
+    value_types: tuple[pa.DataType, ...]
+    options: Mapping[str, Any] = field(default_factory=dict)
+    capacity: int = 100
+    batch_size: int = 500
+    timeout_s: float = 10.0
+
+    @property
+    def display_url(self) -> str | None:
+        return redact_url(self.url) if self.url else None
+
+    def value_type(self, column: str) -> pa.DataType:
+        return self.value_types[self.value_columns.index(column)]
+
+
+class LookupClient:
+    """Base class of connectors. Subclasses implement :meth:`lookup`, and usually
+    :meth:`open` / :meth:`close`.
+
+    Class attributes a connector may set:
+
+    - ``name``: how users select it (``connector=<name>``);
+    - ``option_specs``: its own options, named ``<name>.<option>``;
+    - ``default_batch_size``: keys per request when ``batch.size`` is not set;
+    - ``supports_scan``: whether :meth:`scan` can enumerate the whole table.
+    """
+
+    name: ClassVar[str] = "custom"
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = ()
+    default_batch_size: ClassVar[int] = 100
+    supports_scan: ClassVar[bool] = False
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        self.config = config
+
+    # -- validation, on the driver -------------------------------------------------------------
+
+    @classmethod
+    def validate_options(cls, options: LookupOptions) -> None:
+        """Check the parsed options before any task runs. Raise ``OptionError``."""
+
+    @classmethod
+    def validate_config(cls, config: ConnectorConfig) -> None:
+        """Check options against the schema (key and value columns). Raise ``OptionError`` or
+        ``SchemaError``."""
+
+    # -- life cycle, on the executor -----------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect. Called once per task, inside the task's event loop."""
+
+    async def close(self) -> None:
+        """Release every connection. Called once per task, also after a failure."""
+
+    async def __aenter__(self) -> LookupClient:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        """Fetch ``keys`` (distinct, non-null, at most ``batch.size``) in as few round trips as
+        the store allows. Return a mapping key -> record; leave missing keys out."""
+        raise NotImplementedError
+
+    def scan(self) -> AsyncIterator[tuple[Key, Record]]:
+        """Enumerate every (key, record) of the table, if ``supports_scan``."""
+        raise NotImplementedError(f"the {self.name} connector cannot scan a whole table")
+
+    def is_retryable(self, error: BaseException) -> bool:
+        """Whether a failed attempt may succeed if tried again.
+
+        The default retries timeouts, dropped or refused connections and
+        :class:`~lookup_source.errors.TransientError`; never
+        :class:`~lookup_source.errors.PermanentError`. Connectors extend it for their
+        library's exceptions.
+        """
+        if isinstance(error, PermanentError):
+            return False
+        return isinstance(
+            error, (TransientError, TimeoutError, asyncio.TimeoutError, ConnectionError)
+        )

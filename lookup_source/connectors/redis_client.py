@@ -1,0 +1,271 @@
+"""Redis connector (redis-py asyncio).
+
+``connector=redis``, ``url`` as redis-py accepts it (``redis://[user:password@]host:port/db``,
+``rediss://`` for TLS, ``unix://``). Keys are formatted with ``redis.key.pattern``; values are
+read with MGET (``json``, ``string``) or a pipeline of HGETALL (``hash``), ``batch.size`` keys
+per round trip, over a pool of at most ``capacity`` connections.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult
+from lookup_source.errors import OptionError, PermanentError, RecordError, SchemaError
+from lookup_source.options import OptionSpec, choice, parse_required_text
+
+_EXCERPT = 80
+
+
+def _excerpt(raw: bytes) -> str:
+    text = raw[:_EXCERPT].decode("utf-8", errors="replace")
+    return text + ("..." if len(raw) > _EXCERPT else "")
+
+
+def _placeholders(pattern: str) -> list[str]:
+    try:
+        return [name for _, name, _, _ in string.Formatter().parse(pattern) if name is not None]
+    except ValueError as exc:
+        raise OptionError(
+            "redis.key.pattern", f"{pattern!r} is not a valid pattern: {exc}"
+        ) from None
+
+
+def _key_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="surrogateescape")
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class RedisLookupClient(LookupClient):
+    """Looks keys up in Redis.
+
+    Options:
+
+    - ``redis.key.pattern`` [``{key}``]: how a lookup key becomes a Redis key, e.g.
+      ``user:{key}``; composite keys name their columns: ``{tenant}:{user_id}``.
+    - ``redis.value.format`` [``json``]: ``json`` (one JSON object per key; fields map to value
+      columns by name), ``hash`` (one Redis hash per key; fields map by name), ``string`` (the
+      raw value goes into the single value column).
+    """
+
+    name: ClassVar[str] = "redis"
+    default_batch_size: ClassVar[int] = 500
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "redis.key.pattern",
+            parse_required_text,
+            "{key}",
+            "How a key becomes a Redis key: `user:{key}`; composite keys name their columns, "
+            "`{tenant}:{user_id}`.",
+        ),
+        OptionSpec(
+            "redis.value.format",
+            choice("json", "hash", "string"),
+            "json",
+            "`json` (a JSON object per key), `hash` (a Redis hash per key) or `string` (the raw "
+            "value into the single value column).",
+        ),
+    )
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        super().__init__(config)
+        self._pattern: str = config.options.get("redis.key.pattern", "{key}")
+        self._format: str = config.options.get("redis.value.format", "json")
+        self._redis: Any = None
+        self._fields = config.value_columns
+        self._raw_bytes = bool(
+            len(config.value_types) == 1
+            and (
+                pa.types.is_binary(config.value_types[0])
+                or pa.types.is_large_binary(config.value_types[0])
+            )
+        )
+
+    # -- validation ----------------------------------------------------------------------------
+
+    @classmethod
+    def validate_config(cls, config: ConnectorConfig) -> None:
+        if not config.url:
+            raise OptionError(
+                "url", "is required for connector redis, e.g. redis://localhost:6379/0"
+            )
+        if not config.url.startswith(("redis://", "rediss://", "unix://")):
+            raise OptionError(
+                "url", f"must start with redis://, rediss:// or unix://, got {config.display_url!r}"
+            )
+        pattern = config.options.get("redis.key.pattern", "{key}")
+        names = _placeholders(pattern)
+        keys = config.key_columns
+        allowed = set(keys) | ({"key"} if len(keys) == 1 else set())
+        for name in names:
+            if name == "" or name not in allowed:
+                raise OptionError(
+                    "redis.key.pattern",
+                    f"{pattern!r} uses placeholder {{{name}}}; use "
+                    + (
+                        " and ".join(f"{{{k}}}" for k in keys)
+                        if len(keys) > 1
+                        else f"{{key}} or {{{keys[0]}}}"
+                    ),
+                )
+        if len(keys) > 1 and set(names) != set(keys):
+            missing = [k for k in keys if k not in names]
+            raise OptionError(
+                "redis.key.pattern",
+                f"{pattern!r} must use every key column; missing {', '.join(missing)}",
+            )
+        if not names:
+            raise OptionError(
+                "redis.key.pattern", f"{pattern!r} has no placeholder: every key would be the same"
+            )
+        if config.options.get("redis.value.format") == "string" and len(config.value_columns) != 1:
+            raise SchemaError(
+                "redis.value.format=string puts each value into one column, but the schema has "
+                f"{len(config.value_columns)} value columns ({', '.join(config.value_columns)})"
+            )
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        from redis.asyncio import BlockingConnectionPool, Redis
+
+        assert self.config.url is not None
+        pool = BlockingConnectionPool.from_url(
+            self.config.url,
+            max_connections=max(1, self.config.capacity),
+            timeout=None,
+        )
+        self._redis = Redis(connection_pool=pool, decode_responses=False)
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            redis, self._redis = self._redis, None
+            await redis.aclose(close_connection_pool=True)
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def redis_key(self, key: Key) -> str:
+        """The Redis key for a lookup key (a scalar, or a tuple for composite keys)."""
+        if len(self.config.key_columns) == 1:
+            text = _key_text(key)
+            if self._pattern == "{key}":
+                return text
+            return self._pattern.format_map({"key": text, self.config.key_columns[0]: text})
+        assert isinstance(key, tuple)
+        values = {name: _key_text(part) for name, part in zip(self.config.key_columns, key)}
+        return self._pattern.format_map(values)
+
+    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        if self._redis is None:
+            raise RuntimeError("RedisLookupClient.lookup() called before open()")
+        redis_keys = [self.redis_key(key) for key in keys]
+        if self._format == "hash":
+            pipe = self._redis.pipeline(transaction=False)
+            for redis_key in redis_keys:
+                pipe.hgetall(redis_key)
+            replies = await pipe.execute(raise_on_error=False)
+            return self._decode_hashes(keys, redis_keys, replies)
+        replies = await self._redis.mget(redis_keys)
+        if self._format == "json":
+            return self._decode_json(keys, redis_keys, replies)
+        return self._decode_strings(keys, redis_keys, replies)
+
+    def _decode_json(
+        self, keys: Sequence[Key], redis_keys: list[str], replies: list[bytes | None]
+    ) -> LookupResult:
+        out: dict[Key, Any] = {}
+        for key, redis_key, raw in zip(keys, redis_keys, replies):
+            if raw is None:
+                continue
+            try:
+                record = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                out[key] = RecordError(
+                    f"Redis key {redis_key!r} does not hold valid JSON: {_excerpt(raw)!r}"
+                )
+                continue
+            if not isinstance(record, dict):
+                out[key] = RecordError(
+                    f"Redis key {redis_key!r} holds a JSON {type(record).__name__}, "
+                    "expected an object with the value columns as fields"
+                )
+                continue
+            out[key] = record
+        return out
+
+    def _decode_strings(
+        self, keys: Sequence[Key], redis_keys: list[str], replies: list[bytes | None]
+    ) -> LookupResult:
+        column = self._fields[0]
+        out: dict[Key, Any] = {}
+        for key, redis_key, raw in zip(keys, redis_keys, replies):
+            if raw is None:
+                continue
+            if self._raw_bytes:
+                out[key] = {column: raw}
+                continue
+            try:
+                out[key] = {column: raw.decode("utf-8")}
+            except UnicodeDecodeError:
+                out[key] = RecordError(
+                    f"Redis key {redis_key!r} holds bytes that are not UTF-8 text; declare "
+                    f"column '{column}' as binary to read them raw"
+                )
+        return out
+
+    def _decode_hashes(
+        self, keys: Sequence[Key], redis_keys: list[str], replies: list[Any]
+    ) -> LookupResult:
+        out: dict[Key, Any] = {}
+        for key, redis_key, reply in zip(keys, redis_keys, replies):
+            if isinstance(reply, Exception):
+                if self.is_retryable(reply):
+                    raise reply
+                out[key] = RecordError(f"Redis key {redis_key!r}: {reply}")
+                continue
+            if not reply:
+                continue
+            record: dict[str, Any] = {}
+            for field, raw in reply.items():
+                name = field.decode("utf-8", errors="replace")
+                if name in self._fields:
+                    record[name] = (
+                        raw if self._binary_field(name) else raw.decode("utf-8", errors="replace")
+                    )
+            out[key] = record
+        return out
+
+    def _binary_field(self, name: str) -> bool:
+        field_type = self.config.value_type(name)
+        return bool(pa.types.is_binary(field_type) or pa.types.is_large_binary(field_type))
+
+    def is_retryable(self, error: BaseException) -> bool:
+        from redis import exceptions as rex
+
+        if isinstance(
+            error,
+            (
+                rex.AuthenticationError,
+                rex.AuthorizationError,
+                rex.NoPermissionError,
+                rex.ResponseError,
+            ),
+        ):
+            # a wrong password, missing ACL or bad command will not get better by retrying;
+            # BUSY / LOADING (server still starting) will.
+            return isinstance(error, (rex.BusyLoadingError, rex.TryAgainError))
+        if isinstance(error, (rex.ConnectionError, rex.TimeoutError, OSError)):
+            return True
+        if isinstance(error, PermanentError):
+            return False
+        return super().is_retryable(error)

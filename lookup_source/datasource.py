@@ -1,0 +1,241 @@
+"""The ``asynclookup`` Python data source: read exactly the keys you ask for.
+
+::
+
+    from lookup_source import AsyncLookupDataSource
+
+    spark.dataSource.register(AsyncLookupDataSource)
+    users = (
+        spark.read.format("asynclookup")
+        .schema("user_id long, name string, tier int")
+        .option("connector", "redis")
+        .option("url", "redis://localhost:6379/0")
+        .option("redis.key.pattern", "user:{key}")
+        .option("keys", "[1, 2, 3]")
+        .load()
+    )
+
+With ``spark.sql.python.filterPushdown.enabled=true``, ``WHERE user_id IN (1, 2, 3)`` (or
+``= 1``) on the key column becomes the key list instead of the ``keys`` option.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from itertools import product
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    In,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from lookup_source.arrow_values import to_arrow_column
+from lookup_source.errors import OptionError, SchemaError
+from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
+from lookup_source.plan import LookupPlan
+from lookup_source.runner import run_lookups
+
+KEYS_PER_PARTITION = 10_000
+"""Default number of keys per read task when ``partitions`` is not set."""
+
+READ_BATCH_ROWS = 10_000
+"""Keys per Arrow batch fed to the engine inside a read task."""
+
+MAX_PUSHED_KEYS = 1_000_000
+
+_PUSHDOWN_MODULE = "pyspark.sql.worker.data_source_pushdown_filters"
+
+
+class KeyPartition(InputPartition):
+    """The keys one read task fetches."""
+
+    def __init__(self, index: int, keys: list[Any]) -> None:
+        super().__init__(index)
+        self.index = index
+        self.keys = keys
+
+
+class AsyncLookupDataSource(DataSource):
+    """``spark.read.format("asynclookup")``: an external dimension table read by key."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        # Parse once, now, so that a bad option fails at .load() with a clear message.
+        self.lookup_options: LookupOptions = parse_options(dict(options))
+
+    @classmethod
+    def name(cls) -> str:
+        return "asynclookup"
+
+    def schema(self) -> StructType | str:
+        raise SchemaError(
+            "the asynclookup data source needs a schema: the key column(s) and the value "
+            "columns, e.g. .schema('user_id long, name string, tier int')"
+        )
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        plan = LookupPlan.build(self.lookup_options, schema)
+        if plan.options.error_column and ERROR_COLUMN not in schema.fieldNames():
+            raise SchemaError(
+                f"on.error=column needs a '{ERROR_COLUMN} string' column in the reader's schema",
+                column=ERROR_COLUMN,
+            )
+        # PySpark refuses to plan a read whose reader overrides pushFilters while
+        # spark.sql.python.filterPushdown.enabled is false (DATA_SOURCE_PUSHDOWN_DISABLED).
+        # Only PySpark's filter-pushdown worker, which runs only when that setting is true,
+        # gets the reader that accepts filters; every other caller gets the plain one.
+        if _called_from(_PUSHDOWN_MODULE):
+            return FilteringLookupReader(plan)
+        return AsyncLookupReader(plan)
+
+
+def _called_from(module: str) -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == module:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+class AsyncLookupReader(DataSourceReader):
+    """Reads the keys of the ``keys`` option, spread over ``partitions`` tasks."""
+
+    def __init__(self, plan: LookupPlan) -> None:
+        self.plan = plan
+        self.pushed_keys: list[Any] | None = None
+
+    def _keys(self) -> list[Any]:
+        option_keys = self.plan.options.keys
+        if option_keys is None and self.pushed_keys is None:
+            key = ", ".join(self.plan.key_names)
+            raise OptionError(
+                "keys",
+                "no keys to read: set option keys='[...]', or filter on the key column "
+                f"({key}) with WHERE ... IN (...) and spark.sql.python.filterPushdown.enabled="
+                "true; to enrich a DataFrame, use lookup_source.lookup_join",
+            )
+        keys: list[Any] = []
+        if option_keys is not None:
+            keys = [self._normalise(key, position) for position, key in enumerate(option_keys)]
+        if self.pushed_keys is not None:
+            if option_keys is None:
+                keys = self.pushed_keys
+            else:
+                pushed = set(self.pushed_keys)
+                keys = [key for key in keys if key in pushed]
+        return list(dict.fromkeys(keys))
+
+    def _normalise(self, key: Any, position: int) -> Any:
+        width = len(self.plan.key_fields)
+        if width == 1:
+            if isinstance(key, tuple):
+                raise OptionError(
+                    "keys",
+                    f"key #{position} {list(key)!r} is an array, but the "
+                    f"key column '{self.plan.key_names[0]}' holds scalars",
+                )
+            return key
+        if not isinstance(key, tuple) or len(key) != width:
+            raise OptionError(
+                "keys",
+                f"key #{position} {key!r} must be an array of {width} values "
+                f"({', '.join(self.plan.key_names)})",
+            )
+        return key
+
+    def partitions(self) -> Sequence[InputPartition]:
+        keys = self._keys()
+        typed = self._typed_keys(keys)
+        wanted = self.plan.options.partitions or max(1, math.ceil(len(typed) / KEYS_PER_PARTITION))
+        count = max(1, min(wanted, len(typed)))
+        size = math.ceil(len(typed) / count) if typed else 0
+        return [
+            KeyPartition(index, typed[index * size : (index + 1) * size]) for index in range(count)
+        ]
+
+    def _typed_keys(self, keys: list[Any]) -> list[Any]:
+        """Check every key against the key column types; return them as those types."""
+        columns = []
+        for position, (field, arrow_type) in enumerate(
+            zip(self.plan.key_fields, self.plan.key_arrow_types())
+        ):
+            values = [key[position] if isinstance(key, tuple) else key for key in keys]
+            array, errors = to_arrow_column(values, arrow_type, column=field.name)
+            if errors:
+                first = min(errors)
+                raise OptionError("keys", f"key {keys[first]!r}: {errors[first]}")
+            columns.append(array.to_pylist())
+        if len(columns) == 1:
+            return [key for key in columns[0] if key is not None]
+        return [key for key in zip(*columns) if all(part is not None for part in key)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KeyPartition)
+        plan = self.plan
+        key_names = plan.key_names
+        key_types = plan.key_arrow_types()
+        spec = plan.engine_spec(key_names, how="inner")
+        output_names = [f.name for f in plan.schema.fields]
+
+        def key_batches() -> Iterator[pa.RecordBatch]:
+            keys = partition.keys
+            for start in range(0, len(keys), READ_BATCH_ROWS):
+                chunk = keys[start : start + READ_BATCH_ROWS]
+                if len(key_names) == 1:
+                    arrays = [pa.array(chunk, type=key_types[0])]
+                else:
+                    arrays = [
+                        pa.array([key[i] for key in chunk], type=key_types[i])
+                        for i in range(len(key_names))
+                    ]
+                yield pa.RecordBatch.from_arrays(arrays, names=list(key_names))
+
+        for batch in run_lookups(key_batches(), spec, plan.connector_config()):
+            yield batch.select(output_names)
+
+
+class FilteringLookupReader(AsyncLookupReader):
+    """The reader handed to PySpark's filter pushdown: ``=`` and ``IN`` on the key columns
+    become the keys to fetch. Filters are still returned to Spark, which re-checks them."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        candidates: dict[str, set[Any]] = {}
+        for flt in filters:
+            values = _key_values(flt)
+            attribute: tuple[str, ...] = tuple(getattr(flt, "attribute", ()))
+            if values is not None and len(attribute) == 1:
+                column = attribute[0].lower()
+                if column in candidates:
+                    candidates[column] &= values
+                else:
+                    candidates[column] = set(values)
+            yield flt
+        names = [name.lower() for name in self.plan.key_names]
+        if all(name in candidates for name in names):
+            sets = [sorted(candidates[name], key=repr) for name in names]
+            if math.prod(len(s) for s in sets) <= MAX_PUSHED_KEYS:
+                if len(names) == 1:
+                    self.pushed_keys = list(sets[0])
+                else:
+                    self.pushed_keys = [tuple(combo) for combo in product(*sets)]
+
+
+def _key_values(flt: Filter) -> set[Any] | None:
+    try:
+        if isinstance(flt, EqualTo):
+            return {flt.value} if flt.value is not None else set()
+        if isinstance(flt, In):
+            return {value for value in flt.value if value is not None}
+    except TypeError:  # unhashable literal
+        return None
+    return None

@@ -1,0 +1,143 @@
+"""``lookup_join``: enrich every row of a DataFrame, batch or streaming, with looked-up columns."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.types import (
+    DataType,
+    DecimalType,
+    FractionalType,
+    IntegralType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from lookup_source.connectors.base import ConnectorConfig
+from lookup_source.engine import EngineSpec
+from lookup_source.errors import SchemaError
+from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
+from lookup_source.plan import LookupPlan
+from lookup_source.runner import run_lookups
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"
+
+
+def lookup_join(
+    df: DataFrame,
+    on: str | Sequence[str],
+    *,
+    schema: StructType | str,
+    options: Mapping[str, Any] | LookupOptions,
+    how: str = "left",
+) -> DataFrame:
+    """Return ``df`` with the value columns of ``schema`` looked up by key and appended.
+
+    ``on`` names the key column(s) of ``df``, in the order of the schema's key columns
+    (``key.column``, else the first column of ``schema``). ``how="left"`` keeps rows whose key
+    is missing or null (their value columns are null); ``how="inner"`` drops them. Rows whose
+    lookup *failed* are never dropped silently: ``on.error=fail`` fails the task,
+    ``null``/``column`` keep them. Works on streaming DataFrames too; an event-time watermark
+    set before the join still holds after it.
+
+    >>> enriched = lookup_join(                                         # doctest: +SKIP
+    ...     events, "user_id",
+    ...     schema="user_id long, name string, tier int",
+    ...     options={"connector": "redis", "url": "redis://localhost:6379/0",
+    ...              "redis.key.pattern": "user:{key}"},
+    ... )
+    """
+    if how not in ("left", "inner"):
+        raise SchemaError(f"how must be 'left' or 'inner', got {how!r}")
+    lookup_options = (
+        options
+        if isinstance(options, LookupOptions)
+        else parse_options({str(k): v for k, v in options.items()})
+    )
+    plan = LookupPlan.build(lookup_options, schema)
+    on_columns = _resolve_on(df.schema, on, plan)
+    output_schema = _output_schema(df.schema, plan)
+    spec = plan.engine_spec(tuple(on_columns), how=how)
+    function = functools.partial(_lookup_partition, spec=spec, config=plan.connector_config())
+    result = df.mapInArrow(function, output_schema)
+    return _restore_watermarks(df, result)
+
+
+def _lookup_partition(
+    batches: Iterator[pa.RecordBatch], *, spec: EngineSpec, config: ConnectorConfig
+) -> Iterator[pa.RecordBatch]:
+    """The function each task runs (under mapInArrow); module level, so it pickles by name."""
+    yield from run_lookups(batches, spec, config)
+
+
+def _resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan) -> list[str]:
+    names = [on] if isinstance(on, str) else list(on)
+    if len(names) == 1 and "," in names[0]:
+        names = [part.strip() for part in names[0].split(",")]
+    if len(names) != len(plan.key_fields):
+        raise SchemaError(
+            f"on names {len(names)} column(s) ({', '.join(names)}) but the lookup key has "
+            f"{len(plan.key_fields)} ({', '.join(plan.key_names)})"
+        )
+    by_name = {f.name.lower(): f for f in df_schema.fields}
+    resolved = []
+    for name, key_field in zip(names, plan.key_fields):
+        field = by_name.get(name.lower())
+        if field is None:
+            raise SchemaError(
+                f"on names column '{name}', which the DataFrame does not have "
+                f"({', '.join(df_schema.fieldNames())})",
+                column=name,
+            )
+        if not _compatible_key_types(field.dataType, key_field.dataType):
+            raise SchemaError(
+                f"key column '{field.name}' is {field.dataType.simpleString()} in the DataFrame "
+                f"but the lookup schema declares '{key_field.name}' as "
+                f"{key_field.dataType.simpleString()}; cast it first",
+                column=field.name,
+            )
+        resolved.append(field.name)
+    return resolved
+
+
+def _compatible_key_types(actual: DataType, declared: DataType) -> bool:
+    if actual == declared:
+        return True
+    if isinstance(actual, IntegralType) and isinstance(declared, (IntegralType, DecimalType)):
+        return True
+    if isinstance(actual, (IntegralType, FractionalType)) and isinstance(declared, FractionalType):
+        return True
+    return isinstance(actual, StringType) and isinstance(declared, StringType)
+
+
+def _output_schema(df_schema: StructType, plan: LookupPlan) -> StructType:
+    existing = {name.lower() for name in df_schema.fieldNames()}
+    added = [StructField(f.name, f.dataType, True, f.metadata) for f in plan.value_fields]
+    if plan.options.error_column:
+        added.append(StructField(ERROR_COLUMN, StringType(), True))
+    for field in added:
+        if field.name.lower() in existing:
+            raise SchemaError(
+                f"the DataFrame already has a column '{field.name}', which the lookup would add; "
+                "rename or drop it first",
+                column=field.name,
+            )
+    return StructType(list(df_schema.fields) + added)
+
+
+def _restore_watermarks(source: DataFrame, result: DataFrame) -> DataFrame:
+    """mapInArrow drops the event-time watermark: set it again on the same column."""
+    if not source.isStreaming:
+        return result
+    for field in source.schema.fields:
+        delay = field.metadata.get(WATERMARK_METADATA_KEY)
+        if delay is not None:
+            result = result.withWatermark(field.name, f"{int(delay)} milliseconds")
+    return result

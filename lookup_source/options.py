@@ -1,0 +1,404 @@
+"""The options every surface accepts, parsed once into a typed, validated :class:`LookupOptions`.
+
+Options are strings (Spark hands them over as a case-insensitive map of strings). The same names
+work for ``spark.read.format("asynclookup").options(...)``, :func:`lookup_join` and
+``CREATE TABLE ... USING asynclookup OPTIONS (...)``. Connector-specific options are prefixed by
+the connector's name (``redis.key.pattern``) and declared by the connector class itself.
+
+>>> opts = parse_options({"connector": "redis", "url": "redis://localhost:6379", "capacity": "50"})
+>>> opts.capacity, opts.output_mode, opts.on_error
+(50, 'ordered', 'fail')
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lookup_source.errors import OptionError
+from lookup_source.redaction import redact_url
+
+if TYPE_CHECKING:
+    from lookup_source.connectors.base import LookupClient
+
+Parser = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: its name, how to parse its string value, its default and its documentation.
+
+    ``prefix=True`` declares a family of options (``http.header.`` matches
+    ``http.header.Authorization``).
+    """
+
+    name: str
+    parse: Parser
+    default: Any
+    doc: str
+    prefix: bool = False
+    default_doc: str | None = None
+
+    def describe_default(self) -> str:
+        if self.default_doc is not None:
+            return self.default_doc
+        if self.default is None:
+            return "(none)"
+        if isinstance(self.default, bool):
+            return "true" if self.default else "false"
+        return str(self.default)
+
+
+# ---------------------------------------------------------------------------------------------
+# Value parsers: each raises ValueError with a message that completes "option 'x': ..."
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_text(value: str) -> str:
+    return value
+
+
+def parse_required_text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _int(value: str) -> int:
+    text = value.strip().replace("_", "")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {value!r}") from None
+
+
+def parse_positive_int(value: str) -> int:
+    number = _int(value)
+    if number < 1:
+        raise ValueError(f"must be at least 1, got {number}")
+    return number
+
+
+def parse_non_negative_int(value: str) -> int:
+    number = _int(value)
+    if number < 0:
+        raise ValueError(f"must be 0 or more, got {number}")
+    return number
+
+
+def parse_bool(value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def choice(*choices: str) -> Parser:
+    """A parser that accepts one of ``choices`` (case-insensitive)."""
+
+    def parse(value: str) -> str:
+        text = value.strip().lower()
+        if text in choices:
+            return text
+        near = difflib.get_close_matches(text, choices, n=1)
+        hint = f" (did you mean '{near[0]}'?)" if near else ""
+        raise ValueError(f"expected one of {', '.join(choices)}; got {value!r}{hint}")
+
+    return parse
+
+
+def parse_column_list(value: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in value.split(","))
+    if not names or any(not name for name in names):
+        raise ValueError(f"expected a comma-separated list of column names, got {value!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"lists a column twice: {value!r}")
+    return names
+
+
+def parse_keys(value: str) -> tuple[Any, ...]:
+    """A JSON array of keys; for composite keys, an array of arrays."""
+    try:
+        keys = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f'expected a JSON array such as [1, 2, 3] or [["a", 1], ["b", 2]]: {exc}'
+        ) from None
+    if not isinstance(keys, list):
+        raise ValueError(f"expected a JSON array, got {type(keys).__name__}")
+    out: list[Any] = []
+    for position, key in enumerate(keys):
+        if isinstance(key, list):
+            if any(isinstance(part, (list, dict)) for part in key):
+                raise ValueError(f"key #{position} {key!r} nests arrays or objects")
+            out.append(tuple(key))
+        elif isinstance(key, dict):
+            raise ValueError(f"key #{position} is a JSON object; keys are scalars or arrays")
+        else:
+            out.append(key)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The core options
+# ---------------------------------------------------------------------------------------------
+
+CORE_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "connector",
+        parse_required_text,
+        None,
+        "Which client performs the lookups: `redis`, `http`, `postgres`, the name of an "
+        "installed `asynclookup.connectors` entry point, or `package.module:Class`. Required.",
+        default_doc="(required)",
+    ),
+    OptionSpec("url", parse_text, None, "Address of the store, in the connector's URL syntax."),
+    OptionSpec(
+        "key.column",
+        parse_column_list,
+        None,
+        "Key column(s) of the schema, comma-separated for a composite key.",
+        default_doc="first column of the schema",
+    ),
+    OptionSpec(
+        "capacity",
+        parse_positive_int,
+        100,
+        "Most requests in flight at once per task; when full, the task stops pulling input.",
+    ),
+    OptionSpec(
+        "batch.size",
+        parse_positive_int,
+        None,
+        "Most keys per request (MGET, `= ANY($1)`, batch POST).",
+        default_doc="connector default (redis 500, http 1, postgres 500)",
+    ),
+    OptionSpec("timeout.ms", parse_positive_int, 10_000, "Time limit of each attempt, in ms."),
+    OptionSpec(
+        "retry.max-attempts",
+        parse_positive_int,
+        3,
+        "Attempts per request, the first included (1 = no retry). Only errors that can "
+        "succeed on retry (timeouts, dropped connections, 429/503) are retried.",
+    ),
+    OptionSpec(
+        "retry.backoff",
+        choice("exponential", "fixed"),
+        "exponential",
+        "`exponential` (doubling, with jitter) or `fixed` delay between attempts.",
+    ),
+    OptionSpec(
+        "retry.initial-delay.ms", parse_non_negative_int, 100, "Delay before the first retry."
+    ),
+    OptionSpec("retry.max-delay.ms", parse_non_negative_int, 5_000, "Longest delay between tries."),
+    OptionSpec(
+        "output.mode",
+        choice("ordered", "unordered"),
+        "ordered",
+        "`ordered` emits rows in input order; `unordered` emits each input batch as soon as "
+        "all its lookups are done (rows keep their order inside a batch).",
+    ),
+    OptionSpec(
+        "on.error",
+        choice("fail", "null", "column"),
+        "fail",
+        "After the last attempt: `fail` fails the task with an error naming the connector and "
+        "how many keys failed; `null` fills the value columns with nulls; `column` also adds a "
+        "string column `_lookup_error` with the reason (null where the lookup succeeded).",
+    ),
+    OptionSpec(
+        "keys",
+        parse_keys,
+        None,
+        "Reader only: a JSON array of keys to fetch (arrays of values for composite keys).",
+    ),
+    OptionSpec(
+        "partitions",
+        parse_positive_int,
+        None,
+        "Reader only: how many read tasks the keys are split over.",
+        default_doc="one per 10,000 keys",
+    ),
+)
+
+ERROR_COLUMN = "_lookup_error"
+
+CONNECTOR_NAMESPACES = ("redis", "http", "postgres")
+"""Option prefixes of the built-in connectors."""
+
+# Options Spark itself may add to a data source's options; they mean nothing to us.
+_SPARK_ADDED_OPTIONS = frozenset({"path"})
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    """How failed attempts are retried."""
+
+    max_attempts: int = 3
+    backoff: str = "exponential"
+    initial_delay_ms: int = 100
+    max_delay_ms: int = 5_000
+
+
+@dataclass(frozen=True)
+class LookupOptions:
+    """Every option, typed and validated. Build it with :func:`parse_options`.
+
+    It pickles (it only holds plain values), so it travels from the driver to the executors.
+    """
+
+    connector: str
+    url: str | None = None
+    key_columns: tuple[str, ...] | None = None
+    capacity: int = 100
+    batch_size: int = 500
+    timeout_ms: int = 10_000
+    retry: RetrySettings = field(default_factory=RetrySettings)
+    output_mode: str = "ordered"
+    on_error: str = "fail"
+    keys: tuple[Any, ...] | None = None
+    partitions: int | None = None
+    connector_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ordered(self) -> bool:
+        return self.output_mode == "ordered"
+
+    @property
+    def error_column(self) -> bool:
+        return self.on_error == "column"
+
+    @property
+    def display_url(self) -> str | None:
+        """The URL with credentials replaced by ``***``, for messages and logs."""
+        return redact_url(self.url) if self.url else None
+
+    def connector_class(self) -> type[LookupClient]:
+        from lookup_source.connectors.registry import resolve_connector
+
+        return resolve_connector(self.connector)
+
+    def __repr__(self) -> str:  # never show secrets in plans or logs
+        return (
+            f"LookupOptions(connector={self.connector!r}, url={self.display_url!r}, "
+            f"key_columns={self.key_columns!r}, capacity={self.capacity}, "
+            f"batch_size={self.batch_size}, timeout_ms={self.timeout_ms}, retry={self.retry!r}, "
+            f"output_mode={self.output_mode!r}, on_error={self.on_error!r})"
+        )
+
+
+def _find_spec(name: str, specs: tuple[OptionSpec, ...]) -> OptionSpec | None:
+    for spec in specs:
+        if spec.name == name or (spec.prefix and name.startswith(spec.name)):
+            return spec
+    return None
+
+
+def _suggest(name: str, names: list[str]) -> str | None:
+    near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def parse_options(raw: Mapping[str, str]) -> LookupOptions:
+    """Parse and validate string options into :class:`LookupOptions`.
+
+    Raises :class:`~lookup_source.errors.OptionError` naming the first unknown, missing or
+    malformed option, with the nearest valid name when one is close.
+    """
+    values: dict[str, str] = {}
+    for key, value in raw.items():
+        name = str(key).strip().lower()
+        if name in _SPARK_ADDED_OPTIONS:
+            continue
+        if value is None:
+            raise OptionError(name, "has no value")
+        values[name] = value if isinstance(value, str) else _stringify(value)
+
+    if "connector" not in values:
+        raise OptionError("connector", "is required: redis, http, postgres or package.module:Class")
+    connector_name = parse_required_text(values["connector"]).strip()
+    from lookup_source.connectors.registry import resolve_connector
+
+    client_class = resolve_connector(connector_name)
+    connector_specs = tuple(client_class.option_specs)
+    all_specs = CORE_OPTIONS + connector_specs
+
+    parsed: dict[str, Any] = {}
+    connector_values: dict[str, Any] = {}
+    for name, value in values.items():
+        spec = _find_spec(name, all_specs)
+        if spec is None:
+            raise _unknown_option(name, connector_name, all_specs)
+        try:
+            result = spec.parse(value)
+        except ValueError as exc:
+            raise OptionError(name, str(exc)) from None
+        if spec in connector_specs:
+            connector_values[name] = result
+        else:
+            parsed[name] = result
+
+    for spec in connector_specs:
+        if not spec.prefix and spec.name not in connector_values:
+            connector_values[spec.name] = spec.default
+
+    retry = RetrySettings(
+        max_attempts=parsed.get("retry.max-attempts", 3),
+        backoff=parsed.get("retry.backoff", "exponential"),
+        initial_delay_ms=parsed.get("retry.initial-delay.ms", 100),
+        max_delay_ms=parsed.get("retry.max-delay.ms", 5_000),
+    )
+    if retry.max_delay_ms < retry.initial_delay_ms:
+        raise OptionError(
+            "retry.max-delay.ms",
+            f"({retry.max_delay_ms}) is smaller than retry.initial-delay.ms "
+            f"({retry.initial_delay_ms})",
+        )
+    options = LookupOptions(
+        connector=connector_name,
+        url=parsed.get("url"),
+        key_columns=parsed.get("key.column"),
+        capacity=parsed.get("capacity", 100),
+        batch_size=parsed.get("batch.size", client_class.default_batch_size),
+        timeout_ms=parsed.get("timeout.ms", 10_000),
+        retry=retry,
+        output_mode=parsed.get("output.mode", "ordered"),
+        on_error=parsed.get("on.error", "fail"),
+        keys=parsed.get("keys"),
+        partitions=parsed.get("partitions"),
+        connector_options=connector_values,
+    )
+    client_class.validate_options(options)
+    return options
+
+
+def _unknown_option(name: str, connector: str, specs: tuple[OptionSpec, ...]) -> OptionError:
+    prefix = name.split(".", 1)[0]
+    if prefix in CONNECTOR_NAMESPACES and prefix != connector.lower():
+        return OptionError(
+            name, f"belongs to the {prefix} connector, but connector is '{connector}'"
+        )
+    known = [spec.name for spec in specs if not spec.prefix]
+    return OptionError(
+        name,
+        f"is not an option of asynclookup with connector '{connector}'",
+        suggestion=_suggest(name, known),
+    )
+
+
+def _stringify(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return json.dumps(list(value))
+    return str(value)
+
+
+def options_table() -> list[tuple[str, str, str]]:
+    """(name, default, description) of every core option, for documentation."""
+    return [(spec.name, spec.describe_default(), spec.doc) for spec in CORE_OPTIONS]

@@ -1,0 +1,148 @@
+"""The lookup plan: options checked against a Spark schema, on the driver, once.
+
+A :class:`LookupPlan` splits the lookup schema into key and value columns, converts their types
+to Arrow, and builds what the executors need (:class:`EngineSpec`, :class:`ConnectorConfig`).
+It holds plain values only, so it pickles into every task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    MapType,
+    StructField,
+    StructType,
+    VariantType,
+)
+
+from lookup_source.connectors.base import ConnectorConfig
+from lookup_source.engine import EngineSpec
+from lookup_source.errors import OptionError, SchemaError
+from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
+
+
+def parse_schema(schema: StructType | str) -> StructType:
+    """A ``StructType`` from a ``StructType`` or a DDL string (``"id long, name string"``)."""
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        from pyspark.sql.types import _parse_datatype_string
+
+        try:
+            parsed = _parse_datatype_string(schema)
+        except Exception as exc:
+            raise SchemaError(f"cannot parse schema {schema!r}: {exc}") from None
+        if not isinstance(parsed, StructType):
+            raise SchemaError(f"schema {schema!r} is not a list of columns")
+        return parsed
+    raise SchemaError(f"schema must be a StructType or a DDL string, got {type(schema).__name__}")
+
+
+def arrow_type(data_type: DataType, column: str) -> pa.DataType:
+    try:
+        return to_arrow_type(data_type, timezone="UTC")
+    except Exception as exc:
+        raise SchemaError(
+            f"column '{column}' has type {data_type.simpleString()}, which asynclookup cannot "
+            f"carry in Arrow: {exc}",
+            column=column,
+        ) from None
+
+
+def _check_key_type(field: StructField) -> None:
+    if isinstance(field.dataType, (ArrayType, MapType, StructType, VariantType)):
+        raise SchemaError(
+            f"key column '{field.name}' has type {field.dataType.simpleString()}; a key must be "
+            "a scalar (number, string, date, timestamp, boolean, binary)",
+            column=field.name,
+        )
+
+
+@dataclass(frozen=True)
+class LookupPlan:
+    """Options plus the lookup schema, split into key fields and value fields."""
+
+    options: LookupOptions
+    schema: StructType
+    key_fields: tuple[StructField, ...]
+    value_fields: tuple[StructField, ...]
+
+    @classmethod
+    def build(
+        cls, options: LookupOptions | Mapping[str, str], schema: StructType | str
+    ) -> LookupPlan:
+        opts = options if isinstance(options, LookupOptions) else parse_options(options)
+        struct = parse_schema(schema)
+        if not struct.fields:
+            raise SchemaError("the lookup schema has no columns")
+        names = [f.name for f in struct.fields]
+        lowered = [n.lower() for n in names]
+        for name in names:
+            if lowered.count(name.lower()) > 1:
+                raise SchemaError(f"the lookup schema names column '{name}' twice", column=name)
+        by_name = {f.name.lower(): f for f in struct.fields}
+        key_names = opts.key_columns or (names[0],)
+        key_fields = []
+        for key in key_names:
+            field = by_name.get(key.lower())
+            if field is None:
+                raise OptionError(
+                    "key.column",
+                    f"names column '{key}', which is not in the schema ({', '.join(names)})",
+                )
+            _check_key_type(field)
+            key_fields.append(field)
+        key_set = {f.name for f in key_fields}
+        value_fields = tuple(
+            f for f in struct.fields if f.name not in key_set and f.name != ERROR_COLUMN
+        )
+        if not value_fields:
+            raise SchemaError(
+                f"the lookup schema has only key columns ({', '.join(key_set)}); add the value "
+                "columns to fetch, e.g. 'user_id long, name string, tier int'"
+            )
+        plan = cls(opts, struct, tuple(key_fields), value_fields)
+        opts.connector_class().validate_config(plan.connector_config())
+        return plan
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.key_fields)
+
+    def value_arrow_fields(self) -> tuple[pa.Field, ...]:
+        return tuple(
+            pa.field(f.name, arrow_type(f.dataType, f.name), nullable=True)
+            for f in self.value_fields
+        )
+
+    def key_arrow_types(self) -> tuple[pa.DataType, ...]:
+        return tuple(arrow_type(f.dataType, f.name) for f in self.key_fields)
+
+    def connector_config(self) -> ConnectorConfig:
+        opts = self.options
+        return ConnectorConfig(
+            connector=opts.connector,
+            url=opts.url,
+            key_columns=self.key_names,
+            value_columns=tuple(f.name for f in self.value_fields),
+            value_types=tuple(f.type for f in self.value_arrow_fields()),
+            options=dict(opts.connector_options),
+            capacity=opts.capacity,
+            batch_size=opts.batch_size,
+            timeout_s=opts.timeout_ms / 1000.0,
+        )
+
+    def engine_spec(self, input_key_columns: tuple[str, ...], how: str) -> EngineSpec:
+        return EngineSpec(
+            options=self.options,
+            key_columns=input_key_columns,
+            value_fields=self.value_arrow_fields(),
+            key_types=self.key_arrow_types(),
+            how=how,
+        )

@@ -1,0 +1,111 @@
+"""An in-process fake connector whose latency and failures the tests control.
+
+Only for unit tests of the engine; every real connector is tested against a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult
+from lookup_source.engine import EngineSpec
+from lookup_source.options import LookupOptions, RetrySettings
+
+
+class FakeStore:
+    """Shared state: the table, the requests received and the concurrency seen."""
+
+    def __init__(self, table: dict[Any, dict[str, Any]] | None = None) -> None:
+        self.table: dict[Any, Any] = dict(table or {})
+        self.requests: list[list[Key]] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.opened = 0
+        self.closed = 0
+        self.latency: Callable[[Sequence[Key]], float] = lambda keys: 0.0
+        self.failures: list[BaseException] = []  # raised by the next requests, in order
+        self.fail_keys: dict[Any, BaseException] = {}  # raised whenever a key is in a request
+
+
+class FakeClient(LookupClient):
+    name: ClassVar[str] = "fake"
+
+    def __init__(self, config: ConnectorConfig, store: FakeStore | None = None) -> None:
+        super().__init__(config)
+        self.store = store if store is not None else FakeStore()
+
+    async def open(self) -> None:
+        self.store.opened += 1
+
+    async def close(self) -> None:
+        self.store.closed += 1
+
+    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        store = self.store
+        store.requests.append(list(keys))
+        store.in_flight += 1
+        store.peak_in_flight = max(store.peak_in_flight, store.in_flight)
+        try:
+            delay = store.latency(keys)
+            if delay:
+                await asyncio.sleep(delay)
+            if store.failures:
+                raise store.failures.pop(0)
+            for key in keys:
+                if key in store.fail_keys:
+                    raise store.fail_keys[key]
+            return {key: store.table[key] for key in keys if key in store.table}
+        finally:
+            store.in_flight -= 1
+
+
+def make_options(**overrides: Any) -> LookupOptions:
+    retry = RetrySettings(
+        max_attempts=overrides.pop("max_attempts", 3),
+        backoff=overrides.pop("backoff", "fixed"),
+        initial_delay_ms=overrides.pop("initial_delay_ms", 1),
+        max_delay_ms=overrides.pop("max_delay_ms", 50),
+    )
+    values: dict[str, Any] = {"connector": "fake", "batch_size": 10, "timeout_ms": 2000}
+    values.update(overrides)
+    return LookupOptions(retry=retry, **values)
+
+
+def make_spec(
+    options: LookupOptions,
+    *,
+    key_columns: tuple[str, ...] = ("k",),
+    values: tuple[tuple[str, pa.DataType], ...] = (("name", pa.string()), ("n", pa.int64())),
+    how: str = "left",
+) -> EngineSpec:
+    return EngineSpec(
+        options=options,
+        key_columns=key_columns,
+        value_fields=tuple(pa.field(name, kind) for name, kind in values),
+        how=how,
+    )
+
+
+def make_config(spec: EngineSpec) -> ConnectorConfig:
+    return ConnectorConfig(
+        connector="fake",
+        url="fake://user:secret@store:1",
+        key_columns=spec.key_columns,
+        value_columns=tuple(f.name for f in spec.value_fields),
+        value_types=tuple(f.type for f in spec.value_fields),
+        capacity=spec.options.capacity,
+        batch_size=spec.options.batch_size,
+    )
+
+
+def key_batch(
+    keys: Sequence[Any], *, name: str = "k", kind: pa.DataType = pa.int64()
+) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array(keys, type=kind), pa.array(range(len(keys)), type=pa.int64())],
+        names=[name, "row"],
+    )

@@ -1,0 +1,155 @@
+"""The option parser: defaults, validation and the messages users see."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookup_source.errors import ConnectorNotFoundError, OptionError
+from lookup_source.options import CORE_OPTIONS, parse_options
+
+BASE = {"connector": "redis", "url": "redis://localhost:6379/0"}
+KNOWN = {spec.name for spec in CORE_OPTIONS} | {"redis.key.pattern", "redis.value.format"}
+
+
+def test_defaults() -> None:
+    opts = parse_options(BASE)
+    assert opts.capacity == 100
+    assert opts.batch_size == 500  # the redis connector's default
+    assert opts.timeout_ms == 10_000
+    assert opts.retry.max_attempts == 3
+    assert opts.retry.backoff == "exponential"
+    assert opts.retry.initial_delay_ms == 100
+    assert opts.retry.max_delay_ms == 5_000
+    assert opts.output_mode == "ordered" and opts.ordered
+    assert opts.on_error == "fail"
+    assert opts.key_columns is None and opts.keys is None and opts.partitions is None
+    assert opts.connector_options == {"redis.key.pattern": "{key}", "redis.value.format": "json"}
+
+
+def test_every_option_parses() -> None:
+    opts = parse_options(
+        {
+            **BASE,
+            "key.column": "tenant, user_id",
+            "capacity": "64",
+            "batch.size": "1_000",
+            "timeout.ms": "250",
+            "retry.max-attempts": "1",
+            "retry.backoff": "FIXED",
+            "retry.initial-delay.ms": "0",
+            "retry.max-delay.ms": "10",
+            "output.mode": "unordered",
+            "on.error": "column",
+            "keys": '[["a", 1], ["b", 2]]',
+            "partitions": "4",
+            "redis.key.pattern": "u:{tenant}:{user_id}",
+            "redis.value.format": "hash",
+        }
+    )
+    assert opts.key_columns == ("tenant", "user_id")
+    assert (opts.capacity, opts.batch_size, opts.timeout_ms) == (64, 1000, 250)
+    assert opts.retry.max_attempts == 1 and opts.retry.backoff == "fixed"
+    assert (opts.retry.initial_delay_ms, opts.retry.max_delay_ms) == (0, 10)
+    assert not opts.ordered and opts.error_column
+    assert opts.keys == (("a", 1), ("b", 2))
+    assert opts.partitions == 4
+    assert opts.connector_options["redis.value.format"] == "hash"
+
+
+def test_names_are_case_insensitive_and_values_may_be_python_values() -> None:
+    opts = parse_options({"Connector": "redis", "URL": "redis://h", "Capacity": 7, "keys": [1, 2]})
+    assert opts.capacity == 7 and opts.keys == (1, 2)
+
+
+def test_unknown_option_names_it_and_suggests_the_nearest() -> None:
+    with pytest.raises(OptionError) as info:
+        parse_options({**BASE, "capacitty": "10"})
+    assert info.value.option == "capacitty"
+    assert info.value.suggestion == "capacity"
+    assert str(info.value) == (
+        "option 'capacitty': is not an option of asynclookup with connector 'redis' "
+        "(did you mean 'capacity'?)"
+    )
+    with pytest.raises(OptionError, match="did you mean 'redis.key.pattern'"):
+        parse_options({**BASE, "redis.key.patern": "x:{key}"})
+
+
+def test_option_of_another_connector_is_named() -> None:
+    with pytest.raises(
+        OptionError, match="belongs to the http connector, but connector is 'redis'"
+    ):
+        parse_options({**BASE, "http.json.path": "data"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("capacity", "0", "must be at least 1, got 0"),
+        ("capacity", "many", "expected a whole number, got 'many'"),
+        ("batch.size", "-5", "must be at least 1"),
+        ("timeout.ms", "1.5", "expected a whole number"),
+        ("retry.backoff", "exponentail", "did you mean 'exponential'"),
+        ("output.mode", "random", "expected one of ordered, unordered"),
+        ("on.error", "ignore", "expected one of fail, null, column"),
+        ("keys", "1,2,3", "expected a JSON array"),
+        ("keys", '{"a": 1}', "expected a JSON array, got dict"),
+        ("keys", "[[1, [2]]]", "nests arrays or objects"),
+        ("key.column", "a,,b", "comma-separated list"),
+        ("key.column", "a,a", "lists a column twice"),
+        ("redis.value.format", "xml", "expected one of json, hash, string"),
+        ("retry.max-delay.ms", "10", "is smaller than retry.initial-delay.ms"),
+    ],
+)
+def test_malformed_values_name_the_option(name: str, value: str, message: str) -> None:
+    with pytest.raises(OptionError, match=message) as info:
+        parse_options({**BASE, name: value})
+    assert info.value.option == name
+    assert str(info.value).startswith(f"option '{name}': ")
+
+
+def test_connector_is_required_and_must_exist() -> None:
+    with pytest.raises(OptionError, match="option 'connector': is required"):
+        parse_options({"url": "redis://h"})
+    with pytest.raises(ConnectorNotFoundError, match="did you mean 'redis'"):
+        parse_options({"connector": "rediss"})
+
+
+def test_options_pickle_and_hide_secrets_in_repr() -> None:
+    opts = parse_options({**BASE, "url": "redis://app:hunter2@db:6379/0"})
+    assert pickle.loads(pickle.dumps(opts)) == opts
+    assert "hunter2" not in repr(opts)
+    assert "redis://app:***@db:6379/0" in repr(opts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz.-_", min_size=1, max_size=30))
+def test_any_unknown_name_is_rejected_by_name(name: str) -> None:
+    if name in KNOWN or name == "path" or name.startswith(("redis.", "http.", "postgres.")):
+        return
+    with pytest.raises(OptionError) as info:
+        parse_options({**BASE, name: "1"})
+    assert info.value.option == name
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-(10**12), max_value=10**12))
+def test_integer_options_accept_exactly_the_positive_whole_numbers(number: int) -> None:
+    if number >= 1:
+        assert parse_options({**BASE, "capacity": str(number)}).capacity == number
+    else:
+        with pytest.raises(OptionError, match="option 'capacity'"):
+            parse_options({**BASE, "capacity": str(number)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=20))
+def test_arbitrary_text_never_crashes_the_parser(value: str) -> None:
+    for name in ("capacity", "on.error", "keys", "key.column", "retry.backoff"):
+        try:
+            parse_options({**BASE, name: value})
+        except OptionError as exc:
+            assert exc.option == name
