@@ -27,9 +27,6 @@ from lookup_source.runner import run_lookups
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"
-
-
 def lookup_join(
     df: DataFrame,
     on: str | Sequence[str],
@@ -66,8 +63,7 @@ def lookup_join(
     output_schema = _output_schema(df.schema, plan)
     spec = plan.engine_spec(tuple(on_columns), how=how)
     function = functools.partial(_lookup_partition, spec=spec, config=plan.connector_config())
-    result = df.mapInArrow(function, output_schema)
-    return _restore_watermarks(df, result)
+    return df.mapInArrow(function, output_schema)
 
 
 def _lookup_partition(
@@ -118,6 +114,12 @@ def _compatible_key_types(actual: DataType, declared: DataType) -> bool:
 
 
 def _output_schema(df_schema: StructType, plan: LookupPlan) -> StructType:
+    """The input's fields, unchanged and *with their metadata*, then the value columns.
+
+    mapInArrow keeps an event-time watermark only if the output field still carries the
+    ``spark.watermarkDelayMs`` metadata; declaring the output from a DDL string would drop it,
+    and with it append-mode windowed aggregations after the join.
+    """
     existing = {name.lower() for name in df_schema.fieldNames()}
     added = [StructField(f.name, f.dataType, True, f.metadata) for f in plan.value_fields]
     if plan.options.error_column:
@@ -130,14 +132,3 @@ def _output_schema(df_schema: StructType, plan: LookupPlan) -> StructType:
                 column=field.name,
             )
     return StructType(list(df_schema.fields) + added)
-
-
-def _restore_watermarks(source: DataFrame, result: DataFrame) -> DataFrame:
-    """mapInArrow drops the event-time watermark: set it again on the same column."""
-    if not source.isStreaming:
-        return result
-    for field in source.schema.fields:
-        delay = field.metadata.get(WATERMARK_METADATA_KEY)
-        if delay is not None:
-            result = result.withWatermark(field.name, f"{int(delay)} milliseconds")
-    return result

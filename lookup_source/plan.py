@@ -22,6 +22,7 @@ from pyspark.sql.types import (
 )
 
 from lookup_source.connectors.base import ConnectorConfig
+from lookup_source.ddl import DDLError, parse_ddl
 from lookup_source.engine import EngineSpec
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
@@ -32,6 +33,13 @@ def parse_schema(schema: StructType | str) -> StructType:
     if isinstance(schema, StructType):
         return schema
     if isinstance(schema, str):
+        from pyspark.sql import SparkSession
+
+        if SparkSession.getActiveSession() is None:
+            try:
+                return parse_ddl(schema)
+            except DDLError as exc:
+                raise SchemaError(f"cannot parse schema {schema!r}: {exc}") from None
         from pyspark.sql.types import _parse_datatype_string
 
         try:

@@ -1,0 +1,33 @@
+# The two commands a newcomer needs:
+#   make demo   - set up .venv and run the demo (no services needed)
+#   make test   - set up .venv with the test extra and run lint, types and the whole suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install demo test lint unit clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) -m lookup_source demo $(ARGS)
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+test: lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: install
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info

@@ -1,0 +1,36 @@
+"""Generate the README's options tables from the option definitions, so they cannot drift.
+
+``python -m lookup_source.docs`` prints them; a test checks the README against them.
+"""
+
+from __future__ import annotations
+
+from lookup_source.connectors.registry import BUILTIN_CONNECTORS, resolve_connector
+from lookup_source.options import CORE_OPTIONS, OptionSpec
+
+
+def _default(spec: OptionSpec) -> str:
+    text = spec.describe_default()
+    return text if text.startswith("(") or " " in text else f"`{text}`"
+
+
+def _table(specs: tuple[OptionSpec, ...]) -> list[str]:
+    lines = ["| option | default | meaning |", "|---|---|---|"]
+    for spec in specs:
+        name = f"{spec.name}<Name>" if spec.prefix else spec.name
+        lines.append(f"| `{name}` | {_default(spec)} | {spec.doc} |")
+    return lines
+
+
+def options_markdown() -> str:
+    """The options section of the README: core options, then each built-in connector's."""
+    lines = ["### Options of every connector", "", *_table(CORE_OPTIONS)]
+    for name in BUILTIN_CONNECTORS:
+        client = resolve_connector(name)
+        if client.option_specs:
+            lines += ["", f"### Options of the `{name}` connector", "", *_table(client.option_specs)]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(options_markdown())
