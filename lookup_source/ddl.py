@@ -30,12 +30,24 @@ from pyspark.sql.types import (
 )
 
 _ATOMIC: dict[str, DataType] = {
-    "string": StringType(), "binary": BinaryType(), "boolean": BooleanType(),
-    "bool": BooleanType(), "tinyint": ByteType(), "byte": ByteType(),
-    "smallint": ShortType(), "short": ShortType(), "int": IntegerType(),
-    "integer": IntegerType(), "bigint": LongType(), "long": LongType(),
-    "float": FloatType(), "real": FloatType(), "double": DoubleType(), "date": DateType(),
-    "timestamp": TimestampType(), "timestamp_ltz": TimestampType(),
+    "string": StringType(),
+    "binary": BinaryType(),
+    "boolean": BooleanType(),
+    "bool": BooleanType(),
+    "tinyint": ByteType(),
+    "byte": ByteType(),
+    "smallint": ShortType(),
+    "short": ShortType(),
+    "int": IntegerType(),
+    "integer": IntegerType(),
+    "bigint": LongType(),
+    "long": LongType(),
+    "float": FloatType(),
+    "real": FloatType(),
+    "double": DoubleType(),
+    "date": DateType(),
+    "timestamp": TimestampType(),
+    "timestamp_ltz": TimestampType(),
     "timestamp_ntz": TimestampNTZType(),
 }
 _TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|([<>(),:]))")

@@ -28,7 +28,8 @@ def options_markdown() -> str:
     for name in BUILTIN_CONNECTORS:
         client = resolve_connector(name)
         if client.option_specs:
-            lines += ["", f"### Options of the `{name}` connector", "", *_table(client.option_specs)]
+            title = f"### Options of the `{name}` connector"
+            lines += ["", title, "", *_table(client.option_specs)]
     return "\n".join(lines)
 
 

@@ -27,6 +27,7 @@ from lookup_source.runner import run_lookups
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+
 def lookup_join(
     df: DataFrame,
     on: str | Sequence[str],

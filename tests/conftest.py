@@ -25,8 +25,9 @@ def redis_db(redis_srv: RedisServer) -> Iterator[Any]:
     """A synchronous redis-py client to load test data."""
     import redis
 
-    client = redis.Redis(host=redis_srv.host, port=redis_srv.port, password=redis_srv.password,
-                         db=redis_srv.db)
+    client = redis.Redis(
+        host=redis_srv.host, port=redis_srv.port, password=redis_srv.password, db=redis_srv.db
+    )
     yield client
     client.close()
 

@@ -15,6 +15,8 @@ from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Lo
 from lookup_source.engine import EngineSpec
 from lookup_source.options import LookupOptions, RetrySettings
 
+INT64 = pa.int64()
+
 
 class FakeStore:
     """Shared state: the table, the requests received and the concurrency seen."""
@@ -102,9 +104,7 @@ def make_config(spec: EngineSpec) -> ConnectorConfig:
     )
 
 
-def key_batch(
-    keys: Sequence[Any], *, name: str = "k", kind: pa.DataType = pa.int64()
-) -> pa.RecordBatch:
+def key_batch(keys: Sequence[Any], *, name: str = "k", kind: pa.DataType = INT64) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array(keys, type=kind), pa.array(range(len(keys)), type=pa.int64())],
         names=[name, "row"],

@@ -89,15 +89,20 @@ def redis_server() -> Iterator[RedisServer]:
         from redis.connection import parse_url
 
         parts = parse_url(url)
-        yield RedisServer(parts.get("host", "localhost"), int(parts.get("port", 6379)),
-                          parts.get("password"), int(parts.get("db", 0)))
+        yield RedisServer(
+            parts.get("host", "localhost"),
+            int(parts.get("port", 6379)),
+            parts.get("password"),
+            int(parts.get("db", 0)),
+        )
         return
     if docker_available():
         from testcontainers.redis import RedisContainer  # type: ignore[import-untyped]
 
         with RedisContainer("redis:7-alpine") as container:
-            yield RedisServer(container.get_container_host_ip(),
-                              int(container.get_exposed_port(6379)))
+            yield RedisServer(
+                container.get_container_host_ip(), int(container.get_exposed_port(6379))
+            )
         return
     binary = shutil.which("redis-server")
     if binary is None:
@@ -106,8 +111,19 @@ def redis_server() -> Iterator[RedisServer]:
         pytest.skip("no Redis: set ASYNCLOOKUP_TEST_REDIS_URL, start Docker or install redis")
     port = free_port()
     directory = tempfile.mkdtemp(prefix="asynclookup-redis-")
-    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", directory]
+    command = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        directory,
+    ]
     server = RedisServer("127.0.0.1", port, directory=directory, command=command)
     server.start()
     try:

@@ -18,13 +18,15 @@ from lookup_source.plan import LookupPlan
 from lookup_source.runner import run_lookups
 from tests.servers import RedisServer, free_port
 
+INT64 = pa.int64()
+
 
 def lookup(
     url: str,
     schema: str,
     keys: list[Any],
     *,
-    key_type: pa.DataType = pa.int64(),
+    key_type: pa.DataType = INT64,
     stats: list[LookupStats] | None = None,
     client_factory: Any = None,
     **options: str,
@@ -38,8 +40,13 @@ def lookup(
         arrays = [pa.array([k[i] for k in keys]) for i in range(len(names))]
     batch = pa.RecordBatch.from_arrays(arrays, names=list(names))
     spec = plan.engine_spec(names, how="left")
-    out = run_lookups([batch], spec, plan.connector_config(), client_factory=client_factory,
-                      on_stats=stats.append if stats is not None else None)
+    out = run_lookups(
+        [batch],
+        spec,
+        plan.connector_config(),
+        client_factory=client_factory,
+        on_stats=stats.append if stats is not None else None,
+    )
     return [row for b in out for row in b.to_pylist()]
 
 
@@ -63,8 +70,12 @@ def test_json_values_of_every_type(redis_srv: RedisServer, redis_db: Any, prefix
         "address struct<city: string, zip: int>, created timestamp, absent string"
     )
     keys = [*range(1, 201), 999, 5, None]
-    rows = lookup(redis_srv.url, schema, keys, **{"redis.key.pattern": f"{prefix}user:{{key}}",
-                                                  "batch.size": "37"})
+    rows = lookup(
+        redis_srv.url,
+        schema,
+        keys,
+        **{"redis.key.pattern": f"{prefix}user:{{key}}", "batch.size": "37"},
+    )
     assert [r["user_id"] for r in rows] == keys
     for row in rows:
         source = records.get(row["user_id"])
@@ -86,9 +97,12 @@ def test_json_values_of_every_type(redis_srv: RedisServer, redis_db: Any, prefix
 def test_hash_values_are_typed(redis_srv: RedisServer, redis_db: Any, prefix: str) -> None:
     for i in range(1, 51):
         redis_db.hset(f"{prefix}h:{i}", mapping={"name": f"n{i}", "tier": str(i), "vip": "true"})
-    rows = lookup(redis_srv.url, "id long, name string, tier int, vip boolean, nope string",
-                  [1, 50, 51], **{"redis.key.pattern": f"{prefix}h:{{id}}",
-                                  "redis.value.format": "hash"})
+    rows = lookup(
+        redis_srv.url,
+        "id long, name string, tier int, vip boolean, nope string",
+        [1, 50, 51],
+        **{"redis.key.pattern": f"{prefix}h:{{id}}", "redis.value.format": "hash"},
+    )
     assert rows == [
         {"id": 1, "name": "n1", "tier": 1, "vip": True, "nope": None},
         {"id": 50, "name": "n50", "tier": 50, "vip": True, "nope": None},
@@ -104,8 +118,13 @@ def test_string_values_text_and_binary(redis_srv: RedisServer, redis_db: Any, pr
     assert rows == [{"k": "a", "v": 42}, {"k": "zz", "v": None}]
     rows = lookup(redis_srv.url, "k string, v binary", ["b"], key_type=pa.string(), **pattern)
     assert rows == [{"k": "b", "v": b"\xff\x00raw"}]
-    rows = lookup(redis_srv.url, "k string, v string", ["b"], key_type=pa.string(),
-                  **{**pattern, "on.error": "column"})
+    rows = lookup(
+        redis_srv.url,
+        "k string, v string",
+        ["b"],
+        key_type=pa.string(),
+        **{**pattern, "on.error": "column"},
+    )
     assert rows[0]["v"] is None and "not UTF-8 text" in rows[0]["_lookup_error"]
 
 
@@ -113,7 +132,8 @@ def test_composite_keys(redis_srv: RedisServer, redis_db: Any, prefix: str) -> N
     redis_db.set(f"{prefix}acme:7", json.dumps({"name": "acme seven"}))
     redis_db.set(f"{prefix}beta:7", json.dumps({"name": "beta seven"}))
     rows = lookup(
-        redis_srv.url, "tenant string, user_id long, name string",
+        redis_srv.url,
+        "tenant string, user_id long, name string",
         [("acme", 7), ("beta", 7), ("acme", 8)],
         **{"key.column": "tenant,user_id", "redis.key.pattern": f"{prefix}{{tenant}}:{{user_id}}"},
     )
@@ -124,8 +144,13 @@ def test_odd_keys_reach_redis_verbatim(redis_srv: RedisServer, redis_db: Any, pr
     odd = ["", "a b", "ünïcödé", "quote'\"", "100%", "a/b", "{key}", "}{", "x" * 5000]
     for key in odd:
         redis_db.set(f"{prefix}{key}", json.dumps({"v": key}))
-    rows = lookup(redis_srv.url, "k string, v string", odd, key_type=pa.string(),
-                  **{"redis.key.pattern": f"{prefix}{{key}}"})
+    rows = lookup(
+        redis_srv.url,
+        "k string, v string",
+        odd,
+        key_type=pa.string(),
+        **{"redis.key.pattern": f"{prefix}{{key}}"},
+    )
     assert [r["v"] for r in rows] == odd
 
 
@@ -138,8 +163,10 @@ def test_malformed_values_are_reported_per_key(
     redis_db.set(f"{prefix}4", json.dumps({"name": "x", "tier": "high"}))
     redis_db.hset(f"{prefix}5", mapping={"name": "a hash"})
     options = {"redis.key.pattern": f"{prefix}{{key}}", "on.error": "column"}
-    rows = {r["id"]: r for r in lookup(redis_srv.url, "id long, name string, tier int",
-                                       [1, 2, 3, 4, 5], **options)}
+    rows = {
+        r["id"]: r
+        for r in lookup(redis_srv.url, "id long, name string, tier int", [1, 2, 3, 4, 5], **options)
+    }
     assert rows[1]["name"] == "fine" and rows[1]["_lookup_error"] is None
     assert rows[2]["_lookup_error"] == (
         f"key 2: Redis key '{prefix}2' does not hold valid JSON: '{{not json'"
@@ -149,9 +176,13 @@ def test_malformed_values_are_reported_per_key(
     assert rows[4]["name"] is None
     # MGET answers nil for a key that holds a hash: it is missing, not an error
     assert rows[5]["name"] is None and rows[5]["_lookup_error"] is None
-    with pytest.raises(LookupFailedError, match="redis lookup .* failed for 1 key .*valid JSON"):
-        lookup(redis_srv.url, "id long, name string", [1, 2],
-               **{"redis.key.pattern": f"{prefix}{{key}}"})
+    with pytest.raises(LookupFailedError, match=r"redis lookup .* failed for 1 key .*valid JSON"):
+        lookup(
+            redis_srv.url,
+            "id long, name string",
+            [1, 2],
+            **{"redis.key.pattern": f"{prefix}{{key}}"},
+        )
 
 
 def test_wrong_redis_type_in_hash_mode_is_a_per_key_error(
@@ -159,9 +190,16 @@ def test_wrong_redis_type_in_hash_mode_is_a_per_key_error(
 ) -> None:
     redis_db.hset(f"{prefix}1", mapping={"name": "hash"})
     redis_db.set(f"{prefix}2", "a string")
-    rows = lookup(redis_srv.url, "id long, name string", [1, 2],
-                  **{"redis.key.pattern": f"{prefix}{{key}}", "redis.value.format": "hash",
-                     "on.error": "column"})
+    rows = lookup(
+        redis_srv.url,
+        "id long, name string",
+        [1, 2],
+        **{
+            "redis.key.pattern": f"{prefix}{{key}}",
+            "redis.value.format": "hash",
+            "on.error": "column",
+        },
+    )
     assert rows[0]["name"] == "hash"
     assert "WRONGTYPE" in rows[1]["_lookup_error"]
 
@@ -190,17 +228,27 @@ def test_unreachable_server_fails_after_retries_naming_the_address() -> None:
     port = free_port()  # nothing listens there
     stats: list[LookupStats] = []
     with pytest.raises(LookupFailedError) as info:
-        lookup(f"redis://127.0.0.1:{port}/0", "id long, name string", [1, 2, 3], stats=stats,
-               **{"retry.max-attempts": "3", "retry.initial-delay.ms": "10",
-                  "retry.max-delay.ms": "20", "timeout.ms": "2000"})
+        lookup(
+            f"redis://127.0.0.1:{port}/0",
+            "id long, name string",
+            [1, 2, 3],
+            stats=stats,
+            **{
+                "retry.max-attempts": "3",
+                "retry.initial-delay.ms": "10",
+                "retry.max-delay.ms": "20",
+                "timeout.ms": "2000",
+            },
+        )
     message = str(info.value)
     assert f"redis lookup at redis://127.0.0.1:{port}/0 failed for 3 keys" in message
     assert "after 3 attempts" in message
     assert stats[0].retries == 2 and stats[0].failed_keys == 3
 
 
-def test_dropped_connections_are_retried(redis_srv: RedisServer, redis_db: Any,
-                                         prefix: str) -> None:
+def test_dropped_connections_are_retried(
+    redis_srv: RedisServer, redis_db: Any, prefix: str
+) -> None:
     redis_db.mset({f"{prefix}{i}": json.dumps({"n": i}) for i in range(300)})
     calls = 0
 
@@ -212,10 +260,18 @@ def test_dropped_connections_are_retried(redis_srv: RedisServer, redis_db: Any,
                 redis_db.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
             return await super().lookup(keys)
 
-    rows = lookup(redis_srv.url, "id long, n long", list(range(300)),
-                  client_factory=KillingClient,
-                  **{"redis.key.pattern": f"{prefix}{{key}}", "batch.size": "50", "capacity": "2",
-                     "retry.initial-delay.ms": "10"})
+    rows = lookup(
+        redis_srv.url,
+        "id long, n long",
+        list(range(300)),
+        client_factory=KillingClient,
+        **{
+            "redis.key.pattern": f"{prefix}{{key}}",
+            "batch.size": "50",
+            "capacity": "2",
+            "retry.initial-delay.ms": "10",
+        },
+    )
     assert [r["n"] for r in rows] == list(range(300))
 
 
@@ -237,11 +293,21 @@ def test_server_restart_mid_job(redis_srv: RedisServer, redis_db: Any, prefix: s
             return await super().lookup(keys)
 
     try:
-        rows = lookup(redis_srv.url, "id long, n long", keys, client_factory=RestartingClient,
-                      stats=stats,
-                      **{"redis.key.pattern": f"{prefix}{{key}}", "batch.size": "100",
-                         "capacity": "4", "retry.max-attempts": "8",
-                         "retry.initial-delay.ms": "100", "retry.max-delay.ms": "1000"})
+        rows = lookup(
+            redis_srv.url,
+            "id long, n long",
+            keys,
+            client_factory=RestartingClient,
+            stats=stats,
+            **{
+                "redis.key.pattern": f"{prefix}{{key}}",
+                "batch.size": "100",
+                "capacity": "4",
+                "retry.max-attempts": "8",
+                "retry.initial-delay.ms": "100",
+                "retry.max-delay.ms": "1000",
+            },
+        )
     finally:
         time.sleep(0.5)
     # the server keeps nothing on disk: keys looked up after the restart are missing, not wrong
@@ -259,8 +325,12 @@ def test_connections_are_closed_after_the_task(
         return len(redis_db.client_list(_type="normal"))
 
     before = clients()
-    lookup(redis_srv.url, "id long, n long", list(range(1000)),
-           **{"redis.key.pattern": f"{prefix}{{key}}", "batch.size": "10", "capacity": "16"})
+    lookup(
+        redis_srv.url,
+        "id long, n long",
+        list(range(1000)),
+        **{"redis.key.pattern": f"{prefix}{{key}}", "batch.size": "10", "capacity": "16"},
+    )
     assert clients() == before
 
 
@@ -268,14 +338,26 @@ def test_connections_are_closed_after_the_task(
     ("options", "schema", "error", "message"),
     [
         ({"url": "http://x"}, "id long, v string", OptionError, "must start with redis://"),
-        ({"redis.key.pattern": "u:{nope}"}, "id long, v string", OptionError,
-         "uses placeholder {nope}"),
+        (
+            {"redis.key.pattern": "u:{nope}"},
+            "id long, v string",
+            OptionError,
+            "uses placeholder {nope}",
+        ),
         ({"redis.key.pattern": "constant"}, "id long, v string", OptionError, "no placeholder"),
-        ({"redis.key.pattern": "{a}", "key.column": "a,b"}, "a long, b long, v string",
-         OptionError, "must use every key column; missing b"),
+        (
+            {"redis.key.pattern": "{a}", "key.column": "a,b"},
+            "a long, b long, v string",
+            OptionError,
+            "must use every key column; missing b",
+        ),
         ({"redis.key.pattern": "u:{key"}, "id long, v string", OptionError, "not a valid pattern"),
-        ({"redis.value.format": "string"}, "id long, v string, w string", SchemaError,
-         "has 2 value columns"),
+        (
+            {"redis.value.format": "string"},
+            "id long, v string, w string",
+            SchemaError,
+            "has 2 value columns",
+        ),
     ],
 )
 def test_configuration_errors(options: dict[str, str], schema: str, error: type, message: str):

@@ -22,8 +22,11 @@ def users(redis_db: Any, prefix: str) -> dict[int, dict[str, Any]]:
 
 @pytest.fixture
 def options(redis_srv: RedisServer, prefix: str) -> dict[str, str]:
-    return {"connector": "redis", "url": redis_srv.url,
-            "redis.key.pattern": f"{prefix}user:{{key}}"}
+    return {
+        "connector": "redis",
+        "url": redis_srv.url,
+        "redis.key.pattern": f"{prefix}user:{{key}}",
+    }
 
 
 @pytest.fixture
@@ -49,8 +52,12 @@ def test_reads_exactly_the_given_keys(spark: Any, users: dict, options: dict) ->
 
 
 def test_schema_order_need_not_start_with_the_key(spark: Any, users: dict, options: dict) -> None:
-    df = read(spark, options, schema="name string, tier int, user_id long",
-              **{"key.column": "user_id", "keys": "[3, 4]"})
+    df = read(
+        spark,
+        options,
+        schema="name string, tier int, user_id long",
+        **{"key.column": "user_id", "keys": "[3, 4]"},
+    )
     assert df.columns == ["name", "tier", "user_id"]
     assert sorted(tuple(r) for r in df.collect()) == [("user 3", 3, 3), ("user 4", 0, 4)]
 
@@ -58,10 +65,16 @@ def test_schema_order_need_not_start_with_the_key(spark: Any, users: dict, optio
 def test_composite_keys(spark: Any, redis_db: Any, redis_srv: RedisServer, prefix: str) -> None:
     redis_db.set(f"{prefix}acme:1", json.dumps({"plan": "gold"}))
     redis_db.set(f"{prefix}beta:1", json.dumps({"plan": "free"}))
-    df = read(spark, {"connector": "redis", "url": redis_srv.url,
-                      "redis.key.pattern": f"{prefix}{{tenant}}:{{id}}"},
-              schema="tenant string, id int, plan string",
-              **{"key.column": "tenant,id", "keys": '[["acme", 1], ["beta", 1], ["acme", 2]]'})
+    df = read(
+        spark,
+        {
+            "connector": "redis",
+            "url": redis_srv.url,
+            "redis.key.pattern": f"{prefix}{{tenant}}:{{id}}",
+        },
+        schema="tenant string, id int, plan string",
+        **{"key.column": "tenant,id", "keys": '[["acme", 1], ["beta", 1], ["acme", 2]]'},
+    )
     assert sorted(tuple(r) for r in df.collect()) == [("acme", 1, "gold"), ("beta", 1, "free")]
 
 
@@ -82,7 +95,9 @@ def test_without_pushdown_the_source_still_reads_keys(
     assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "false"
     df = read(spark, options, keys="[10, 11]")
     assert sorted(r.name for r in df.where("user_id IN (10, 11, 12)").collect()) == [
-        "user 10", "user 11"]
+        "user 10",
+        "user 11",
+    ]
 
 
 def test_without_keys_the_error_says_what_to_do(spark: Any, options: dict) -> None:
@@ -92,7 +107,7 @@ def test_without_keys_the_error_says_what_to_do(spark: Any, options: dict) -> No
 
 
 def test_bad_options_fail_at_load_naming_the_option(spark: Any, options: dict) -> None:
-    with pytest.raises(Exception, match="option 'capacty'.*did you mean 'capacity'"):
+    with pytest.raises(Exception, match=r"option 'capacty'.*did you mean 'capacity'"):
         read(spark, options, capacty="5", keys="[1]").collect()
     with pytest.raises(Exception, match="option 'keys': key 'x'"):
         read(spark, options, keys='["x"]').collect()
@@ -103,22 +118,28 @@ def test_a_schema_is_required(spark: Any, options: dict) -> None:
         spark.read.format("asynclookup").options(**options, keys="[1]").load()
 
 
-def test_error_column_in_the_reader(
-    spark: Any, redis_db: Any, options: dict, prefix: str
-) -> None:
+def test_error_column_in_the_reader(spark: Any, redis_db: Any, options: dict, prefix: str) -> None:
     redis_db.set(f"{prefix}user:1", json.dumps({"name": "ok", "tier": 1}))
     redis_db.set(f"{prefix}user:2", "garbage")
-    df = read(spark, options, schema=SCHEMA + ", _lookup_error string",
-              **{"keys": "[1, 2]", "on.error": "column"})
+    df = read(
+        spark,
+        options,
+        schema=SCHEMA + ", _lookup_error string",
+        **{"keys": "[1, 2]", "on.error": "column"},
+    )
     rows = {r.user_id: r for r in df.collect()}
     assert rows[1].name == "ok" and rows[1]._lookup_error is None
     assert rows[2].name is None and "does not hold valid JSON" in rows[2]._lookup_error
-    with pytest.raises(Exception, match="on.error=column needs a '_lookup_error string' column"):
+    with pytest.raises(Exception, match=r"on.error=column needs a '_lookup_error string' column"):
         read(spark, options, **{"keys": "[1]", "on.error": "column"}).collect()
 
 
 def test_failures_fail_the_job_with_a_clear_error(spark: Any, options: dict) -> None:
-    bad = {**options, "url": "redis://127.0.0.1:1/0", "retry.max-attempts": "2",
-           "retry.initial-delay.ms": "10"}
+    bad = {
+        **options,
+        "url": "redis://127.0.0.1:1/0",
+        "retry.max-attempts": "2",
+        "retry.initial-delay.ms": "10",
+    }
     with pytest.raises(Exception, match=r"redis lookup at redis://127.0.0.1:1/0 failed for 2 keys"):
         read(spark, bad, keys="[1, 2]").collect()

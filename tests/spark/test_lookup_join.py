@@ -27,16 +27,18 @@ def users(redis_db: Any, prefix: str) -> dict[int, dict[str, Any]]:
 
 @pytest.fixture
 def options(redis_srv: RedisServer, prefix: str) -> dict[str, str]:
-    return {"connector": "redis", "url": redis_srv.url,
-            "redis.key.pattern": f"{prefix}user:{{key}}"}
+    return {
+        "connector": "redis",
+        "url": redis_srv.url,
+        "redis.key.pattern": f"{prefix}user:{{key}}",
+    }
 
 
 def events(spark: Any, rows: int, modulo: int) -> Any:
     """Events with user_id = id % modulo (keys >= 5000 are missing) and every 97th key null."""
     return spark.range(rows, numPartitions=4).select(
         F.col("id").alias("event_id"),
-        F.when(F.col("id") % 97 == 0, F.lit(None)).otherwise(F.col("id") % modulo)
-        .alias("user_id"),
+        F.when(F.col("id") % 97 == 0, F.lit(None)).otherwise(F.col("id") % modulo).alias("user_id"),
     )
 
 
@@ -77,18 +79,30 @@ def test_key_column_with_another_name_and_type(spark: Any, users: dict, options:
     df = spark.createDataFrame([(1, "a"), (2, "b"), (None, "c")], "uid int, label string")
     out = lookup_join(df, "uid", schema=SCHEMA, options=options).orderBy("label")
     assert [tuple(r) for r in out.collect()] == [
-        (1, "a", "user 1", 1), (2, "b", "user 2", 2), (None, "c", None, None)]
+        (1, "a", "user 1", 1),
+        (2, "b", "user 2", 2),
+        (None, "c", None, None),
+    ]
 
 
 def test_composite_keys(spark: Any, redis_db: Any, redis_srv: RedisServer, prefix: str) -> None:
     redis_db.set(f"{prefix}acme:1", json.dumps({"plan": "gold"}))
     df = spark.createDataFrame([("acme", 1), ("acme", 2), (None, 1)], "t string, u long")
-    out = lookup_join(df, ["t", "u"], schema="tenant string, user_id long, plan string",
-                      options={"connector": "redis", "url": redis_srv.url,
-                               "key.column": "tenant,user_id",
-                               "redis.key.pattern": f"{prefix}{{tenant}}:{{user_id}}"})
+    out = lookup_join(
+        df,
+        ["t", "u"],
+        schema="tenant string, user_id long, plan string",
+        options={
+            "connector": "redis",
+            "url": redis_srv.url,
+            "key.column": "tenant,user_id",
+            "redis.key.pattern": f"{prefix}{{tenant}}:{{user_id}}",
+        },
+    )
     assert sorted((r.u, r.plan) for r in out.where("t = 'acme'").collect()) == [
-        (1, "gold"), (2, None)]
+        (1, "gold"),
+        (2, None),
+    ]
     assert out.count() == 3
 
 
@@ -98,8 +112,9 @@ def test_error_column_keeps_every_row(
     redis_db.set(f"{prefix}user:1", json.dumps({"name": "fine", "tier": 1}))
     redis_db.set(f"{prefix}user:2", json.dumps({"name": "bad", "tier": "x"}))
     df = spark.createDataFrame([(1,), (2,), (3,)], "user_id long")
-    out = lookup_join(df, "user_id", schema=SCHEMA, options={**options, "on.error": "column"},
-                      how="inner")
+    out = lookup_join(
+        df, "user_id", schema=SCHEMA, options={**options, "on.error": "column"}, how="inner"
+    )
     rows = {r.user_id: r for r in out.collect()}
     assert set(rows) == {1, 2}  # 3 is missing (inner drops it); 2 failed and is kept
     assert rows[1]._lookup_error is None
@@ -109,7 +124,7 @@ def test_error_column_keeps_every_row(
 def test_failure_fails_the_job(spark: Any, options: dict) -> None:
     df = spark.createDataFrame([(1,)], "user_id long")
     bad = {**options, "url": "redis://127.0.0.1:1/0", "retry.initial-delay.ms": "5"}
-    with pytest.raises(Exception, match="redis lookup at redis://127.0.0.1:1/0 failed for 1 key"):
+    with pytest.raises(Exception, match=r"redis lookup at redis://127.0.0.1:1/0 failed for 1 key"):
         lookup_join(df, "user_id", schema=SCHEMA, options=bad).collect()
 
 
@@ -121,7 +136,7 @@ def test_plan_time_errors_name_the_column_or_option(spark: Any, options: dict) -
         lookup_join(df, "user_id", schema=SCHEMA, options=options)
     with pytest.raises(SchemaError, match="key column 'arr' is array<int>"):
         lookup_join(df.drop("name"), "arr", schema=SCHEMA, options=options)
-    with pytest.raises(OptionError, match="option 'on.eror'.*did you mean 'on.error'"):
+    with pytest.raises(OptionError, match=r"option 'on.eror'.*did you mean 'on.error'"):
         lookup_join(df.drop("name"), "user_id", schema=SCHEMA, options={**options, "on.eror": "x"})
     with pytest.raises(SchemaError, match="how must be"):
         lookup_join(df.drop("name"), "user_id", schema=SCHEMA, options=options, how="outer")

@@ -18,10 +18,14 @@ SCHEMA = "user_id long, name string, tier int"
 
 @pytest.fixture
 def options(redis_srv: RedisServer, redis_db: Any, prefix: str) -> dict[str, str]:
-    redis_db.mset({f"{prefix}user:{i}": json.dumps({"name": f"user {i}", "tier": i % 3})
-                   for i in range(100)})
-    return {"connector": "redis", "url": redis_srv.url,
-            "redis.key.pattern": f"{prefix}user:{{key}}"}
+    redis_db.mset(
+        {f"{prefix}user:{i}": json.dumps({"name": f"user {i}", "tier": i % 3}) for i in range(100)}
+    )
+    return {
+        "connector": "redis",
+        "url": redis_srv.url,
+        "redis.key.pattern": f"{prefix}user:{{key}}",
+    }
 
 
 def write_events(directory: Path, name: str, rows: list[tuple[int, int | None, str]]) -> None:
@@ -40,9 +44,11 @@ def test_streaming_lookup_join_into_a_memory_sink(
     assert stream.isStreaming
     enriched = lookup_join(stream, "user_id", schema=SCHEMA, options=options)
     query = (
-        enriched.writeStream.format("memory").queryName("enriched_events")
+        enriched.writeStream.format("memory")
+        .queryName("enriched_events")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True).start()
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination(120)
     assert query.exception() is None
@@ -60,22 +66,32 @@ def test_watermark_survives_the_lookup_join(spark: Any, options: dict, tmp_path:
     rows = [(i, i % 5, f"2024-01-01 00:0{i % 3}:10") for i in range(60)]
     write_events(source, "a.json", rows)
     stream = (
-        spark.readStream.schema("event_id long, user_id long, ts timestamp").json(str(source))
+        spark.readStream.schema("event_id long, user_id long, ts timestamp")
+        .json(str(source))
         .withWatermark("ts", "1 minute")
     )
     enriched = lookup_join(stream, "user_id", schema=SCHEMA, options=options)
     windowed = enriched.groupBy(F.window("ts", "1 minute"), "tier").count()
     query = (
-        windowed.writeStream.outputMode("append").format("memory").queryName("tier_windows")
+        windowed.writeStream.outputMode("append")
+        .format("memory")
+        .queryName("tier_windows")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True).start()
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination(120)
     assert query.exception() is None  # append mode needs the watermark: it must be there
-    batch = lookup_join(
-        spark.read.schema("event_id long, user_id long, ts timestamp").json(str(source)),
-        "user_id", schema=SCHEMA, options=options,
-    ).groupBy(F.window("ts", "1 minute"), "tier").count()
+    batch = (
+        lookup_join(
+            spark.read.schema("event_id long, user_id long, ts timestamp").json(str(source)),
+            "user_id",
+            schema=SCHEMA,
+            options=options,
+        )
+        .groupBy(F.window("ts", "1 minute"), "tier")
+        .count()
+    )
     streamed = spark.sql("SELECT * FROM tier_windows").collect()
     # append mode emits the windows the watermark (latest ts 00:02:10 - 1 minute) has closed
     expected = {(r.window.start, r.window.end, r.tier, r["count"]) for r in batch.collect()}

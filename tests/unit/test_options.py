@@ -74,7 +74,7 @@ def test_unknown_option_names_it_and_suggests_the_nearest() -> None:
         "option 'capacitty': is not an option of asynclookup with connector 'redis' "
         "(did you mean 'capacity'?)"
     )
-    with pytest.raises(OptionError, match="did you mean 'redis.key.pattern'"):
+    with pytest.raises(OptionError, match=r"did you mean 'redis.key.pattern'"):
         parse_options({**BASE, "redis.key.patern": "x:{key}"})
 
 
