@@ -33,6 +33,7 @@ from lookup_source.connectors.base import Key, LookupClient
 from lookup_source.errors import LookupFailedError, LookupTimeoutError, RecordError
 from lookup_source.keys import DistinctKeys, cast_key_column, distinct_keys
 from lookup_source.options import ERROR_COLUMN, LookupOptions
+from lookup_source.rate_limit import RateLimiter
 from lookup_source.retry import Backoff
 
 Sleep = Callable[[float], Awaitable[Any]]
@@ -127,6 +128,7 @@ class LookupEngine:
         self._backoff = Backoff(options.retry)
         self._sleep = sleep
         self._rng = rng
+        self._limiter = RateLimiter(options.rate_limit, sleep=sleep) if options.rate_limit else None
         self._buffer_rows = buffer_rows or max(2 * options.capacity * options.batch_size, 20_000)
         self._jobs: deque[_Job] = deque()
         self._finished: deque[_Job] = deque()
@@ -265,6 +267,8 @@ class LookupEngine:
         attempt = 0
         while True:
             attempt += 1
+            if self._limiter is not None:
+                await self._limiter.acquire()
             self.stats.requests += 1
             started = loop.time()
             try:

@@ -89,6 +89,17 @@ def parse_non_negative_int(value: str) -> int:
     return number
 
 
+def parse_rate(value: str) -> float:
+    text = value.strip()
+    try:
+        rate = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of requests per second, got {value!r}") from None
+    if rate < 0 or rate != rate or rate == float("inf"):
+        raise ValueError(f"must be 0 (no limit) or a positive number, got {value!r}")
+    return rate
+
+
 def parse_bool(value: str) -> bool:
     text = value.strip().lower()
     if text in ("true", "1", "yes", "on"):
@@ -212,6 +223,14 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         "string column `_lookup_error` with the reason (null where the lookup succeeded).",
     ),
     OptionSpec(
+        "rate.limit",
+        parse_rate,
+        0.0,
+        "Most requests per second per task, retries included (0 = no limit); for "
+        "third-party APIs with a quota.",
+        default_doc="0",
+    ),
+    OptionSpec(
         "keys",
         parse_keys,
         None,
@@ -261,6 +280,7 @@ class LookupOptions:
     retry: RetrySettings = field(default_factory=RetrySettings)
     output_mode: str = "ordered"
     on_error: str = "fail"
+    rate_limit: float = 0.0
     keys: tuple[Any, ...] | None = None
     partitions: int | None = None
     connector_options: Mapping[str, Any] = field(default_factory=dict)
@@ -364,11 +384,12 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         url=parsed.get("url"),
         key_columns=parsed.get("key.column"),
         capacity=parsed.get("capacity", 100),
-        batch_size=parsed.get("batch.size", client_class.default_batch_size),
+        batch_size=parsed.get("batch.size") or client_class.batch_size_default(connector_values),
         timeout_ms=parsed.get("timeout.ms", 10_000),
         retry=retry,
         output_mode=parsed.get("output.mode", "ordered"),
         on_error=parsed.get("on.error", "fail"),
+        rate_limit=parsed.get("rate.limit", 0.0),
         keys=parsed.get("keys"),
         partitions=parsed.get("partitions"),
         connector_options=connector_values,

@@ -93,6 +93,11 @@ class LookupClient:
     # -- validation, on the driver -------------------------------------------------------------
 
     @classmethod
+    def batch_size_default(cls, connector_options: Mapping[str, Any]) -> int:
+        """``batch.size`` when the user sets none; may depend on the connector's options."""
+        return cls.default_batch_size
+
+    @classmethod
     def validate_options(cls, options: LookupOptions) -> None:
         """Check the parsed options before any task runs. Raise ``OptionError``."""
 

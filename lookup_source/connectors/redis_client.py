@@ -9,13 +9,13 @@ per round trip, over a pool of at most ``capacity`` connections.
 from __future__ import annotations
 
 import json
-import string
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult
+from lookup_source.connectors.templates import KeyTemplate
 from lookup_source.errors import OptionError, PermanentError, RecordError, SchemaError
 from lookup_source.options import OptionSpec, choice, parse_required_text
 
@@ -25,25 +25,6 @@ _EXCERPT = 80
 def _excerpt(raw: bytes) -> str:
     text = raw[:_EXCERPT].decode("utf-8", errors="replace")
     return text + ("..." if len(raw) > _EXCERPT else "")
-
-
-def _placeholders(pattern: str) -> list[str]:
-    try:
-        return [name for _, name, _, _ in string.Formatter().parse(pattern) if name is not None]
-    except ValueError as exc:
-        raise OptionError(
-            "redis.key.pattern", f"{pattern!r} is not a valid pattern: {exc}"
-        ) from None
-
-
-def _key_text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="surrogateescape")
-    if hasattr(value, "isoformat"):
-        return str(value.isoformat())
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 class RedisLookupClient(LookupClient):
@@ -79,7 +60,11 @@ class RedisLookupClient(LookupClient):
 
     def __init__(self, config: ConnectorConfig) -> None:
         super().__init__(config)
-        self._pattern: str = config.options.get("redis.key.pattern", "{key}")
+        self._template = KeyTemplate(
+            "redis.key.pattern",
+            config.options.get("redis.key.pattern", "{key}"),
+            config.key_columns,
+        )
         self._format: str = config.options.get("redis.value.format", "json")
         self._redis: Any = None
         self._fields = config.value_columns
@@ -103,31 +88,11 @@ class RedisLookupClient(LookupClient):
             raise OptionError(
                 "url", f"must start with redis://, rediss:// or unix://, got {config.display_url!r}"
             )
-        pattern = config.options.get("redis.key.pattern", "{key}")
-        names = _placeholders(pattern)
-        keys = config.key_columns
-        allowed = set(keys) | ({"key"} if len(keys) == 1 else set())
-        for name in names:
-            if name == "" or name not in allowed:
-                raise OptionError(
-                    "redis.key.pattern",
-                    f"{pattern!r} uses placeholder {{{name}}}; use "
-                    + (
-                        " and ".join(f"{{{k}}}" for k in keys)
-                        if len(keys) > 1
-                        else f"{{key}} or {{{keys[0]}}}"
-                    ),
-                )
-        if len(keys) > 1 and set(names) != set(keys):
-            missing = [k for k in keys if k not in names]
-            raise OptionError(
-                "redis.key.pattern",
-                f"{pattern!r} must use every key column; missing {', '.join(missing)}",
-            )
-        if not names:
-            raise OptionError(
-                "redis.key.pattern", f"{pattern!r} has no placeholder: every key would be the same"
-            )
+        KeyTemplate.validate(
+            "redis.key.pattern",
+            config.options.get("redis.key.pattern", "{key}"),
+            config.key_columns,
+        )
         if config.options.get("redis.value.format") == "string" and len(config.value_columns) != 1:
             raise SchemaError(
                 "redis.value.format=string puts each value into one column, but the schema has "
@@ -156,14 +121,7 @@ class RedisLookupClient(LookupClient):
 
     def redis_key(self, key: Key) -> str:
         """The Redis key for a lookup key (a scalar, or a tuple for composite keys)."""
-        if len(self.config.key_columns) == 1:
-            text = _key_text(key)
-            if self._pattern == "{key}":
-                return text
-            return self._pattern.format_map({"key": text, self.config.key_columns[0]: text})
-        assert isinstance(key, tuple)
-        values = {name: _key_text(part) for name, part in zip(self.config.key_columns, key)}
-        return self._pattern.format_map(values)
+        return self._template.render(key)
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
         if self._redis is None:

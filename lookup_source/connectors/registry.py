@@ -15,6 +15,7 @@ ENTRY_POINT_GROUP = "asynclookup.connectors"
 BUILTIN_CONNECTORS: dict[str, tuple[str, str]] = {
     # name: (module:Class, the extra that installs its library)
     "redis": ("lookup_source.connectors.redis_client:RedisLookupClient", "redis"),
+    "http": ("lookup_source.connectors.http_client:HttpLookupClient", "http"),
 }
 
 

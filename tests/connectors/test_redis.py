@@ -351,7 +351,7 @@ def test_connections_are_closed_after_the_task(
             OptionError,
             "must use every key column; missing b",
         ),
-        ({"redis.key.pattern": "u:{key"}, "id long, v string", OptionError, "not a valid pattern"),
+        ({"redis.key.pattern": "u:{key"}, "id long, v string", OptionError, "not a valid template"),
         (
             {"redis.value.format": "string"},
             "id long, v string, w string",

@@ -1,0 +1,352 @@
+"""HTTP connector (aiohttp).
+
+Two request styles:
+
+- **per key**: ``url`` is a template, ``https://api.example.com/users/{key}`` (composite keys:
+  ``.../{tenant}/{user_id}``); key values are URL-encoded; one GET per key, up to ``capacity``
+  in flight over one keep-alive connection pool sized to ``capacity``.
+- **batch**: ``http.batch.url`` receives a POST with the JSON body ``{"keys": [...]}`` and
+  answers a JSON object (key -> record) or an array of records that carry their key;
+  ``batch.size`` keys per request.
+
+Answers: 2xx -> record; 404 -> missing key; 408, 429, 500, 502, 503, 504 and connection errors
+-> retried with backoff, honouring ``Retry-After``; any other status -> an error that is not
+retried; a body that is not JSON -> an error naming the key with an excerpt of the body.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult
+from lookup_source.connectors.templates import KeyTemplate, key_text
+from lookup_source.errors import OptionError, PermanentError, RecordError, TransientError
+from lookup_source.options import LookupOptions, OptionSpec, parse_bool, parse_text
+from lookup_source.redaction import redact_url
+
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_EXCERPT = 120
+
+
+def _excerpt(body: bytes) -> str:
+    text = body[:_EXCERPT].decode("utf-8", errors="replace")
+    return text + ("..." if len(body) > _EXCERPT else "")
+
+
+def _encode_path_part(text: str) -> str:
+    return quote(text, safe="")
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _select(document: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if isinstance(document, Mapping):
+            document = document.get(part)
+        elif isinstance(document, list) and part.isdigit() and int(part) < len(document):
+            document = document[int(part)]
+        else:
+            return None
+    return document
+
+
+def _parse_json_path(value: str) -> tuple[str, ...]:
+    parts = tuple(part for part in value.strip().split(".") if part)
+    if value.strip() and not parts:
+        raise ValueError(f"expected a dotted path such as data.user, got {value!r}")
+    return parts
+
+
+def _parse_header_value(value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise ValueError("a header value cannot contain a line break")
+    return value
+
+
+class HttpLookupClient(LookupClient):
+    """Looks keys up over HTTP with aiohttp."""
+
+    name: ClassVar[str] = "http"
+    default_batch_size: ClassVar[int] = 1
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "http.batch.url",
+            parse_text,
+            None,
+            'Batch style: this URL receives a POST of `{"keys": [...]}` with `batch.size` keys '
+            "and answers an object (key -> record) or an array of records carrying their key. "
+            "Unset: one GET per key on the `url` template.",
+        ),
+        OptionSpec(
+            "http.batch.keys-field",
+            parse_text,
+            "keys",
+            "Name of the key list in the batch request body.",
+        ),
+        OptionSpec(
+            "http.json.path",
+            _parse_json_path,
+            (),
+            "Dotted path of the record (per key) or of the records (batch) inside the response, "
+            "e.g. `data.user`.",
+            default_doc="(the whole body)",
+        ),
+        OptionSpec(
+            "http.tls.verify",
+            parse_bool,
+            True,
+            "Verify TLS certificates. Turning it off is for test servers only.",
+        ),
+        OptionSpec(
+            "http.header.",
+            _parse_header_value,
+            None,
+            "A request header, e.g. `http.header.Accept=application/json`. "
+            "`http.header.<Name>.env=VAR` takes the value from the executor's environment "
+            "variable VAR, so secrets stay out of query plans.",
+            prefix=True,
+        ),
+    )
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        super().__init__(config)
+        options = config.options
+        self._batch_url: str | None = options.get("http.batch.url")
+        self._keys_field: str = options.get("http.batch.keys-field", "keys")
+        self._path: tuple[str, ...] = tuple(options.get("http.json.path", ()))
+        self._verify: bool = options.get("http.tls.verify", True)
+        self._template = (
+            None
+            if self._batch_url
+            else KeyTemplate("url", config.url or "", config.key_columns, encode=_encode_path_part)
+        )
+        self._session: Any = None
+
+    # -- validation ----------------------------------------------------------------------------
+
+    @classmethod
+    def batch_size_default(cls, connector_options: Mapping[str, Any]) -> int:
+        return 100 if connector_options.get("http.batch.url") else 1
+
+    @classmethod
+    def validate_options(cls, options: LookupOptions) -> None:
+        batch_url = options.connector_options.get("http.batch.url")
+        if not batch_url and options.batch_size > 1:
+            raise OptionError(
+                "batch.size",
+                f"is {options.batch_size}, but per-key GETs carry one key each; set "
+                "http.batch.url to send keys in batches",
+            )
+        for url_option, url in (("url", options.url), ("http.batch.url", batch_url)):
+            if url and not url.lower().startswith(("http://", "https://")):
+                raise OptionError(
+                    url_option, f"must start with http:// or https://, got {redact_url(url)!r}"
+                )
+
+    @classmethod
+    def validate_config(cls, config: ConnectorConfig) -> None:
+        if config.options.get("http.batch.url"):
+            return
+        if not config.url:
+            raise OptionError(
+                "url",
+                "is required for connector http: a template such as "
+                "https://api.example.com/users/{key}, or set http.batch.url",
+            )
+        KeyTemplate.validate("url", config.url, config.key_columns)
+
+    def headers(self) -> dict[str, str]:
+        """The request headers, with ``.env`` values read from this process's environment."""
+        headers = {"Accept": "application/json"}
+        for name, value in self.config.options.items():
+            if not name.startswith("http.header.") or value is None:
+                continue
+            header = name[len("http.header.") :]
+            if header.endswith(".env"):
+                header = header[: -len(".env")]
+                if value not in os.environ:
+                    raise PermanentError(
+                        f"option '{name}' names environment variable {value!r}, which is not set "
+                        "on this executor"
+                    )
+                value = os.environ[value]
+            headers[header] = value
+        return headers
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        import aiohttp
+
+        headers = self.headers()
+        connector = aiohttp.TCPConnector(
+            limit=max(1, self.config.capacity),
+            limit_per_host=max(1, self.config.capacity),
+            ssl=self._verify,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None),
+            raise_for_status=False,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        if self._session is None:
+            raise RuntimeError("HttpLookupClient.lookup() called before open()")
+        if self._batch_url:
+            return await self._lookup_batch(keys)
+        assert self._template is not None
+        out: dict[Key, Any] = {}
+        for key in keys:
+            url = self._template.render(key)
+            async with self._session.get(url) as response:
+                body = await response.read()
+                status = response.status
+                retry_after = response.headers.get("Retry-After")
+            if status == 404:
+                continue
+            self._check_status(status, body, retry_after, f"GET {redact_url(url)}")
+            out[key] = self._record(key, body)
+        return out
+
+    def _check_status(self, status: int, body: bytes, retry_after: str | None, what: str) -> None:
+        if 200 <= status < 300:
+            return
+        message = f"HTTP {status} from {what}: {_excerpt(body)!r}"
+        if status in RETRYABLE_STATUS:
+            raise TransientError(message, retry_after=parse_retry_after(retry_after))
+        raise PermanentError(message)
+
+    def _record(self, key: Key, body: bytes) -> Any:
+        try:
+            document = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return RecordError(f"the response is not valid JSON: {_excerpt(body)!r}")
+        record = _select(document, self._path)
+        if record is None:
+            return None
+        if not isinstance(record, dict):
+            where = f" at {'.'.join(self._path)}" if self._path else ""
+            return RecordError(
+                f"the response holds a JSON {type(record).__name__}{where}, expected an object"
+            )
+        return record
+
+    async def _lookup_batch(self, keys: Sequence[Key]) -> LookupResult:
+        assert self._batch_url is not None
+        columns = self.config.key_columns
+        if len(columns) == 1:
+            payload: list[Any] = [_json_key(key) for key in keys]
+        else:
+            payload = [self._key_object(key) for key in keys]
+        async with self._session.post(self._batch_url, json={self._keys_field: payload}) as resp:
+            body = await resp.read()
+            status = resp.status
+            retry_after = resp.headers.get("Retry-After")
+        what = f"POST {redact_url(self._batch_url)} ({len(keys)} keys)"
+        if status == 404:
+            return {}
+        self._check_status(status, body, retry_after, what)
+        try:
+            document = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise PermanentError(
+                f"the response to {what} is not valid JSON: {_excerpt(body)!r}"
+            ) from None
+        records = _select(document, self._path)
+        return self._match_batch(keys, records, what)
+
+    def _key_object(self, key: Key) -> dict[str, Any]:
+        parts: tuple[Any, ...] = key if isinstance(key, tuple) else (key,)
+        return {column: _json_key(part) for column, part in zip(self.config.key_columns, parts)}
+
+    def _match_batch(self, keys: Sequence[Key], records: Any, what: str) -> LookupResult:
+        columns = self.config.key_columns
+        by_text: dict[Any, Key] = {_match_text(key): key for key in keys}
+        out: dict[Key, Any] = {}
+        if isinstance(records, dict):
+            if len(columns) > 1:
+                raise PermanentError(
+                    f"the response to {what} is an object; composite keys need an array of "
+                    f"records carrying {', '.join(columns)}"
+                )
+            for text, record in records.items():
+                key = by_text.get(text)
+                if key is None or record is None:
+                    continue
+                out[key] = (
+                    record
+                    if isinstance(record, dict)
+                    else RecordError(
+                        f"the response holds a JSON {type(record).__name__} for this key, expected "
+                        "an object"
+                    )
+                )
+            return out
+        if isinstance(records, list):
+            for record in records:
+                if not isinstance(record, dict):
+                    continue
+                parts = [record.get(column) for column in columns]
+                if any(part is None for part in parts):
+                    continue
+                text = _match_text(parts[0] if len(parts) == 1 else tuple(parts))
+                key = by_text.get(text)
+                if key is not None:
+                    out[key] = record
+            return out
+        if records is None:
+            return out
+        raise PermanentError(
+            f"the response to {what} holds a JSON {type(records).__name__}; expected an object "
+            "(key -> record) or an array of records"
+        )
+
+    def is_retryable(self, error: BaseException) -> bool:
+        import aiohttp
+
+        if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
+            return False
+        if isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
+            return True
+        return super().is_retryable(error)
+
+
+def _json_key(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return key_text(value)
+
+
+def _match_text(key: Any) -> Any:
+    if isinstance(key, tuple):
+        return tuple(key_text(part) for part in key)
+    return key_text(key)

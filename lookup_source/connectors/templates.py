@@ -1,0 +1,96 @@
+"""Key templates: ``user:{key}``, ``https://api/users/{key}``, ``{tenant}:{user_id}``.
+
+Shared by every connector that turns a lookup key into text (a Redis key, a URL).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import Any
+
+from lookup_source.connectors.base import Key
+from lookup_source.errors import OptionError
+
+
+def key_text(value: Any) -> str:
+    """How one key value is written into a template: dates in ISO form, booleans lower case."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="surrogateescape")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    return str(value)
+
+
+class KeyTemplate:
+    """A text whose ``{placeholders}`` name the key columns (``{key}`` for a single key).
+
+    >>> KeyTemplate("redis.key.pattern", "user:{key}", ("user_id",)).render(42)
+    'user:42'
+    >>> KeyTemplate("url", "/t/{tenant}/u/{id}", ("tenant", "id")).render(("a b", 7))
+    '/t/a b/u/7'
+    """
+
+    def __init__(
+        self,
+        option: str,
+        template: str,
+        key_columns: tuple[str, ...],
+        *,
+        encode: Callable[[str], str] = str,
+    ) -> None:
+        self.validate(option, template, key_columns)
+        self.template = template
+        self.key_columns = key_columns
+        self.encode = encode
+        self._verbatim = template == "{key}" and encode is str
+
+    @staticmethod
+    def placeholders(option: str, template: str) -> list[str]:
+        try:
+            return [
+                name for _, name, _, _ in string.Formatter().parse(template) if name is not None
+            ]
+        except ValueError as exc:
+            raise OptionError(option, f"{template!r} is not a valid template: {exc}") from None
+
+    @classmethod
+    def validate(cls, option: str, template: str, key_columns: tuple[str, ...]) -> None:
+        """Raise ``OptionError`` unless ``template`` uses exactly the key columns."""
+        names = cls.placeholders(option, template)
+        single = len(key_columns) == 1
+        allowed = set(key_columns) | ({"key"} if single else set())
+        for name in names:
+            if name not in allowed:
+                expected = (
+                    f"{{key}} or {{{key_columns[0]}}}"
+                    if single
+                    else " and ".join(f"{{{k}}}" for k in key_columns)
+                )
+                raise OptionError(
+                    option, f"{template!r} uses placeholder {{{name}}}; use {expected}"
+                )
+        if not names:
+            raise OptionError(
+                option, f"{template!r} has no placeholder: every key would be the same"
+            )
+        if not single:
+            missing = [k for k in key_columns if k not in names]
+            if missing:
+                raise OptionError(
+                    option, f"{template!r} must use every key column; missing {', '.join(missing)}"
+                )
+
+    def render(self, key: Key) -> str:
+        """The text for one key (a scalar, or a tuple for a composite key)."""
+        if len(self.key_columns) == 1:
+            text = key_text(key)
+            if self._verbatim:
+                return text
+            value = self.encode(text)
+            return self.template.format_map({"key": value, self.key_columns[0]: value})
+        assert isinstance(key, tuple)
+        values = {name: self.encode(key_text(part)) for name, part in zip(self.key_columns, key)}
+        return self.template.format_map(values)

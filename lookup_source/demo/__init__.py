@@ -1,0 +1,1 @@
+"""The demo: an embedded user-profile HTTP service and a side-by-side comparison."""

@@ -1,0 +1,39 @@
+"""A requests-per-second cap for one task."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+class RateLimiter:
+    """Spaces requests at least ``1 / rate`` seconds apart (a token bucket holding one token).
+
+    Each caller reserves the next free slot, then sleeps until it comes, so waiting callers are
+    served in order and the cap holds over any window.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        *,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self.interval = 1.0 / rate
+        self._clock = clock
+        self._sleep = sleep
+        self._next = 0.0
+
+    def _now(self) -> float:
+        return self._clock() if self._clock else asyncio.get_running_loop().time()
+
+    async def acquire(self) -> None:
+        now = self._now()
+        slot = max(now, self._next)
+        self._next = slot + self.interval
+        if slot > now:
+            await self._sleep(slot - now)

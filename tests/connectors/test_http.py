@@ -1,0 +1,366 @@
+"""The HTTP connector against a real aiohttp server on loopback."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from aiohttp import web
+
+from lookup_source.demo.service import BackgroundHttpServer, UserService, user_record
+from lookup_source.engine import LookupStats
+from lookup_source.errors import LookupFailedError, OptionError
+from lookup_source.plan import LookupPlan
+from lookup_source.runner import run_lookups
+from tests.servers import free_port
+
+INT64 = pa.int64()
+Handler = Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Seen:
+    at: float
+    method: str
+    raw_path: str
+    path: str
+    headers: Any
+    body: bytes
+
+
+class ScriptedServer(BackgroundHttpServer):
+    """Answers every request with ``self.handler`` and records what it received."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.handler: Handler = self._not_found
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        super().__init__(app)
+
+    async def _not_found(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.Response(status=404)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.seen.append(
+            Seen(
+                time.monotonic(),
+                request.method,
+                request.raw_path,
+                request.path,
+                request.headers.copy(),
+                body,
+            )
+        )
+        return await self.handler(request, body)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as srv:
+        yield srv  # type: ignore[misc]
+
+
+@pytest.fixture
+def srv(server: ScriptedServer) -> ScriptedServer:
+    server.seen.clear()
+    server.handler = server._not_found
+    return server
+
+
+def lookup(
+    schema: str,
+    keys: list[Any],
+    *,
+    key_type: pa.DataType = INT64,
+    stats: list[LookupStats] | None = None,
+    **options: str,
+) -> list[dict[str, Any]]:
+    plan = LookupPlan.build({"connector": "http", **options}, schema)
+    names = plan.key_names
+    if len(names) == 1:
+        arrays = [pa.array(keys, type=key_type)]
+    else:
+        arrays = [pa.array([k[i] for k in keys]) for i in range(len(names))]
+    batch = pa.RecordBatch.from_arrays(arrays, names=list(names))
+    out = run_lookups(
+        [batch],
+        plan.engine_spec(names, how="left"),
+        plan.connector_config(),
+        on_stats=stats.append if stats is not None else None,
+    )
+    return [row for b in out for row in b.to_pylist()]
+
+
+FAST_RETRY = {"retry.initial-delay.ms": "10", "retry.max-delay.ms": "2000"}
+
+
+def test_per_key_get_with_json_path_and_404(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        user = int(request.match_info["tail"].split("/")[-1])
+        if user >= 100:
+            return web.json_response({"error": "nope"}, status=404)
+        return web.json_response({"data": {"user": {"name": f"n{user}", "tier": user % 3}}})
+
+    srv.handler = handler
+    keys = [1, 2, 150, None, 2]
+    rows = lookup(
+        "id long, name string, tier int",
+        keys,
+        url=f"{srv.base_url}/users/{{key}}",
+        **{"http.json.path": "data.user"},
+    )
+    assert rows == [
+        {"id": 1, "name": "n1", "tier": 1},
+        {"id": 2, "name": "n2", "tier": 2},
+        {"id": 150, "name": None, "tier": None},
+        {"id": None, "name": None, "tier": None},
+        {"id": 2, "name": "n2", "tier": 2},
+    ]
+    assert sorted(s.path for s in srv.seen) == ["/users/1", "/users/150", "/users/2"]
+    assert all(s.method == "GET" for s in srv.seen)
+
+
+def test_keys_are_url_encoded(srv: ScriptedServer) -> None:
+    async def echo(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.json_response({"echo": request.match_info["tail"].removeprefix("k/")})
+
+    srv.handler = echo
+    odd = ["a b", "x/y", "é ü", "100%", "?q=1&r", "#frag", "{key}"]
+    rows = lookup(
+        "k string, echo string", odd, key_type=pa.string(), url=f"{srv.base_url}/k/{{key}}"
+    )
+    assert [r["echo"] for r in rows] == odd  # the server decodes exactly the key we had
+    raw = {s.raw_path for s in srv.seen}
+    assert "/k/a%20b" in raw and "/k/x%2Fy" in raw and "/k/100%25" in raw
+    assert "/k/%C3%A9%20%C3%BC" in raw
+
+
+def test_batch_post_object_and_array_answers(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        keys = json.loads(body)["ids"]
+        if request.path == "/object":
+            return web.json_response({"result": {str(k): {"v": k * 2} for k in keys if k < 50}})
+        return web.json_response({"result": [{"id": k, "v": k * 2} for k in keys if k < 50]})
+
+    srv.handler = handler
+    keys = [*list(range(0, 60)), 3, None]
+    for path in ("/object", "/array"):
+        srv.seen.clear()
+        rows = lookup(
+            "id long, v long",
+            keys,
+            **{
+                "http.batch.url": f"{srv.base_url}{path}",
+                "http.batch.keys-field": "ids",
+                "http.json.path": "result",
+                "batch.size": "25",
+            },
+        )
+        assert [r["v"] for r in rows] == [k * 2 if k is not None and k < 50 else None for k in keys]
+        sizes = sorted(len(json.loads(s.body)["ids"]) for s in srv.seen)
+        assert sizes == [10, 25, 25]  # 60 distinct keys in requests of at most 25
+        assert all(s.method == "POST" for s in srv.seen)
+
+
+def test_batch_composite_keys(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        keys = json.loads(body)["keys"]
+        return web.json_response([{**k, "plan": f"{k['t']}-{k['u']}"} for k in keys if k["u"] < 2])
+
+    srv.handler = handler
+    rows = lookup(
+        "t string, u long, plan string",
+        [("a", 1), ("b", 1), ("a", 5)],
+        **{"key.column": "t,u", "http.batch.url": f"{srv.base_url}/b"},
+    )
+    assert [r["plan"] for r in rows] == ["a-1", "b-1", None]
+
+
+def test_429_honours_retry_after(srv: ScriptedServer) -> None:
+    calls = 0
+
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return web.Response(status=429, headers={"Retry-After": "1"}, text="slow down")
+        return web.json_response({"v": "ok"})
+
+    srv.handler = handler
+    stats: list[LookupStats] = []
+    rows = lookup(
+        "id long, v string", [1], stats=stats, url=f"{srv.base_url}/{{key}}", **FAST_RETRY
+    )
+    assert rows[0]["v"] == "ok"
+    assert len(srv.seen) == 2 and stats[0].retries == 1
+    assert srv.seen[1].at - srv.seen[0].at >= 0.95  # waited as told, not 10 ms
+
+
+def test_503_then_success_and_500_retried(srv: ScriptedServer) -> None:
+    statuses = [503, 500, 200]
+
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        status = statuses.pop(0)
+        if status != 200:
+            return web.Response(status=status, text="busy")
+        return web.json_response({"v": "ok"})
+
+    srv.handler = handler
+    rows = lookup("id long, v string", [1], url=f"{srv.base_url}/{{key}}", **FAST_RETRY)
+    assert rows[0]["v"] == "ok" and len(srv.seen) == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 422])
+def test_other_4xx_are_not_retried(srv: ScriptedServer, status: int) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.Response(status=status, text="denied")
+
+    srv.handler = handler
+    with pytest.raises(LookupFailedError, match=f"HTTP {status} from GET") as info:
+        lookup("id long, v string", [7], url=f"{srv.base_url}/u/{{key}}", **FAST_RETRY)
+    assert info.value.attempts == 1 and len(srv.seen) == 1
+    assert "denied" in str(info.value)
+
+
+def test_slow_endpoint_hits_the_timeout(srv: ScriptedServer) -> None:
+    import asyncio
+
+    async def slow(request: web.Request, body: bytes) -> web.StreamResponse:
+        await asyncio.sleep(1.0)
+        return web.json_response({"v": "late"})
+
+    srv.handler = slow
+    options = {
+        "url": f"{srv.base_url}/{{key}}",
+        "timeout.ms": "100",
+        "retry.max-attempts": "2",
+        **FAST_RETRY,
+    }
+    started = time.monotonic()
+    with pytest.raises(LookupFailedError, match=r"no answer within timeout.ms=100"):
+        lookup("id long, v string", [1], **options)
+    assert time.monotonic() - started < 0.9
+    rows = lookup("id long, v string", [1, 2], **options, **{"on.error": "null"})
+    assert rows == [{"id": 1, "v": None}, {"id": 2, "v": None}]
+    rows = lookup("id long, v string", [1], **options, **{"on.error": "column"})
+    assert "LookupTimeoutError: no answer within timeout.ms=100" in rows[0]["_lookup_error"]
+
+
+def test_invalid_json_names_the_key_with_an_excerpt(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        if request.path.endswith("/2"):
+            return web.Response(text="<html>oops</html>", content_type="text/html")
+        if request.path.endswith("/3"):
+            return web.json_response([1, 2])
+        return web.json_response({"v": "fine"})
+
+    srv.handler = handler
+    rows = lookup(
+        "id long, v string", [1, 2, 3], url=f"{srv.base_url}/{{key}}", **{"on.error": "column"}
+    )
+    assert rows[0]["v"] == "fine" and rows[0]["_lookup_error"] is None
+    assert rows[1]["_lookup_error"] == (
+        "key 2: the response is not valid JSON: '<html>oops</html>'"
+    )
+    assert rows[2]["_lookup_error"] == "key 3: the response holds a JSON list, expected an object"
+
+
+def test_headers_plain_and_from_the_environment(
+    srv: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.json_response({"v": "ok"})
+
+    srv.handler = handler
+    monkeypatch.setenv("DEMO_API_TOKEN", "Bearer t0ken-xyz")
+    options = {
+        "url": f"{srv.base_url}/{{key}}",
+        "http.header.X-Client": "asynclookup",
+        "http.header.Authorization.env": "DEMO_API_TOKEN",
+    }
+    plan = LookupPlan.build({"connector": "http", **options}, "id long, v string")
+    assert "t0ken" not in repr(plan.options)  # the plan holds the variable's name only
+    lookup("id long, v string", [1], **options)
+    headers = srv.seen[0].headers
+    assert headers["Authorization"] == "Bearer t0ken-xyz"
+    assert headers["X-Client"] == "asynclookup"
+    monkeypatch.delenv("DEMO_API_TOKEN")
+    with pytest.raises(Exception, match=r"DEMO_API_TOKEN.*not set on this executor"):
+        lookup("id long, v string", [1], **options)
+
+
+def test_rate_limit_spaces_requests(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.json_response({"v": "ok"})
+
+    srv.handler = handler
+    lookup(
+        "id long, v string",
+        list(range(16)),
+        url=f"{srv.base_url}/{{key}}",
+        **{"rate.limit": "20", "capacity": "16"},
+    )
+    times = sorted(s.at for s in srv.seen)
+    assert len(times) == 16
+    assert times[-1] - times[0] >= 15 / 20 * 0.95  # 16 requests at 20/s span >= 0.75 s
+    for start in times:  # never more than 20 in any one-second window (nor 3 in 0.1 s)
+        assert sum(1 for t in times if start <= t < start + 0.1 - 0.01) <= 2
+
+
+def test_unreachable_server_names_the_address() -> None:
+    port = free_port()
+    with pytest.raises(LookupFailedError) as info:
+        lookup("id long, v string", [1, 2], url=f"http://127.0.0.1:{port}/u/{{key}}", **FAST_RETRY)
+    assert f"http lookup at http://127.0.0.1:{port}/u/{{key}} failed" in str(info.value)
+    assert info.value.attempts == 3
+
+
+def test_demo_service_in_both_styles() -> None:
+    with UserService(users=500, latency_ms=2) as service:
+        keys = [*range(0, 520, 3), None]
+        per_key = lookup(
+            "user_id long, name string, tier string, score double",
+            keys,
+            url=service.url,
+            capacity="50",
+        )
+        batch = lookup(
+            "user_id long, name string, tier string, score double",
+            keys,
+            **{"http.batch.url": service.batch_url, "batch.size": "40"},
+        )
+    for rows in (per_key, batch):
+        for row in rows:
+            expected = (
+                user_record(row["user_id"])
+                if row["user_id"] is not None and row["user_id"] < 500
+                else None
+            )
+            assert row["name"] == (expected["name"] if expected else None)
+            assert row["tier"] == (expected["tier"] if expected else None)
+            assert row["score"] == (expected["score"] if expected else None)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"url": "http://h/{key}", "batch.size": "10"}, "option 'batch.size': is 10, but per-key"),
+        ({"url": "ftp://h/{key}"}, "option 'url': must start with http:// or https://"),
+        ({"url": "http://h/users"}, "option 'url': 'http://h/users' has no placeholder"),
+        ({"url": "http://h/{user}"}, "uses placeholder {user}"),
+        ({}, "option 'url': is required for connector http"),
+        ({"url": "http://h/{key}", "http.tls.verify": "maybe"}, "option 'http.tls.verify'"),
+        ({"url": "http://h/{key}", "rate.limit": "-1"}, "option 'rate.limit'"),
+        ({"url": "http://h/{key}", "http.jsonpath": "a"}, "did you mean 'http.json.path'"),
+    ],
+)
+def test_configuration_errors(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        LookupPlan.build({"connector": "http", **options}, "id long, v string")
