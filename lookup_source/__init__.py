@@ -3,6 +3,8 @@
 >>> from lookup_source import AsyncLookupDataSource, lookup_join   # doctest: +SKIP
 """
 
+from typing import TYPE_CHECKING, Any
+
 from lookup_source.connectors.base import ConnectorConfig, LookupClient
 from lookup_source.errors import (
     AsyncLookupError,
@@ -18,6 +20,10 @@ from lookup_source.errors import (
     TransientError,
 )
 from lookup_source.options import LookupOptions, parse_options
+
+if TYPE_CHECKING:
+    from lookup_source.datasource import AsyncLookupDataSource
+    from lookup_source.join import lookup_join
 
 __version__ = "0.1.0"
 
@@ -43,7 +49,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     # The Spark-facing parts import pyspark; load them on first use only.
     if name == "AsyncLookupDataSource":
         from lookup_source.datasource import AsyncLookupDataSource

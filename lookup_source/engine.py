@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,17 @@ from lookup_source.rate_limit import RateLimiter
 from lookup_source.retry import Backoff
 
 Sleep = Callable[[float], Awaitable[Any]]
+
+if sys.version_info >= (3, 11):
+
+    async def _with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
+        async with asyncio.timeout(seconds):  # no extra task per request, unlike wait_for
+            return await awaitable
+
+else:  # pragma: no cover - Python 3.10
+
+    async def _with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
+        return await asyncio.wait_for(awaitable, seconds)
 
 
 @dataclass(frozen=True)
@@ -272,7 +284,7 @@ class LookupEngine:
             self.stats.requests += 1
             started = loop.time()
             try:
-                result = await asyncio.wait_for(self.client.lookup(keys), self._timeout_s)
+                result = await _with_timeout(self.client.lookup(keys), self._timeout_s)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 self.stats.timeouts += 1
                 error: BaseException = (

@@ -13,10 +13,11 @@ ENTRY_POINT_GROUP = "asynclookup.connectors"
 """The entry-point group through which third-party packages ship connectors."""
 
 BUILTIN_CONNECTORS: dict[str, tuple[str, str]] = {
-    # name: (module:Class, the extra that installs its library)
+    # name: (module:Class, the extra that installs its client library)
     "redis": ("lookup_source.connectors.redis_client:RedisLookupClient", "redis"),
     "http": ("lookup_source.connectors.http_client:HttpLookupClient", "http"),
 }
+_EXTRA_LIBRARIES = {"redis": "redis", "http": "aiohttp", "postgres": "asyncpg"}
 
 
 def _load(target: str, *, what: str, extra: str | None = None) -> type[LookupClient]:
@@ -26,7 +27,12 @@ def _load(target: str, *, what: str, extra: str | None = None) -> type[LookupCli
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f"; install it with pip install 'asynclookup[{extra}]'" if extra else ""
+        missing = (getattr(exc, "name", None) or "").split(".")[0]
+        hint = (
+            f"; install it with pip install 'asynclookup[{extra}]'"
+            if extra and missing == _EXTRA_LIBRARIES.get(extra)
+            else ""
+        )
         raise ConnectorNotFoundError(f"cannot load {what}: {exc}{hint}") from exc
     try:
         obj = module

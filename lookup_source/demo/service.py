@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -31,6 +31,9 @@ def user_record(user_id: int) -> dict[str, Any]:
         "country": COUNTRIES[(user_id * 7) % len(COUNTRIES)],
         "score": round((user_id % 1000) / 10, 1),
     }
+
+
+ServerT = TypeVar("ServerT", bound="BackgroundHttpServer")
 
 
 class BackgroundHttpServer:
@@ -91,8 +94,9 @@ class BackgroundHttpServer:
             self._thread.join(10)
             self._loop = None
 
-    def __enter__(self) -> BackgroundHttpServer:
-        return self.start()
+    def __enter__(self: ServerT) -> ServerT:
+        self.start()
+        return self
 
     def __exit__(
         self,
@@ -119,6 +123,9 @@ class UserService(BackgroundHttpServer):
     @property
     def url(self) -> str:
         return f"{self.base_url}/users/{{key}}"
+
+    def request_count(self) -> int:
+        return self.requests
 
     @property
     def batch_url(self) -> str:

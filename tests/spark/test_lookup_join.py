@@ -140,3 +140,25 @@ def test_plan_time_errors_name_the_column_or_option(spark: Any, options: dict) -
         lookup_join(df.drop("name"), "user_id", schema=SCHEMA, options={**options, "on.eror": "x"})
     with pytest.raises(SchemaError, match="how must be"):
         lookup_join(df.drop("name"), "user_id", schema=SCHEMA, options=options, how="outer")
+
+
+@pytest.mark.parametrize("style", ["per-key", "batch"])
+def test_http_lookup_join_through_the_user_service(spark: Any, style: str) -> None:
+    from lookup_source.demo.service import UserService, user_record
+
+    with UserService(users=3000, latency_ms=1) as service:
+        options = (
+            {"connector": "http", "url": service.url}
+            if style == "per-key"
+            else {"connector": "http", "http.batch.url": service.batch_url}
+        )
+        df = events(spark, 20_000, 3100)
+        out = lookup_join(
+            df, "user_id", schema="user_id long, name string, tier string", options=options
+        )
+        rows = out.collect()
+    assert len(rows) == 20_000
+    for row in rows:
+        known = row.user_id is not None and row.user_id < 3000
+        assert row.name == (user_record(row.user_id)["name"] if known else None)
+        assert row.tier == (user_record(row.user_id)["tier"] if known else None)

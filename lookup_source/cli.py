@@ -1,0 +1,41 @@
+"""The ``asynclookup`` command (also ``python -m lookup_source``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lookup_source import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asynclookup", description="Asynchronous I/O lookup joins for Apache Spark."
+    )
+    parser.add_argument("--version", action="version", version=f"asynclookup {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from lookup_source.demo.run import add_arguments
+
+    demo = commands.add_parser(
+        "demo",
+        help="enrich events through an embedded HTTP service and compare with a per-row UDF",
+        description="Enrich a DataFrame of events through an HTTP user service (embedded, or "
+        "yours) with lookup_join, and compare with a synchronous per-row UDF on the same service.",
+    )
+    add_arguments(demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from lookup_source.demo.run import run_demo
+
+        return run_demo(args)
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

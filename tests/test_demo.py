@@ -1,0 +1,82 @@
+"""The demo, end to end, as a user runs it (small sizes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+
+def test_demo_runs_and_prints_rows_and_the_comparison() -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "lookup_source",
+        "demo",
+        "--rows",
+        "4000",
+        "--users",
+        "500",
+        "--sample-rows",
+        "60",
+        "--latency-ms",
+        "2",
+    ]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    out = done.stdout
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "A few enriched rows:" in out
+    # the first event rows with their looked-up profile (user-N, tier, country)
+    assert re.search(r"\|0\s+\|(\d+)\s+\|0\.5\s+\|user-\1\s*\|", out), out
+    assert "synchronous per-row UDF (60-row sample)" in out
+    assert "extrapolated to 4,000 rows" in out
+    match = re.search(
+        r"asynclookup lookup_join \(capacity 100\)\s+4,000\s+[\d.]+\s+[\d,]+\s+"
+        r"([\d.]+)x",
+        out,
+    )
+    assert match, out
+    assert float(match.group(1)) > 0
+    assert re.search(r"[\d,]+ requests for 4,000 rows", out)
+
+
+def test_cli_help_and_version() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lookup_source", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("asynclookup ")
+    done = subprocess.run(
+        [sys.executable, "-m", "lookup_source", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "--latency-ms" in done.stdout and "--redis-url" in done.stdout
+
+
+def test_demo_against_your_own_redis(redis_srv, redis_db) -> None:  # type: ignore[no-untyped-def]
+    command = [
+        sys.executable,
+        "-m",
+        "lookup_source",
+        "demo",
+        "--rows",
+        "2000",
+        "--users",
+        "300",
+        "--sample-rows",
+        "40",
+        "--redis-url",
+        redis_srv.url,
+    ]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"\|0\s+\|(\d+)\s+\|0\.5\s+\|user-\1\s*\|", done.stdout), done.stdout
+    assert "asynclookup lookup_join (capacity 100)" in done.stdout
+    assert not redis_db.keys("asynclookup:demo:user:*")  # the demo cleaned up after itself
