@@ -21,6 +21,7 @@ With ``spark.sql.python.filterPushdown.enabled=true``, ``WHERE user_id IN (1, 2,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Iterator, Sequence
@@ -43,6 +44,7 @@ from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.plan import LookupPlan
 from lookup_source.runner import run_lookups
+from lookup_source.scan import scan_batches
 
 KEYS_PER_PARTITION = 10_000
 """Default number of keys per read task when ``partitions`` is not set."""
@@ -55,6 +57,10 @@ MAX_PUSHED_KEYS = 1_000_000
 _PUSHDOWN_MODULE = "pyspark.sql.worker.data_source_pushdown_filters"
 
 
+DEFAULT_SCAN_PARTITIONS = 4
+"""Read tasks of a whole-table scan when ``partitions`` is not set."""
+
+
 class KeyPartition(InputPartition):
     """The keys one read task fetches."""
 
@@ -64,6 +70,15 @@ class KeyPartition(InputPartition):
         self.keys = keys
 
 
+class ScanPartition(InputPartition):
+    """One of ``count`` disjoint parts of a whole-table scan."""
+
+    def __init__(self, index: int, count: int) -> None:
+        super().__init__(index)
+        self.index = index
+        self.count = count
+
+
 class AsyncLookupDataSource(DataSource):
     """``spark.read.format("asynclookup")``: an external dimension table read by key."""
 
@@ -71,19 +86,23 @@ class AsyncLookupDataSource(DataSource):
         super().__init__(options)
         # Parse once, now, so that a bad option fails at .load() with a clear message.
         self.lookup_options: LookupOptions = parse_options(dict(options))
+        self.inferred_key_columns: tuple[str, ...] | None = None
 
     @classmethod
     def name(cls) -> str:
         return "asynclookup"
 
     def schema(self) -> StructType | str:
-        raise SchemaError(
-            "the asynclookup data source needs a schema: the key column(s) and the value "
-            "columns, e.g. .schema('user_id long, name string, tier int')"
-        )
+        """Called only when no schema is given: ask the store (Postgres reads its catalog)."""
+        ddl, key_columns = self.lookup_options.connector_class().infer_schema(self.lookup_options)
+        self.inferred_key_columns = key_columns
+        return ddl
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        plan = LookupPlan.build(self.lookup_options, schema)
+        options = self.lookup_options
+        if options.key_columns is None and self.inferred_key_columns:
+            options = dataclasses.replace(options, key_columns=self.inferred_key_columns)
+        plan = LookupPlan.build(options, schema)
         if plan.options.error_column and ERROR_COLUMN not in schema.fieldNames():
             raise SchemaError(
                 f"on.error=column needs a '{ERROR_COLUMN} string' column in the reader's schema",
@@ -114,16 +133,11 @@ class AsyncLookupReader(DataSourceReader):
         self.plan = plan
         self.pushed_keys: list[Any] | None = None
 
+    def _has_keys(self) -> bool:
+        return self.plan.options.keys is not None or self.pushed_keys is not None
+
     def _keys(self) -> list[Any]:
         option_keys = self.plan.options.keys
-        if option_keys is None and self.pushed_keys is None:
-            key = ", ".join(self.plan.key_names)
-            raise OptionError(
-                "keys",
-                "no keys to read: set option keys='[...]', or filter on the key column "
-                f"({key}) with WHERE ... IN (...) and spark.sql.python.filterPushdown.enabled="
-                "true; to enrich a DataFrame, use lookup_source.lookup_join",
-            )
         keys: list[Any] = []
         if option_keys is not None:
             keys = [self._normalise(key, position) for position, key in enumerate(option_keys)]
@@ -154,6 +168,8 @@ class AsyncLookupReader(DataSourceReader):
         return key
 
     def partitions(self) -> Sequence[InputPartition]:
+        if not self._has_keys():
+            return self._scan_partitions()
         keys = self._keys()
         typed = self._typed_keys(keys)
         wanted = self.plan.options.partitions or max(1, math.ceil(len(typed) / KEYS_PER_PARTITION))
@@ -162,6 +178,20 @@ class AsyncLookupReader(DataSourceReader):
         return [
             KeyPartition(index, typed[index * size : (index + 1) * size]) for index in range(count)
         ]
+
+    def _scan_partitions(self) -> list[InputPartition]:
+        plan = self.plan
+        if not plan.options.connector_class().can_scan(plan.connector_config()):
+            key = ", ".join(plan.key_names)
+            raise OptionError(
+                "keys",
+                f"no keys to read, and the {plan.options.connector} connector cannot scan a "
+                f"whole table: set option keys='[...]', or filter on the key column ({key}) "
+                "with WHERE ... IN (...) and spark.sql.python.filterPushdown.enabled=true; to "
+                "enrich a DataFrame, use lookup_source.lookup_join (or the SQL table function)",
+            )
+        count = plan.options.partitions or DEFAULT_SCAN_PARTITIONS
+        return [ScanPartition(index, count) for index in range(count)]
 
     def _typed_keys(self, keys: list[Any]) -> list[Any]:
         """Check every key against the key column types; return them as those types."""
@@ -180,12 +210,27 @@ class AsyncLookupReader(DataSourceReader):
         return [key for key in zip(*columns) if all(part is not None for part in key)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KeyPartition)
         plan = self.plan
+        output_names = [f.name for f in plan.schema.fields]
+        if isinstance(partition, ScanPartition):
+            key_fields = tuple(
+                pa.field(f.name, t) for f, t in zip(plan.key_fields, plan.key_arrow_types())
+            )
+            for batch in scan_batches(
+                plan.options.connector_class(),
+                plan.connector_config(),
+                plan.options,
+                key_fields,
+                plan.value_arrow_fields(),
+                partition.index,
+                partition.count,
+            ):
+                yield batch.select(output_names)
+            return
+        assert isinstance(partition, KeyPartition)
         key_names = plan.key_names
         key_types = plan.key_arrow_types()
         spec = plan.engine_spec(key_names, how="inner")
-        output_names = [f.name for f in plan.schema.fields]
 
         def key_batches() -> Iterator[pa.RecordBatch]:
             keys = partition.keys

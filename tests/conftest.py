@@ -61,3 +61,46 @@ def spark() -> Iterator[Any]:
     session.dataSource.register(AsyncLookupDataSource)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_srv() -> Iterator[Any]:
+    from tests.servers import postgres_server
+
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg(postgres_srv: Any) -> Iterator[Any]:
+    """Run SQL on the test Postgres: pg("CREATE TABLE ..."), pg.fetch("SELECT ...")."""
+    import asyncio
+
+    import asyncpg
+
+    class Database:
+        def __init__(self) -> None:
+            self.loop = asyncio.new_event_loop()
+            self.connection = self.loop.run_until_complete(asyncpg.connect(postgres_srv.url))
+
+        def __call__(self, sql: str, *args: Any) -> Any:
+            return self.loop.run_until_complete(self.connection.execute(sql, *args))
+
+        def many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+            self.loop.run_until_complete(self.connection.executemany(sql, rows))
+
+        def fetch(self, sql: str, *args: Any) -> list[Any]:
+            return self.loop.run_until_complete(self.connection.fetch(sql, *args))
+
+        def close(self) -> None:
+            self.loop.run_until_complete(self.connection.close())
+            self.loop.close()
+
+    database = Database()
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def table_name(prefix: str) -> str:
+    return prefix.rstrip(":").lower()

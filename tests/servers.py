@@ -131,3 +131,97 @@ def redis_server() -> Iterator[RedisServer]:
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _postgres_bindir() -> str | None:
+    import glob
+
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        path = subprocess.run(
+            ["pg_config", "--bindir"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        if os.path.exists(os.path.join(path, "initdb")):
+            return path
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
+    return os.path.dirname(candidates[0]) if candidates else None
+
+
+@dataclass
+class PostgresServer:
+    """A Postgres server for the tests; ``restartable`` when the tests own the process."""
+
+    url: str
+    stop_command: list[str] = field(default_factory=list)
+    start_command: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 5432
+
+    @property
+    def restartable(self) -> bool:
+        return bool(self.start_command)
+
+    def stop(self) -> None:
+        subprocess.run(self.stop_command, check=True, capture_output=True)
+
+    def start(self) -> None:
+        subprocess.run(self.start_command, check=True, capture_output=True)
+        wait_for_port(self.host, self.port)
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    url = os.environ.get("ASYNCLOOKUP_TEST_POSTGRES_URL")
+    if url:
+        yield PostgresServer(url)
+        return
+    if docker_available():
+        from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield PostgresServer(container.get_connection_url())
+        return
+    bindir = _postgres_bindir()
+    if bindir is None:
+        import pytest
+
+        pytest.skip("no Postgres: set ASYNCLOOKUP_TEST_POSTGRES_URL, start Docker or install it")
+    port = free_port()
+    directory = tempfile.mkdtemp(prefix="asynclookup-pg-")
+    data = os.path.join(directory, "data")
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres system user
+        import pwd
+
+        account = pwd.getpwnam("postgres")
+        os.chown(directory, account.pw_uid, account.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(
+        [
+            *as_user,
+            os.path.join(bindir, "initdb"),
+            "-D",
+            data,
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    options = f"-p {port} -h 127.0.0.1 -k {directory} -c fsync=off -c max_connections=200"
+    pg_ctl = [*as_user, os.path.join(bindir, "pg_ctl"), "-D", data, "-w"]
+    start = [*pg_ctl, "-o", options, "-l", os.path.join(directory, "log"), "start"]
+    stop = [*pg_ctl, "-m", "fast", "stop"]
+    server = PostgresServer(
+        f"postgresql://postgres@127.0.0.1:{port}/postgres", stop, start, port=port
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.stop()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from lookup_source.errors import PermanentError, RecordError, TransientError
+from lookup_source.errors import PermanentError, RecordError, SchemaError, TransientError
 from lookup_source.redaction import redact_url
 
 if TYPE_CHECKING:
@@ -109,7 +109,11 @@ class LookupClient:
     # -- life cycle, on the executor -----------------------------------------------------------
 
     async def open(self) -> None:
-        """Connect. Called once per task, inside the task's event loop."""
+        """Prepare the client. Called once per task, inside the task's event loop.
+
+        Do no I/O here that can fail on a store that is down: connect lazily, in the first
+        :meth:`lookup`, so that connection failures are retried and handled by ``on.error``
+        like any other failed request."""
 
     async def close(self) -> None:
         """Release every connection. Called once per task, also after a failure."""
@@ -133,8 +137,23 @@ class LookupClient:
         the store allows. Return a mapping key -> record; leave missing keys out."""
         raise NotImplementedError
 
-    def scan(self) -> AsyncIterator[tuple[Key, Record]]:
-        """Enumerate every (key, record) of the table, if ``supports_scan``."""
+    @classmethod
+    def can_scan(cls, config: ConnectorConfig) -> bool:
+        """Whether :meth:`scan` can enumerate the table under this configuration."""
+        return cls.supports_scan
+
+    @classmethod
+    def infer_schema(cls, options: LookupOptions) -> tuple[str, tuple[str, ...]]:
+        """Read the store's own description of the table: a Spark DDL schema (key columns
+        first) and the key column names. Connectors that cannot describe a table raise."""
+        raise SchemaError(
+            f"the {cls.name} connector cannot infer a schema: give the key column(s) and the "
+            "value columns, e.g. .schema('user_id long, name string, tier int')"
+        )
+
+    def scan(self, partition: int = 0, partitions: int = 1) -> AsyncIterator[tuple[Key, Record]]:
+        """Enumerate the (key, record) pairs of one of ``partitions`` disjoint parts of the
+        table, if ``supports_scan``. Each pair appears in exactly one part."""
         raise NotImplementedError(f"the {self.name} connector cannot scan a whole table")
 
     def is_retryable(self, error: BaseException) -> bool:

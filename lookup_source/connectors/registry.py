@@ -16,6 +16,7 @@ BUILTIN_CONNECTORS: dict[str, tuple[str, str]] = {
     # name: (module:Class, the extra that installs its client library)
     "redis": ("lookup_source.connectors.redis_client:RedisLookupClient", "redis"),
     "http": ("lookup_source.connectors.http_client:HttpLookupClient", "http"),
+    "postgres": ("lookup_source.connectors.postgres_client:PostgresLookupClient", "postgres"),
 }
 _EXTRA_LIBRARIES = {"redis": "redis", "http": "aiohttp", "postgres": "asyncpg"}
 

@@ -1,0 +1,551 @@
+"""Postgres connector (asyncpg).
+
+``connector=postgres``, ``url`` a libpq URL (``postgresql://user@host:5432/db?sslmode=require``),
+the password from ``postgres.password.env`` (an environment variable of the executor) or the URL.
+
+With ``postgres.table``, lookups run ``SELECT ... WHERE key = ANY($1::<key type>[])`` (composite
+keys: a join against ``unnest($1::t1[], $2::t2[])``), ``batch.size`` keys per query, over a pool
+of at most ``capacity`` connections. Keys are compared in the column's own type, so the lookup
+stays on the index. Identifiers are quoted and values always bound as parameters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult, Record
+from lookup_source.errors import (
+    OptionError,
+    PermanentError,
+    SchemaError,
+    TransientError,
+)
+from lookup_source.options import LookupOptions, OptionSpec, parse_text
+
+_TEXT_TYPES = frozenset({"text", "character varying", "character", "name", "citext", "bpchar"})
+_INT_TYPES = frozenset({"smallint", "integer", "bigint"})
+_JSON_TYPES = frozenset({"json", "jsonb"})
+
+# Postgres type (format_type without modifiers) -> Spark DDL type, for schema inference.
+SPARK_TYPES: dict[str, str] = {
+    "smallint": "smallint",
+    "integer": "int",
+    "bigint": "bigint",
+    "real": "float",
+    "double precision": "double",
+    "text": "string",
+    "character varying": "string",
+    "character": "string",
+    "name": "string",
+    "citext": "string",
+    "uuid": "string",
+    "json": "string",
+    "jsonb": "string",
+    "boolean": "boolean",
+    "date": "date",
+    "timestamp without time zone": "timestamp_ntz",
+    "timestamp with time zone": "timestamp",
+    "bytea": "binary",
+    "inet": "string",
+}
+
+
+def quote_identifier(name: str) -> str:
+    """``name`` as a quoted SQL identifier: ``a"b`` -> ``"a""b"``."""
+    if "\x00" in name:
+        raise OptionError("postgres.table", "an identifier cannot contain a NUL character")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def split_table_name(text: str) -> tuple[str, ...]:
+    """``schema.table`` -> its parts, folding unquoted parts to lower case as Postgres does.
+
+    >>> split_table_name('public.Users'), split_table_name('"My Schema"."T.1"')
+    (('public', 'users'), ('My Schema', 'T.1'))
+    """
+    parts: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == '"':
+            j, buf = i + 1, []
+            while True:
+                if j >= n:
+                    raise OptionError("postgres.table", f"{text!r} has an unclosed quote")
+                if text[j] == '"':
+                    if j + 1 < n and text[j + 1] == '"':
+                        buf.append('"')
+                        j += 2
+                        continue
+                    break
+                buf.append(text[j])
+                j += 1
+            parts.append("".join(buf))
+            i = j + 1
+        else:
+            j = text.find(".", i)
+            j = n if j < 0 else j
+            part = text[i:j].strip()
+            if not part:
+                raise OptionError("postgres.table", f"{text!r} is not a table name")
+            parts.append(part.lower())
+            i = j
+        if i < n:
+            if text[i] != ".":
+                raise OptionError("postgres.table", f"{text!r} is not a table name")
+            i += 1
+            if i >= n:
+                raise OptionError("postgres.table", f"{text!r} ends with a dot")
+    if not 1 <= len(parts) <= 2:
+        raise OptionError("postgres.table", f"{text!r}: use table or schema.table")
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    pg_type: str
+    primary_key: bool
+
+
+async def describe_table(connection: Any, table: tuple[str, ...]) -> list[Column]:
+    """The columns of ``table`` from the catalog, with their types and primary-key flag."""
+    qualified = ".".join(quote_identifier(part) for part in table)
+    try:
+        rows = await connection.fetch(
+            """
+            SELECT a.attname, format_type(a.atttypid, NULL) AS pg_type,
+                   coalesce(a.attnum = ANY(i.indkey), false) AS pk, a.attnum
+            FROM pg_attribute a
+            LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+            WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+            ORDER BY a.attnum
+            """,
+            qualified,
+        )
+    except Exception as exc:
+        raise PermanentError(f"cannot read the columns of table {qualified}: {exc}") from exc
+    if not rows:
+        raise PermanentError(f"table {qualified} does not exist (or has no columns)")
+    return [Column(r["attname"], r["pg_type"], bool(r["pk"])) for r in rows]
+
+
+def _converter(pg_type: str, arrow_type: pa.DataType) -> Callable[[Any], Any] | None:
+    """How a value asyncpg returns becomes something the Arrow column accepts."""
+    textual = pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    if pg_type in _JSON_TYPES and not textual:
+        return json.loads
+    if pg_type == "uuid" or pg_type == "inet":
+        return str
+    if pg_type.startswith("numeric") and pa.types.is_floating(arrow_type):
+        return float
+    if textual and pg_type not in _TEXT_TYPES and pg_type not in _JSON_TYPES:
+        return str
+    return None
+
+
+def _key_value(value: Any, pg_type: str) -> Any:
+    """A lookup key as the parameter type asyncpg expects for the key column."""
+    if pg_type in _TEXT_TYPES and not isinstance(value, str):
+        return str(value)
+    if pg_type == "uuid" and isinstance(value, str):
+        return uuid.UUID(value)
+    return value
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
+class PostgresLookupClient(LookupClient):
+    """Looks keys up in a Postgres table (or a custom query) with asyncpg."""
+
+    name: ClassVar[str] = "postgres"
+    default_batch_size: ClassVar[int] = 500
+    supports_scan: ClassVar[bool] = True
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "postgres.table",
+            parse_text,
+            None,
+            "Table to look keys up in, optionally `schema.table`; its columns are named as in "
+            "the Spark schema.",
+        ),
+        OptionSpec(
+            "postgres.query",
+            parse_text,
+            None,
+            "Instead of a table: a query taking the keys as `$1` (an array; composite keys: "
+            "`$1, $2, ...`, one array per key column) and returning the key and value columns.",
+        ),
+        OptionSpec(
+            "postgres.password.env",
+            parse_text,
+            None,
+            "Name of an environment variable, on the executors, holding the password.",
+        ),
+    )
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        super().__init__(config)
+        options = config.options
+        table = options.get("postgres.table")
+        self._table: tuple[str, ...] | None = split_table_name(table) if table else None
+        self._custom_query: str | None = options.get("postgres.query")
+        self._pool: Any = None
+        self._ready = asyncio.Lock()
+        self._query = ""
+        self._key_types: list[str] = []
+        self._columns: list[str] = []  # catalog names: key columns, then value columns
+        self._converters: list[tuple[int, str, Callable[[Any], Any]]] = []
+
+    # -- validation ----------------------------------------------------------------------------
+
+    @classmethod
+    def validate_options(cls, options: LookupOptions) -> None:
+        url = options.url
+        if not url:
+            raise OptionError(
+                "url", "is required for connector postgres, e.g. postgresql://user@host:5432/db"
+            )
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise OptionError("url", "must start with postgresql:// or postgres://")
+        table = options.connector_options.get("postgres.table")
+        query = options.connector_options.get("postgres.query")
+        if bool(table) == bool(query):
+            raise OptionError(
+                "postgres.table", "set exactly one of postgres.table and postgres.query"
+            )
+        if table:
+            split_table_name(table)
+
+    @classmethod
+    def can_scan(cls, config: ConnectorConfig) -> bool:
+        return bool(config.options.get("postgres.table"))
+
+    @classmethod
+    def infer_schema(cls, options: LookupOptions) -> tuple[str, tuple[str, ...]]:
+        return infer_schema(options)
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    @staticmethod
+    def connect_arguments(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        arguments: dict[str, Any] = {"dsn": url}
+        variable = options.get("postgres.password.env")
+        if variable:
+            if variable not in os.environ:
+                raise PermanentError(
+                    f"option 'postgres.password.env' names environment variable {variable!r}, "
+                    "which is not set on this executor"
+                )
+            arguments["password"] = os.environ[variable]
+        return arguments
+
+    async def open(self) -> None:
+        # Connect lazily, on the first request: a store that is down then fails requests,
+        # which are retried and handled by on.error like any other failure.
+        self._ready = asyncio.Lock()
+
+    async def _connect(self) -> Any:
+        if self._pool is not None:
+            return self._pool
+        import asyncpg
+
+        async with self._ready:
+            if self._pool is None:
+                assert self.config.url is not None
+                pool = await asyncpg.create_pool(
+                    **self.connect_arguments(self.config.url, self.config.options),
+                    min_size=1,
+                    max_size=max(1, self.config.capacity),
+                    command_timeout=None,
+                )
+                try:
+                    async with pool.acquire() as connection:
+                        if self._table is not None:
+                            self._prepare_table_query(await describe_table(connection, self._table))
+                        else:
+                            await self._prepare_custom_query(connection)
+                except BaseException:
+                    pool.terminate()
+                    raise
+                self._pool = pool
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            try:
+                await asyncio.wait_for(pool.close(), 10)
+            except (asyncio.TimeoutError, TimeoutError):
+                pool.terminate()
+
+    def _resolve(self, columns: list[Column], wanted: Sequence[str]) -> list[Column]:
+        by_name = {c.name: c for c in columns}
+        by_lower: dict[str, Column] = {}
+        for c in columns:
+            by_lower.setdefault(c.name.lower(), c)
+        resolved = []
+        for name in wanted:
+            column = by_name.get(name) or by_lower.get(name.lower())
+            if column is None:
+                table = ".".join(self._table or ())
+                raise PermanentError(
+                    f"table {table} has no column '{name}' (it has "
+                    f"{', '.join(c.name for c in columns)})"
+                )
+            resolved.append(column)
+        return resolved
+
+    def _prepare_table_query(self, columns: list[Column]) -> None:
+        assert self._table is not None
+        keys = self._resolve(columns, self.config.key_columns)
+        values = self._resolve(columns, self.config.value_columns)
+        self._set_columns(keys, values)
+        table = ".".join(quote_identifier(part) for part in self._table)
+        selected = ", ".join(f"t.{quote_identifier(c.name)}" for c in keys + values)
+        if len(keys) == 1:
+            key = keys[0]
+            self._query = (
+                f"SELECT {selected} FROM {table} AS t "
+                f"WHERE t.{quote_identifier(key.name)} = ANY($1::{key.pg_type}[])"
+            )
+        else:
+            arrays = ", ".join(f"${i + 1}::{k.pg_type}[]" for i, k in enumerate(keys))
+            aliases = ", ".join(f"k{i}" for i in range(len(keys)))
+            join = " AND ".join(
+                f"t.{quote_identifier(k.name)} = k.k{i}" for i, k in enumerate(keys)
+            )
+            self._query = (
+                f"SELECT {selected} FROM {table} AS t "
+                f"JOIN unnest({arrays}) AS k({aliases}) ON {join}"
+            )
+
+    def _set_columns(self, keys: list[Column], values: list[Column]) -> None:
+        self._key_types = [k.pg_type for k in keys]
+        self._columns = [c.name for c in keys + values]
+        self._converters = []
+        for position, column in enumerate(values, start=len(keys)):
+            spark_name = self.config.value_columns[position - len(keys)]
+            convert = _converter(column.pg_type, self.config.value_type(spark_name))
+            if convert is not None:
+                self._converters.append((position, spark_name, convert))
+
+    async def _prepare_custom_query(self, connection: Any) -> None:
+        assert self._custom_query is not None
+        try:
+            statement = await connection.prepare(self._custom_query)
+        except Exception as exc:
+            raise PermanentError(f"postgres.query does not prepare: {exc}") from exc
+        parameters = statement.get_parameters()
+        if len(parameters) != len(self.config.key_columns):
+            raise PermanentError(
+                f"postgres.query takes {len(parameters)} parameter(s); it must take one array "
+                f"per key column ({', '.join(self.config.key_columns)})"
+            )
+        attributes = {a.name: a for a in statement.get_attributes()}
+        lower = {name.lower(): a for name, a in attributes.items()}
+        wanted = list(self.config.key_columns) + list(self.config.value_columns)
+        found = []
+        for name in wanted:
+            attribute = attributes.get(name) or lower.get(name.lower())
+            if attribute is None:
+                raise PermanentError(
+                    f"postgres.query returns no column '{name}' (it returns "
+                    f"{', '.join(attributes)})"
+                )
+            found.append(Column(attribute.name, _type_name(attribute.type), False))
+        width = len(self.config.key_columns)
+        key_types = [_type_name(p).removesuffix("[]") for p in parameters]
+        self._set_columns(
+            [Column(c.name, t, False) for c, t in zip(found[:width], key_types)], found[width:]
+        )
+        self._query = self._custom_query
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        pool = await self._connect()
+        width = len(self._key_types)
+        if width == 1:
+            arguments: list[Any] = [[_key_value(k, self._key_types[0]) for k in keys]]
+        else:
+            arguments = [
+                [_key_value(key[i], self._key_types[i]) for key in keys]  # type: ignore[index]
+                for i in range(width)
+            ]
+        rows = await pool.fetch(self._query, *arguments)
+        wanted = {_normal_key(key): key for key in keys}
+        out: dict[Key, Any] = {}
+        for row in rows:
+            found = row[0] if width == 1 else tuple(row[i] for i in range(width))
+            key = wanted.get(_normal_key(found))
+            if key is not None:
+                out[key] = self._record(row)
+        return out
+
+    def _record(self, row: Any) -> Record:
+        width = len(self._key_types)
+        record = {
+            name: row[position]
+            for position, name in enumerate(self.config.value_columns, start=width)
+        }
+        for position, name, convert in self._converters:
+            value = row[position]
+            if value is not None:
+                # on failure the value stays as it is: the engine reports that it does not fit
+                with contextlib.suppress(ValueError, TypeError):
+                    record[name] = convert(value)
+        return record
+
+    async def scan(
+        self, partition: int = 0, partitions: int = 1
+    ) -> AsyncIterator[tuple[Key, Record]]:
+        """Every row of the table whose key hashes into ``partition`` of ``partitions``."""
+        if self._table is None:
+            raise PermanentError("a postgres.query cannot be scanned; use postgres.table")
+        pool = await self._connect()
+        table = ".".join(quote_identifier(part) for part in self._table)
+        columns = ", ".join(quote_identifier(c) for c in self._columns)
+        width = len(self._key_types)
+        key_expression = (
+            quote_identifier(self._columns[0])
+            if width == 1
+            else "row(" + ", ".join(quote_identifier(c) for c in self._columns[:width]) + ")"
+        )
+        query = f"SELECT {columns} FROM {table}"
+        arguments: list[Any] = []
+        if partitions > 1:
+            query += f" WHERE mod(hashtext(({key_expression})::text)::bigint + 2147483648, $1) = $2"
+            arguments = [partitions, partition]
+        async with pool.acquire() as connection, connection.transaction(readonly=True):
+            async for row in connection.cursor(query, *arguments, prefetch=5_000):
+                key = row[0] if width == 1 else tuple(row[i] for i in range(width))
+                yield (
+                    _normal(key) if width == 1 else tuple(_normal(k) for k in key),
+                    self._record(row),
+                )
+
+    def is_retryable(self, error: BaseException) -> bool:
+        import asyncpg
+
+        if isinstance(
+            error, (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)
+        ):
+            return False
+        if isinstance(
+            error,
+            (
+                asyncpg.ConnectionDoesNotExistError,
+                asyncpg.CannotConnectNowError,
+                asyncpg.TooManyConnectionsError,
+                asyncpg.exceptions.ConnectionFailureError,
+                asyncpg.exceptions.SerializationError,
+                asyncpg.exceptions.DeadlockDetectedError,
+                asyncpg.exceptions.AdminShutdownError,
+                asyncpg.InterfaceError,
+                OSError,
+                TransientError,
+            ),
+        ):
+            return not isinstance(error, asyncpg.exceptions.InterfaceWarning)
+        if isinstance(error, asyncpg.PostgresError):
+            return False
+        return super().is_retryable(error)
+
+
+def _type_name(pg_type: Any) -> str:
+    name = str(getattr(pg_type, "name", pg_type))
+    aliases = {
+        "int2": "smallint",
+        "int4": "integer",
+        "int8": "bigint",
+        "float4": "real",
+        "float8": "double precision",
+        "varchar": "character varying",
+        "bool": "boolean",
+        "timestamptz": "timestamp with time zone",
+        "timestamp": "timestamp without time zone",
+        "_int2": "smallint[]",
+        "_int4": "integer[]",
+        "_int8": "bigint[]",
+        "_text": "text[]",
+        "_varchar": "character varying[]",
+        "_uuid": "uuid[]",
+        "_date": "date[]",
+    }
+    return aliases.get(name, name)
+
+
+def _normal_key(key: Any) -> Any:
+    if isinstance(key, tuple):
+        return tuple(_normal(part) for part in key)
+    return _normal(key)
+
+
+def spark_type_for(column: Column) -> str:
+    """The Spark DDL type of a Postgres column, or a SchemaError naming it."""
+    pg_type = column.pg_type
+    array = pg_type.endswith("[]")
+    base = pg_type.removesuffix("[]")
+    spark = "decimal(38,10)" if base.startswith("numeric") else SPARK_TYPES.get(base, "")
+    if not spark:
+        raise SchemaError(
+            f"column '{column.name}' has Postgres type {pg_type}, which asynclookup does not map "
+            "to a Spark type; give the schema yourself, e.g. .schema('id long, v string'), or "
+            "cast the column in a postgres.query",
+            column=column.name,
+        )
+    return f"array<{spark}>" if array else spark
+
+
+def infer_schema(options: LookupOptions) -> tuple[str, tuple[str, ...]]:
+    """Read the table's columns: a Spark DDL schema (primary key first) and the key columns."""
+    table = options.connector_options.get("postgres.table")
+    if not table:
+        raise SchemaError(
+            "a schema can be inferred from postgres.table only; give one with "
+            ".schema(...) when using postgres.query"
+        )
+    parts = split_table_name(table)
+
+    async def read() -> list[Column]:
+        import asyncpg
+
+        assert options.url is not None
+        connection = await asyncpg.connect(
+            **PostgresLookupClient.connect_arguments(options.url, options.connector_options),
+            timeout=options.timeout_ms / 1000,
+        )
+        try:
+            return await describe_table(connection, parts)
+        finally:
+            await connection.close()
+
+    columns = asyncio.run(read())
+    if options.key_columns:
+        lower = {c.lower() for c in options.key_columns}
+        keys = [c for c in columns if c.name.lower() in lower]
+    else:
+        keys = [c for c in columns if c.primary_key]
+        if not keys:
+            raise SchemaError(
+                f"table {table} has no primary key: set option key.column to its key column(s)"
+            )
+    ordered = keys + [c for c in columns if c not in keys]
+    ddl = ", ".join(f"`{c.name}` {spark_type_for(c)}" for c in ordered)
+    return ddl, tuple(c.name for c in keys)

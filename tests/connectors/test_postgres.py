@@ -1,0 +1,303 @@
+"""The Postgres connector against a real Postgres server."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lookup_source.connectors.postgres_client import (
+    PostgresLookupClient,
+    infer_schema,
+    split_table_name,
+)
+from lookup_source.errors import LookupFailedError, OptionError, SchemaError
+from lookup_source.options import parse_options
+from lookup_source.plan import LookupPlan
+from lookup_source.runner import run_lookups
+from tests.servers import free_port
+
+INT64 = pa.int64()
+UUIDS = [uuid.UUID(int=i * 7919) for i in range(50)]
+
+
+def lookup(
+    url: str, schema: str, keys: list[Any], *, key_type: pa.DataType = INT64, **options: str
+) -> list[dict[str, Any]]:
+    plan = LookupPlan.build({"connector": "postgres", "url": url, **options}, schema)
+    names = plan.key_names
+    if len(names) == 1:
+        arrays = [pa.array(keys, type=key_type)]
+    else:
+        arrays = [pa.array([k[i] for k in keys]) for i in range(len(names))]
+    batch = pa.RecordBatch.from_arrays(arrays, names=list(names))
+    out = run_lookups([batch], plan.engine_spec(names, how="left"), plan.connector_config())
+    return [row for b in out for row in b.to_pylist()]
+
+
+@pytest.fixture
+def users(pg: Any, table_name: str) -> str:
+    pg(f"""CREATE TABLE {table_name} (
+        id integer PRIMARY KEY, big bigint, name text, ref uuid, amount numeric(12, 3),
+        seen timestamp, seen_tz timestamptz, active boolean, doc jsonb, born date,
+        tags text[])""")
+    pg.many(
+        f"INSERT INTO {table_name} VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+        [
+            (
+                i,
+                i * 10_000_000_000,
+                f"name '{i}'",
+                UUIDS[i],
+                Decimal(i) / 8,
+                dt.datetime(2024, 1, 1, 12) + dt.timedelta(hours=i),
+                dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=i),
+                i % 2 == 0,
+                f'{{"level": {i}, "labels": ["a", "b{i}"]}}',
+                dt.date(2000, 1, 1) + dt.timedelta(days=i),
+                [f"t{i}", "x"],
+            )
+            for i in range(50)
+        ],
+    )
+    yield table_name
+    pg(f"DROP TABLE IF EXISTS {table_name}")
+
+
+def test_values_of_every_type(postgres_srv: Any, users: str) -> None:
+    schema = (
+        "id int, big bigint, name string, ref string, amount decimal(12,3), "
+        "seen timestamp_ntz, seen_tz timestamp, active boolean, doc string, born date, "
+        "tags array<string>"
+    )
+    keys = [*range(50), 77, None, 3]
+    rows = lookup(
+        postgres_srv.url,
+        schema,
+        keys,
+        key_type=pa.int32(),
+        **{"postgres.table": users, "batch.size": "16"},
+    )
+    assert [r["id"] for r in rows] == keys
+    for row in rows:
+        i = row["id"]
+        if i is None or i >= 50:
+            assert row["name"] is None and row["amount"] is None
+            continue
+        assert row["big"] == i * 10_000_000_000
+        assert row["name"] == f"name '{i}'"
+        assert row["ref"] == str(UUIDS[i])
+        assert row["amount"] == Decimal(i) / 8
+        assert row["seen"] == dt.datetime(2024, 1, 1, 12) + dt.timedelta(hours=i)
+        assert row["seen_tz"] == dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
+            days=i
+        )
+        assert row["active"] is (i % 2 == 0)
+        assert '"level": ' + str(i) in row["doc"]
+        assert row["born"] == dt.date(2000, 1, 1) + dt.timedelta(days=i)
+        assert row["tags"] == [f"t{i}", "x"]
+
+
+def test_jsonb_into_a_struct_and_numeric_into_a_double(postgres_srv: Any, users: str) -> None:
+    rows = lookup(
+        postgres_srv.url,
+        "id int, doc struct<level: int, labels: array<string>>, amount double",
+        [4],
+        key_type=pa.int32(),
+        **{"postgres.table": users},
+    )
+    assert rows == [{"id": 4, "doc": {"level": 4, "labels": ["a", "b4"]}, "amount": 0.5}]
+
+
+@pytest.mark.parametrize(
+    ("key", "keys", "key_type"),
+    [
+        ("big", [30_000_000_000, 5], INT64),
+        ("ref", [str(UUIDS[7]), str(uuid.UUID(int=1))], pa.string()),
+        ("name", ["name '9'", "nobody"], pa.string()),
+    ],
+)
+def test_lookups_by_bigint_uuid_and_text_keys(
+    postgres_srv: Any, users: str, key: str, keys: list[Any], key_type: pa.DataType
+) -> None:
+    kind = {"big": "bigint", "ref": "string", "name": "string"}[key]
+    rows = lookup(
+        postgres_srv.url,
+        f"{key} {kind}, id int",
+        keys,
+        key_type=key_type,
+        **{"postgres.table": users},
+    )
+    assert rows[0]["id"] in (3, 7, 9) and rows[1]["id"] is None
+
+
+def test_composite_keys(postgres_srv: Any, pg: Any, table_name: str) -> None:
+    pg(
+        f"CREATE TABLE {table_name} (tenant text, user_id bigint, plan text, "
+        "PRIMARY KEY (tenant, user_id))"
+    )
+    pg.many(
+        f"INSERT INTO {table_name} VALUES ($1, $2, $3)",
+        [("acme", 1, "gold"), ("acme", 2, "free"), ("beta", 1, "pro")],
+    )
+    try:
+        rows = lookup(
+            postgres_srv.url,
+            "tenant string, user_id long, plan string",
+            [("acme", 1), ("beta", 1), ("beta", 2), ("acme", 2)],
+            **{"postgres.table": table_name, "key.column": "tenant,user_id"},
+        )
+        assert [r["plan"] for r in rows] == ["gold", "pro", None, "free"]
+    finally:
+        pg(f"DROP TABLE {table_name}")
+
+
+def test_keys_and_names_cannot_inject_sql(postgres_srv: Any, pg: Any, table_name: str) -> None:
+    pg(f'CREATE TABLE {table_name} (k text PRIMARY KEY, "odd ""col""" text)')
+    evil = ["'; DROP TABLE " + table_name + "; --", 'a"b', "x' OR '1'='1"]
+    pg.many(f"INSERT INTO {table_name} VALUES ($1, $2)", [(k, f"v:{k}") for k in evil])
+    try:
+        rows = lookup(
+            postgres_srv.url,
+            'k string, `odd "col"` string',
+            [*evil, "missing' OR 1=1"],
+            key_type=pa.string(),
+            **{"postgres.table": table_name},
+        )
+        assert [r['odd "col"'] for r in rows] == [f"v:{k}" for k in evil] + [None]
+        with pytest.raises(LookupFailedError, match="does not exist"):
+            lookup(
+                postgres_srv.url,
+                "k string, v string",
+                ["a"],
+                key_type=pa.string(),
+                **{"postgres.table": f'"{table_name}; DROP TABLE {table_name}; --"'},
+            )
+        assert pg.fetch(f"SELECT count(*) FROM {table_name}")[0][0] == 3  # still there
+    finally:
+        pg(f"DROP TABLE {table_name}")
+
+
+def test_lookup_query_uses_the_primary_key_index(postgres_srv: Any, users: str) -> None:
+    plan = LookupPlan.build(
+        {"connector": "postgres", "url": postgres_srv.url, "postgres.table": users},
+        "big bigint, name string",
+    )
+    client = PostgresLookupClient(plan.connector_config())
+
+    async def explain() -> str:
+        await client.open()
+        try:
+            async with (await client._connect()).acquire() as connection:
+                await connection.execute(f"CREATE INDEX ON {users} (big)")
+                await connection.execute("SET enable_seqscan = off")
+                rows = await connection.fetch("EXPLAIN " + client._query, [1, 2])
+                return "\n".join(r[0] for r in rows)
+        finally:
+            await client.close()
+
+    plan_text = asyncio.run(explain())
+    assert "Index" in plan_text and "::text" not in plan_text
+
+
+def test_custom_query(postgres_srv: Any, users: str) -> None:
+    query = f"SELECT id, upper(name) AS shout FROM {users} WHERE id = ANY($1) AND active"
+    rows = lookup(
+        postgres_srv.url,
+        "id int, shout string",
+        [2, 3, 4],
+        key_type=pa.int32(),
+        **{"postgres.query": query},
+    )
+    assert [r["shout"] for r in rows] == ["NAME '2'", None, "NAME '4'"]
+    with pytest.raises(LookupFailedError, match="returns no column 'nope'"):
+        lookup(
+            postgres_srv.url,
+            "id int, nope string",
+            [2],
+            key_type=pa.int32(),
+            **{"postgres.query": query},
+        )
+
+
+def test_scan_in_partitions_returns_every_row_once(postgres_srv: Any, users: str) -> None:
+    plan = LookupPlan.build(
+        {"connector": "postgres", "url": postgres_srv.url, "postgres.table": users},
+        "id int, name string",
+    )
+
+    async def scan(part: int, parts: int) -> list[Any]:
+        client = PostgresLookupClient(plan.connector_config())
+        await client.open()
+        try:
+            return [pair async for pair in client.scan(part, parts)]
+        finally:
+            await client.close()
+
+    parts = [asyncio.run(scan(i, 3)) for i in range(3)]
+    assert all(parts)  # every bucket gets rows
+    ids = sorted(key for part in parts for key, _ in part)
+    assert ids == list(range(50))
+    assert all(record["name"] == f"name '{key}'" for part in parts for key, record in part)
+
+
+def test_schema_inference(postgres_srv: Any, users: str, pg: Any) -> None:
+    options = parse_options(
+        {"connector": "postgres", "url": postgres_srv.url, "postgres.table": users}
+    )
+    ddl, keys = infer_schema(options)
+    assert keys == ("id",)
+    assert ddl == (
+        "`id` int, `big` bigint, `name` string, `ref` string, `amount` decimal(38,10), "
+        "`seen` timestamp_ntz, `seen_tz` timestamp, `active` boolean, `doc` string, "
+        "`born` date, `tags` array<string>"
+    )
+    pg(f"ALTER TABLE {users} ADD COLUMN spot point")
+    with pytest.raises(SchemaError, match="column 'spot' has Postgres type point"):
+        infer_schema(options)
+
+
+def test_unreachable_server_and_missing_password_variable(monkeypatch: Any) -> None:
+    port = free_port()
+    with pytest.raises(LookupFailedError) as info:
+        lookup(
+            f"postgresql://app:pw@127.0.0.1:{port}/db",
+            "id long, v string",
+            [1],
+            **{"postgres.table": "t", "retry.initial-delay.ms": "10"},
+        )
+    assert f"postgresql://app:***@127.0.0.1:{port}/db" in str(info.value)
+    assert "pw@" not in str(info.value)
+    monkeypatch.delenv("NO_SUCH_PG_PASSWORD", raising=False)
+    with pytest.raises(Exception, match=r"NO_SUCH_PG_PASSWORD.*not set on this executor"):
+        lookup(
+            f"postgresql://app@127.0.0.1:{port}/db",
+            "id long, v string",
+            [1],
+            **{"postgres.table": "t", "postgres.password.env": "NO_SUCH_PG_PASSWORD"},
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"postgres.table": "t", "url": "mysql://h/db"}, "must start with postgresql://"),
+        ({"url": "postgresql://h/db"}, "set exactly one of postgres.table and postgres.query"),
+        ({"url": "postgresql://h/db", "postgres.table": "a.b.c"}, "use table or schema.table"),
+        ({"url": "postgresql://h/db", "postgres.table": '"unclosed'}, "unclosed quote"),
+    ],
+)
+def test_configuration_errors(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_options({"connector": "postgres", **options})
+
+
+def test_split_table_name() -> None:
+    assert split_table_name("Users") == ("users",)
+    assert split_table_name('s."Mixed.Case"') == ("s", "Mixed.Case")
+    assert split_table_name('"a""b"') == ('a"b',)
