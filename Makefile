@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint unit clean
+.PHONY: install demo test lint unit docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ test: lint
 
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+docs: install
+	$(PY) -m lookup_source.docs --write README.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info

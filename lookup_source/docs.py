@@ -1,6 +1,7 @@
 """Generate the README's options tables from the option definitions, so they cannot drift.
 
-``python -m lookup_source.docs`` prints them; a test checks the README against them.
+``python -m lookup_source.docs`` prints them, ``python -m lookup_source.docs --write README.md``
+rewrites the README's section (``make docs``); a test checks the README against them.
 """
 
 from __future__ import annotations
@@ -33,5 +34,24 @@ def options_markdown() -> str:
     return "\n".join(lines)
 
 
+START = "<!-- options:start"
+END = "<!-- options:end -->"
+
+
+def rewrite_readme(path: str) -> None:
+    """Replace the options section of the README at ``path`` with :func:`options_markdown`."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    start = text.index("\n", text.index(START)) + 1
+    end = text.index(END)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text[:start] + options_markdown() + "\n" + text[end:])
+
+
 if __name__ == "__main__":
-    print(options_markdown())
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        rewrite_readme(sys.argv[2])
+    else:
+        print(options_markdown())
