@@ -24,6 +24,7 @@ from lookup_source.options import LookupOptions, parse_options
 if TYPE_CHECKING:
     from lookup_source.datasource import AsyncLookupDataSource
     from lookup_source.join import lookup_join
+    from lookup_source.sql import register_lookup_table
 
 __version__ = "0.1.0"
 
@@ -46,6 +47,7 @@ __all__ = [
     "__version__",
     "lookup_join",
     "parse_options",
+    "register_lookup_table",
 ]
 
 
@@ -59,4 +61,8 @@ def __getattr__(name: str) -> Any:
         from lookup_source.join import lookup_join
 
         return lookup_join
+    if name == "register_lookup_table":
+        from lookup_source.sql import register_lookup_table
+
+        return register_lookup_table
     raise AttributeError(f"module 'lookup_source' has no attribute {name!r}")

@@ -84,6 +84,14 @@ class AsyncLookupDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
+        if not options:
+            raise OptionError(
+                "connector",
+                "no options reached the asynclookup data source. Spark 4.3 does not hand the "
+                "OPTIONS of a catalog table (CREATE TABLE ... USING asynclookup) to a Python "
+                "data source when it reads it: use CREATE TEMPORARY VIEW <name> USING "
+                "asynclookup OPTIONS (...), or lookup_source.register_lookup_table",
+            )
         # Parse once, now, so that a bad option fails at .load() with a clear message.
         self.lookup_options: LookupOptions = parse_options(dict(options))
         self.inferred_key_columns: tuple[str, ...] | None = None
@@ -112,7 +120,7 @@ class AsyncLookupDataSource(DataSource):
         # spark.sql.python.filterPushdown.enabled is false (DATA_SOURCE_PUSHDOWN_DISABLED).
         # Only PySpark's filter-pushdown worker, which runs only when that setting is true,
         # gets the reader that accepts filters; every other caller gets the plain one.
-        if _called_from(_PUSHDOWN_MODULE):
+        if options.filter_pushdown and _called_from(_PUSHDOWN_MODULE):
             return FilteringLookupReader(plan)
         return AsyncLookupReader(plan)
 

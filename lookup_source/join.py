@@ -60,11 +60,11 @@ def lookup_join(
         else parse_options({str(k): v for k, v in options.items()})
     )
     plan = LookupPlan.build(lookup_options, schema)
-    on_columns = _resolve_on(df.schema, on, plan)
-    output_schema = _output_schema(df.schema, plan)
+    on_columns = resolve_on(df.schema, on, plan)
+    out_schema = output_schema(df.schema, plan)
     spec = plan.engine_spec(tuple(on_columns), how=how)
     function = functools.partial(_lookup_partition, spec=spec, config=plan.connector_config())
-    return df.mapInArrow(function, output_schema)
+    return df.mapInArrow(function, out_schema)
 
 
 def _lookup_partition(
@@ -74,7 +74,7 @@ def _lookup_partition(
     yield from run_lookups(batches, spec, config)
 
 
-def _resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan) -> list[str]:
+def resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan) -> list[str]:
     names = [on] if isinstance(on, str) else list(on)
     if len(names) == 1 and "," in names[0]:
         names = [part.strip() for part in names[0].split(",")]
@@ -114,7 +114,7 @@ def _compatible_key_types(actual: DataType, declared: DataType) -> bool:
     return isinstance(actual, StringType) and isinstance(declared, StringType)
 
 
-def _output_schema(df_schema: StructType, plan: LookupPlan) -> StructType:
+def output_schema(df_schema: StructType, plan: LookupPlan) -> StructType:
     """The input's fields, unchanged and *with their metadata*, then the value columns.
 
     mapInArrow keeps an event-time watermark only if the output field still carries the

@@ -237,6 +237,14 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         "Reader only: a JSON array of keys to fetch (arrays of values for composite keys).",
     ),
     OptionSpec(
+        "filter.pushdown",
+        parse_bool,
+        True,
+        "Reader only: with spark.sql.python.filterPushdown.enabled=true, turn `key IN (...)` "
+        "/ `key = ...` filters into the keys to fetch. Spark 4.3 caches a pushed-down read per "
+        "DataFrame or view: see Spark caveats.",
+    ),
+    OptionSpec(
         "partitions",
         parse_positive_int,
         None,
@@ -283,6 +291,7 @@ class LookupOptions:
     rate_limit: float = 0.0
     keys: tuple[Any, ...] | None = None
     partitions: int | None = None
+    filter_pushdown: bool = True
     connector_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -331,8 +340,15 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
     malformed option, with the nearest valid name when one is close.
     """
     values: dict[str, str] = {}
+    # A catalog table (CREATE TABLE ... USING asynclookup OPTIONS (...)) hands its options over
+    # as "option.<name>", beside table properties (provider, owner...) that are not ours.
+    from_catalog = any(str(key).strip().lower().startswith("option.") for key in raw)
     for key, value in raw.items():
         name = str(key).strip().lower()
+        if from_catalog:
+            if not name.startswith("option."):
+                continue
+            name = name[len("option.") :]
         if name in _SPARK_ADDED_OPTIONS:
             continue
         if value is None:
@@ -392,6 +408,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         rate_limit=parsed.get("rate.limit", 0.0),
         keys=parsed.get("keys"),
         partitions=parsed.get("partitions"),
+        filter_pushdown=parsed.get("filter.pushdown", True),
         connector_options=connector_values,
     )
     client_class.validate_options(options)

@@ -23,6 +23,77 @@ log = logging.getLogger("lookup_source")
 ClientFactory = Callable[[ConnectorConfig], LookupClient]
 
 
+class LookupTask:
+    """The engine of one task, driven synchronously, batch by batch::
+
+    task = LookupTask(spec, config)
+    try:
+        for batch in batches:
+            yield from task.submit(batch)
+        yield from task.finish()
+    finally:
+        task.close()
+    """
+
+    def __init__(
+        self,
+        spec: EngineSpec,
+        config: ConnectorConfig,
+        *,
+        client_factory: ClientFactory | None = None,
+        on_stats: Callable[[LookupStats], None] | None = None,
+    ) -> None:
+        self.config = config
+        self._on_stats = on_stats
+        self._loop = asyncio.new_event_loop()
+        self._client: LookupClient | None = None
+        self._engine: LookupEngine | None = None
+        self._closed = False
+        try:
+            factory = client_factory or spec.options.connector_class()
+            self._client = factory(config)
+            self._loop.run_until_complete(self._client.open())
+            self._engine = LookupEngine(self._client, spec)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def stats(self) -> LookupStats | None:
+        return self._engine.stats if self._engine is not None else None
+
+    def submit(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        assert self._engine is not None
+        return self._loop.run_until_complete(self._engine.submit(batch))
+
+    def finish(self) -> list[pa.RecordBatch]:
+        assert self._engine is not None
+        return self._loop.run_until_complete(self._engine.finish())
+
+    def close(self) -> None:
+        """Cancel what is in flight, close the client and the loop. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = self._loop
+        try:
+            if self._engine is not None:
+                loop.run_until_complete(self._engine.aclose())
+            if self._client is not None:
+                loop.run_until_complete(self._client.close())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        except Exception:  # never mask the task's own error with a failure to clean up
+            log.warning(
+                "asynclookup: closing the %s client failed", self.config.connector, exc_info=True
+            )
+        finally:
+            loop.close()
+        if self._engine is not None:
+            if self._on_stats is not None:
+                self._on_stats(self._engine.stats)
+            log.debug("asynclookup task stats: %s", self._engine.stats)
+
+
 def run_lookups(
     batches: Iterable[pa.RecordBatch],
     spec: EngineSpec,
@@ -32,31 +103,10 @@ def run_lookups(
     on_stats: Callable[[LookupStats], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Look up the keys of ``batches``; yield them with the value columns appended."""
-    factory = client_factory or spec.options.connector_class()
-    loop = asyncio.new_event_loop()
-    client: LookupClient | None = None
-    engine: LookupEngine | None = None
+    task = LookupTask(spec, config, client_factory=client_factory, on_stats=on_stats)
     try:
-        client = factory(config)
-        loop.run_until_complete(client.open())
-        engine = LookupEngine(client, spec)
         for batch in batches:
-            yield from loop.run_until_complete(engine.submit(batch))
-        yield from loop.run_until_complete(engine.finish())
+            yield from task.submit(batch)
+        yield from task.finish()
     finally:
-        try:
-            if engine is not None:
-                loop.run_until_complete(engine.aclose())
-            if client is not None:
-                loop.run_until_complete(client.close())
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        except Exception:  # never mask the task's own error with a failure to clean up
-            log.warning(
-                "asynclookup: closing the %s client failed", config.connector, exc_info=True
-            )
-        finally:
-            loop.close()
-        if engine is not None:
-            if on_stats is not None:
-                on_stats(engine.stats)
-            log.debug("asynclookup task stats: %s", engine.stats)
+        task.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -25,8 +25,14 @@ def _build_batch(
     address: str | None,
 ) -> pa.RecordBatch:
     keys = [key if isinstance(key, tuple) else (key,) for key, _ in pairs]
-    records = [record for _, record in pairs]
     errors: dict[int, str] = {}
+    records: list[Record] = []
+    for position, (key, record) in enumerate(pairs):
+        if isinstance(record, Mapping):
+            records.append(record)
+        else:
+            errors[position] = f"key {key!r}: {record}"
+            records.append({})
     arrays: list[pa.Array] = []
     for index, field in enumerate(key_fields):
         array, bad = to_arrow_column([k[index] for k in keys], field.type, column=field.name)

@@ -9,7 +9,10 @@ per round trip, over a pool of at most ``capacity`` connections.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+import string
+import zlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -41,6 +44,7 @@ class RedisLookupClient(LookupClient):
 
     name: ClassVar[str] = "redis"
     default_batch_size: ClassVar[int] = 500
+    supports_scan: ClassVar[bool] = True
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "redis.key.pattern",
@@ -124,9 +128,57 @@ class RedisLookupClient(LookupClient):
         return self._template.render(key)
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        return await self._fetch(keys, [self.redis_key(key) for key in keys])
+
+    def _scan_pattern(self) -> tuple[str, re.Pattern[str]]:
+        """The SCAN MATCH glob of the key template, and a regex that parses keys back."""
+        glob: list[str] = []
+        regex: list[str] = []
+        fields = list(string.Formatter().parse(self._template.template))
+        for position, (literal, name, _, _) in enumerate(fields):
+            glob.append(re.sub(r"([*?\[\]\\])", r"\\\1", literal))
+            regex.append(re.escape(literal))
+            if name is not None:
+                glob.append("*")
+                last = position == len(fields) - 1
+                regex.append("(.*)" if last else "(.*?)")
+        return "".join(glob), re.compile("".join(regex), re.DOTALL)
+
+    async def scan(self, partition: int = 0, partitions: int = 1) -> AsyncIterator[tuple[Key, Any]]:
+        """Every key matching ``redis.key.pattern`` whose hash falls in ``partition``."""
+        if self._redis is None:
+            raise RuntimeError("RedisLookupClient.scan() called before open()")
+        glob, regex = self._scan_pattern()
+        width = len(self.config.key_columns)
+        seen: set[bytes] = set()
+        pending: list[tuple[Key, str]] = []
+
+        async def flush() -> dict[Key, Any]:
+            keys = [key for key, _ in pending]
+            found = await self._fetch(keys, [redis_key for _, redis_key in pending])
+            pending.clear()
+            return dict(found)
+
+        async for raw in self._redis.scan_iter(match=glob, count=1_000):
+            if raw in seen or (partitions > 1 and zlib.crc32(raw) % partitions != partition):
+                continue
+            seen.add(raw)
+            text = raw.decode("utf-8", errors="surrogateescape")
+            match = regex.fullmatch(text)
+            if match is None:
+                continue
+            key: Key = match.group(1) if width == 1 else match.groups()
+            pending.append((key, text))
+            if len(pending) >= self.config.batch_size:
+                for pair in (await flush()).items():
+                    yield pair
+        if pending:
+            for pair in (await flush()).items():
+                yield pair
+
+    async def _fetch(self, keys: Sequence[Key], redis_keys: list[str]) -> LookupResult:
         if self._redis is None:
             raise RuntimeError("RedisLookupClient.lookup() called before open()")
-        redis_keys = [self.redis_key(key) for key in keys]
         if self._format == "hash":
             pipe = self._redis.pipeline(transaction=False)
             for redis_key in redis_keys:

@@ -100,9 +100,17 @@ def test_without_pushdown_the_source_still_reads_keys(
     ]
 
 
-def test_without_keys_the_error_says_what_to_do(spark: Any, options: dict) -> None:
-    with pytest.raises(Exception, match="no keys to read") as info:
-        read(spark, options).collect()
+def test_without_keys_redis_is_scanned(spark: Any, users: dict, options: dict) -> None:
+    rows = read(spark, options, partitions="3").collect()
+    assert sorted((r.user_id, r.name, r.tier) for r in rows) == [
+        (k, v["name"], v["tier"]) for k, v in sorted(users.items())
+    ]
+
+
+def test_without_keys_http_says_what_to_do(spark: Any) -> None:
+    http = {"connector": "http", "url": "http://127.0.0.1:9/users/{key}"}
+    with pytest.raises(Exception, match="cannot scan a whole table") as info:
+        read(spark, http).collect()
     assert "filterPushdown.enabled" in str(info.value) and "lookup_join" in str(info.value)
 
 
@@ -114,7 +122,7 @@ def test_bad_options_fail_at_load_naming_the_option(spark: Any, options: dict) -
 
 
 def test_a_schema_is_required(spark: Any, options: dict) -> None:
-    with pytest.raises(Exception, match="needs a schema"):
+    with pytest.raises(Exception, match="the redis connector cannot infer a schema: give"):
         spark.read.format("asynclookup").options(**options, keys="[1]").load()
 
 
