@@ -19,6 +19,7 @@ from lookup_source.errors import (
     SchemaError,
     TransientError,
 )
+from lookup_source.metrics import LookupMetrics, log_metrics, lookup_metrics
 from lookup_source.options import LookupOptions, parse_options
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ __all__ = [
     "ConnectorNotFoundError",
     "LookupClient",
     "LookupFailedError",
+    "LookupMetrics",
     "LookupOptions",
     "LookupTimeoutError",
     "OptionError",
@@ -45,7 +47,9 @@ __all__ = [
     "SchemaError",
     "TransientError",
     "__version__",
+    "log_metrics",
     "lookup_join",
+    "lookup_metrics",
     "parse_options",
     "register_lookup_table",
 ]

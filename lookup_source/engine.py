@@ -30,9 +30,11 @@ from typing import Any
 import pyarrow as pa
 
 from lookup_source.arrow_values import null_out, to_arrow_column
+from lookup_source.cache import MISSING
 from lookup_source.connectors.base import Key, LookupClient
 from lookup_source.errors import LookupFailedError, LookupTimeoutError, RecordError
 from lookup_source.keys import DistinctKeys, cast_key_column, distinct_keys
+from lookup_source.metrics import LookupMetrics
 from lookup_source.options import ERROR_COLUMN, LookupOptions
 from lookup_source.rate_limit import RateLimiter
 from lookup_source.retry import Backoff
@@ -73,21 +75,8 @@ class EngineSpec:
         return fields
 
 
-@dataclass
-class LookupStats:
-    """Counters of one engine (one task)."""
-
-    rows: int = 0
-    keys: int = 0
-    null_keys: int = 0
-    requests: int = 0
-    retries: int = 0
-    timeouts: int = 0
-    failed_requests: int = 0
-    failed_keys: int = 0
-    missing_keys: int = 0
-    peak_in_flight: int = 0
-    latencies_s: list[float] = field(default_factory=list, repr=False)
+LookupStats = LookupMetrics
+"""The counters of one engine (one task): :class:`~lookup_source.metrics.LookupMetrics`."""
 
 
 class _FinalFailure(Exception):
@@ -129,11 +118,14 @@ class LookupEngine:
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         buffer_rows: int | None = None,
+        cache: Any = None,
     ) -> None:
         options = spec.options
         self.client = client
         self.spec = spec
-        self.stats = LookupStats()
+        self.stats = LookupMetrics(tasks=1)
+        self._cache = cache
+        self._cache_missing = options.cache.missing_keys
         self._capacity = options.capacity
         self._batch_size = options.batch_size
         self._timeout_s = options.timeout_ms / 1000.0
@@ -168,15 +160,14 @@ class LookupEngine:
         job = self._new_job(batch)
         self._jobs.append(job)
         self._buffered_rows += batch.num_rows
-        self._schedule(job)
-        keys = job.distinct.keys
+        wanted = self._from_cache(job)
         size = self._batch_size
-        if not keys:
+        job.pending = (len(wanted) + size - 1) // size
+        if not wanted:
             self._complete(job)
-        for start in range(0, len(keys), size):
+        for start in range(0, len(wanted), size):
             await self._wait_until(lambda: self._in_flight < self._capacity)
-            positions = range(start, min(start + size, len(keys)))
-            self._start_request(job, positions)
+            self._start_request(job, wanted[start : start + size])
         await self._wait_until(self._has_room)
         return self._take_ready()
 
@@ -202,9 +193,24 @@ class LookupEngine:
         unfinished = sum(1 for job in self._jobs if not job.done)
         return unfinished <= 1 or self._buffered_rows < self._buffer_rows
 
-    def _schedule(self, job: _Job) -> None:
-        keys = len(job.distinct.keys)
-        job.pending = (keys + self._batch_size - 1) // self._batch_size
+    def _from_cache(self, job: _Job) -> list[int]:
+        """Answer what the cache knows; return the positions of the keys still to fetch."""
+        keys = job.distinct.keys
+        if self._cache is None:
+            return list(range(len(keys)))
+        hits = self._cache.get_many(keys)
+        wanted = []
+        for position, key in enumerate(keys):
+            value = hits.get(key)
+            if value is None:
+                wanted.append(position)
+            elif value is MISSING:
+                self.stats.missing_keys += 1
+            else:
+                job.records[position] = value
+        self.stats.cache_hits += len(keys) - len(wanted)
+        self.stats.cache_misses += len(wanted)
+        return wanted
 
     async def _wait_until(self, condition: Callable[[], bool]) -> None:
         if self._changed is None:
@@ -244,7 +250,7 @@ class LookupEngine:
         self.stats.null_keys += distinct.indices.null_count
         return _Job(next(self._numbers), batch, distinct, [None] * len(distinct.keys))
 
-    def _start_request(self, job: _Job, positions: range) -> None:
+    def _start_request(self, job: _Job, positions: list[int]) -> None:
         self._in_flight += 1
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, self._in_flight)
         task = asyncio.ensure_future(self._request(job, positions))
@@ -253,8 +259,9 @@ class LookupEngine:
 
     # -- one request ---------------------------------------------------------------------------
 
-    async def _request(self, job: _Job, positions: range) -> None:
-        keys = job.distinct.keys[positions.start : positions.stop]
+    async def _request(self, job: _Job, positions: list[int]) -> None:
+        all_keys = job.distinct.keys
+        keys = [all_keys[position] for position in positions]
         try:
             try:
                 result, attempts = await self._lookup_with_retry(keys)
@@ -276,6 +283,9 @@ class LookupEngine:
 
     async def _lookup_with_retry(self, keys: Sequence[Key]) -> tuple[Mapping[Any, Any], int]:
         loop = asyncio.get_running_loop()
+        options = self.spec.options
+        merged: dict[Any, Any] = {}
+        pending = list(keys)
         attempt = 0
         while True:
             attempt += 1
@@ -284,22 +294,20 @@ class LookupEngine:
             self.stats.requests += 1
             started = loop.time()
             try:
-                result = await _with_timeout(self.client.lookup(keys), self._timeout_s)
+                result = await _with_timeout(self.client.lookup(pending), self._timeout_s)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 self.stats.timeouts += 1
                 error: BaseException = (
                     exc
                     if isinstance(exc, LookupTimeoutError)
-                    else LookupTimeoutError(
-                        f"no answer within timeout.ms={self.spec.options.timeout_ms}"
-                    )
+                    else LookupTimeoutError(f"no answer within timeout.ms={options.timeout_ms}")
                 )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 error = exc
             else:
-                self.stats.latencies_s.append(loop.time() - started)
+                self.stats.record_latency(loop.time() - started)
                 if result is None:
                     result = {}
                 if not isinstance(result, Mapping):
@@ -307,10 +315,15 @@ class LookupEngine:
                         f"connector {self.client.name!r} returned {type(result).__name__} from "
                         "lookup(); it must return a mapping of key -> record"
                     )
-                return result, attempt
-            if attempt >= self.spec.options.retry.max_attempts or not self.client.is_retryable(
-                error
-            ):
+                merged.update(result)
+                missing = [key for key in pending if result.get(key) is None]
+                if not (options.retry_on_miss and missing and attempt < options.retry.max_attempts):
+                    return merged, attempt
+                pending = missing  # late dimension rows: ask again for the missing keys only
+                self.stats.retries += 1
+                await self._sleep(self._backoff.delay_s(attempt, rng=self._rng))
+                continue
+            if attempt >= options.retry.max_attempts or not self.client.is_retryable(error):
                 raise _FinalFailure(error, attempt)
             self.stats.retries += 1
             retry_after = getattr(error, "retry_after", None)
@@ -319,23 +332,29 @@ class LookupEngine:
             )
 
     def _store(
-        self, job: _Job, positions: range, keys: Sequence[Key], result: Mapping[Any, Any]
+        self, job: _Job, positions: list[int], keys: Sequence[Key], result: Mapping[Any, Any]
     ) -> None:
+        cacheable: list[tuple[Key, Any]] = []
         for position, key in zip(positions, keys):
             value = result.get(key)
             if value is None:
                 self.stats.missing_keys += 1
+                if self._cache_missing:
+                    cacheable.append((key, MISSING))
             elif isinstance(value, RecordError):
                 job.errors[position] = f"key {key!r}: {value}"
             elif isinstance(value, Mapping):
                 job.records[position] = value
+                cacheable.append((key, value))
             else:
                 job.errors[position] = (
                     f"key {key!r}: connector returned {type(value).__name__}, not a record"
                 )
+        if self._cache is not None and cacheable and hasattr(self._cache, "put_many"):
+            self._cache.put_many(cacheable)
 
     def _request_failed(
-        self, job: _Job, positions: range, keys: Sequence[Key], failure: _FinalFailure
+        self, job: _Job, positions: list[int], keys: Sequence[Key], failure: _FinalFailure
     ) -> None:
         self.stats.failed_requests += 1
         self.stats.failed_keys += len(keys)

@@ -20,6 +20,7 @@ from pyspark.sql.types import (
 from lookup_source.connectors.base import ConnectorConfig
 from lookup_source.engine import EngineSpec
 from lookup_source.errors import SchemaError
+from lookup_source.metrics import new_accumulator
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.plan import LookupPlan
 from lookup_source.runner import run_lookups
@@ -63,15 +64,27 @@ def lookup_join(
     on_columns = resolve_on(df.schema, on, plan)
     out_schema = output_schema(df.schema, plan)
     spec = plan.engine_spec(tuple(on_columns), how=how)
-    function = functools.partial(_lookup_partition, spec=spec, config=plan.connector_config())
-    return df.mapInArrow(function, out_schema)
+    accumulator = new_accumulator(df.sparkSession)
+    function = functools.partial(
+        _lookup_partition, spec=spec, config=plan.connector_config(), metrics=accumulator
+    )
+    result = df.mapInArrow(function, out_schema)
+    if accumulator is not None:
+        # read it with lookup_metrics(result)
+        result._asynclookup_metrics = accumulator  # type: ignore[attr-defined]
+    return result
 
 
 def _lookup_partition(
-    batches: Iterator[pa.RecordBatch], *, spec: EngineSpec, config: ConnectorConfig
+    batches: Iterator[pa.RecordBatch],
+    *,
+    spec: EngineSpec,
+    config: ConnectorConfig,
+    metrics: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """The function each task runs (under mapInArrow); module level, so it pickles by name."""
-    yield from run_lookups(batches, spec, config)
+    on_stats = metrics.add if metrics is not None else None
+    yield from run_lookups(batches, spec, config, on_stats=on_stats)
 
 
 def resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan) -> list[str]:

@@ -68,3 +68,27 @@ def _distinct_python(values: Sequence[Any], is_null: Any) -> DistinctKeys:
             index = positions[value] = len(positions)
         indices.append(index)
     return DistinctKeys(list(positions), pa.array(indices, type=pa.int32()))
+
+
+def typed_keys(
+    keys: Sequence[Any], key_types: Sequence[pa.DataType | None], key_columns: Sequence[str]
+) -> list[Any]:
+    """Keys as the key columns' types (a scan may return text for a numeric key); keys that
+    cannot be converted are dropped: no lookup could ever ask for them."""
+    from lookup_source.arrow_values import to_arrow_column
+
+    if not keys:
+        return []
+    columns: list[list[Any]] = []
+    bad: set[int] = set()
+    for index, (arrow_type, column) in enumerate(zip(key_types, key_columns)):
+        values = [k[index] if isinstance(k, tuple) else k for k in keys]
+        if arrow_type is None:
+            columns.append(list(values))
+            continue
+        array, errors = to_arrow_column(values, arrow_type, column=column)
+        bad.update(errors)
+        columns.append(array.to_pylist())
+    if len(columns) == 1:
+        return [key for position, key in enumerate(columns[0]) if position not in bad]
+    return [key for position, key in enumerate(zip(*columns)) if position not in bad]

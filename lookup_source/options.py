@@ -231,6 +231,44 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         default_doc="0",
     ),
     OptionSpec(
+        "retry.on-miss",
+        parse_bool,
+        False,
+        "Retry a missing key with the same backoff before treating it as missing (dimension "
+        "rows that arrive after the facts).",
+    ),
+    OptionSpec(
+        "cache.mode",
+        choice("partial", "full"),
+        "partial",
+        "`partial`: an LRU of looked-up keys per Python worker (on when cache.max-rows > 0); "
+        "`full`: the whole table, loaded once per worker through the connector's scan.",
+    ),
+    OptionSpec(
+        "cache.max-rows",
+        parse_non_negative_int,
+        0,
+        "Keys kept by the partial cache per worker (0 = no cache).",
+    ),
+    OptionSpec(
+        "cache.ttl.ms",
+        parse_non_negative_int,
+        0,
+        "A cached key expires this long after it was written (0 = never).",
+    ),
+    OptionSpec(
+        "cache.missing-keys",
+        parse_bool,
+        True,
+        "Cache misses too, so a missing key is not asked again until it expires.",
+    ),
+    OptionSpec(
+        "cache.reload.ms",
+        parse_non_negative_int,
+        0,
+        "Full cache: reload the table in the background this often (0 = never).",
+    ),
+    OptionSpec(
         "keys",
         parse_keys,
         None,
@@ -273,6 +311,21 @@ class RetrySettings:
 
 
 @dataclass(frozen=True)
+class CacheSettings:
+    """The lookup cache: ``mode`` partial (LRU, on when ``max_rows`` > 0) or full."""
+
+    mode: str = "partial"
+    max_rows: int = 0
+    ttl_ms: int = 0
+    missing_keys: bool = True
+    reload_ms: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode == "full" or self.max_rows > 0
+
+
+@dataclass(frozen=True)
 class LookupOptions:
     """Every option, typed and validated. Build it with :func:`parse_options`.
 
@@ -289,6 +342,8 @@ class LookupOptions:
     output_mode: str = "ordered"
     on_error: str = "fail"
     rate_limit: float = 0.0
+    retry_on_miss: bool = False
+    cache: CacheSettings = field(default_factory=CacheSettings)
     keys: tuple[Any, ...] | None = None
     partitions: int | None = None
     filter_pushdown: bool = True
@@ -406,6 +461,14 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         output_mode=parsed.get("output.mode", "ordered"),
         on_error=parsed.get("on.error", "fail"),
         rate_limit=parsed.get("rate.limit", 0.0),
+        retry_on_miss=parsed.get("retry.on-miss", False),
+        cache=CacheSettings(
+            mode=parsed.get("cache.mode", "partial"),
+            max_rows=parsed.get("cache.max-rows", 0),
+            ttl_ms=parsed.get("cache.ttl.ms", 0),
+            missing_keys=parsed.get("cache.missing-keys", True),
+            reload_ms=parsed.get("cache.reload.ms", 0),
+        ),
         keys=parsed.get("keys"),
         partitions=parsed.get("partitions"),
         filter_pushdown=parsed.get("filter.pushdown", True),

@@ -116,7 +116,15 @@ class LookupPlan:
                 "columns to fetch, e.g. 'user_id long, name string, tier int'"
             )
         plan = cls(opts, struct, tuple(key_fields), value_fields)
-        opts.connector_class().validate_config(plan.connector_config())
+        client_class = opts.connector_class()
+        config = plan.connector_config()
+        client_class.validate_config(config)
+        if opts.cache.mode == "full" and not client_class.can_scan(config):
+            raise OptionError(
+                "cache.mode",
+                f"is full, but the {opts.connector} connector cannot scan a whole table to load "
+                "it; use cache.mode=partial with cache.max-rows",
+            )
         return plan
 
     @property

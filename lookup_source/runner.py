@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
+from lookup_source.cache import (
+    FullCache,
+    PartialCache,
+    load_table,
+    reload_in_background,
+    worker_cache,
+)
 from lookup_source.connectors.base import ConnectorConfig, LookupClient
 from lookup_source.engine import EngineSpec, LookupEngine, LookupStats
+from lookup_source.keys import typed_keys
 
 log = logging.getLogger("lookup_source")
 
@@ -53,10 +62,36 @@ class LookupTask:
             factory = client_factory or spec.options.connector_class()
             self._client = factory(config)
             self._loop.run_until_complete(self._client.open())
-            self._engine = LookupEngine(self._client, spec)
+            cache = self._worker_cache(spec, config, factory)
+            self._engine = LookupEngine(self._client, spec, cache=cache)
         except BaseException:
             self.close()
             raise
+
+    def _worker_cache(self, spec: EngineSpec, config: ConnectorConfig, factory: Any) -> Any:
+        settings = spec.options.cache
+        if settings.mode == "full":
+            cache = worker_cache("full", config, lambda: FullCache(settings.reload_ms / 1000))
+
+            def normalise(keys: Sequence[Any]) -> list[Any]:
+                return typed_keys(
+                    keys, spec.key_types or [None] * len(config.key_columns), config.key_columns
+                )
+
+            assert self._client is not None
+            with cache.load_lock:
+                if not cache.loaded:
+                    cache.install(
+                        self._loop.run_until_complete(load_table(self._client, normalise))
+                    )
+            if cache.claim_reload():
+                reload_in_background(cache, lambda: factory(config), normalise)
+            return cache
+        if settings.max_rows > 0:
+            return worker_cache(
+                "partial", config, lambda: PartialCache(settings.max_rows, settings.ttl_ms / 1000)
+            )
+        return None
 
     @property
     def stats(self) -> LookupStats | None:

@@ -31,6 +31,7 @@ from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult
 
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.join import output_schema, resolve_on
+from lookup_source.metrics import new_accumulator
 from lookup_source.options import LookupOptions, parse_options
 from lookup_source.plan import LookupPlan
 from lookup_source.runner import LookupTask
@@ -81,7 +82,8 @@ def register_lookup_table(
     spark.dataSource.register(AsyncLookupDataSource)
     reader = spark.read.format("asynclookup").options(**raw).schema(plan.schema)
     reader.load().createOrReplaceTempView(name)
-    spark.udtf.register(f"{name}_lookup", lookup_table_function(plan))
+    metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
+    spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics))
 
 
 def _raw_options(options: Mapping[str, Any] | LookupOptions) -> dict[str, str]:
@@ -125,7 +127,7 @@ def _passthrough_arrow_schema(schema: StructType) -> pa.Schema:
     return pa.schema(fields)
 
 
-def lookup_table_function(plan: LookupPlan) -> Any:
+def lookup_table_function(plan: LookupPlan, metrics: Any = None) -> Any:
     """A Python UDTF class that performs the lookup join of ``plan`` from SQL."""
     from pyspark.sql.functions import udtf
 
@@ -163,7 +165,11 @@ def lookup_table_function(plan: LookupPlan) -> Any:
 
         def _submit(self) -> Iterator[tuple[Any, ...]]:
             if self.task is None:
-                self.task = LookupTask(self.spec, plan.connector_config())
+                self.task = LookupTask(
+                    self.spec,
+                    plan.connector_config(),
+                    on_stats=metrics.add if metrics is not None else None,
+                )
             if self.rows:
                 batch = pa.RecordBatch.from_pylist(self.rows, schema=self.arrow_schema)
                 self.rows = []

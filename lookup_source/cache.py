@@ -1,0 +1,188 @@
+"""Lookup caches, one per Python worker process, shared by the tasks that reuse the worker.
+
+- :class:`PartialCache`: LRU of at most ``cache.max-rows`` keys, entries expire
+  ``cache.ttl.ms`` after they were written; misses are cached too unless
+  ``cache.missing-keys=false``.
+- :class:`FullCache`: the whole table, loaded through the connector's scan, answered locally,
+  reloaded every ``cache.reload.ms`` in a background thread.
+
+Caches are keyed by the connector configuration (connector, address, options, key and value
+columns), so two lookup tables never share entries. Both are thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Record
+
+log = logging.getLogger("lookup_source")
+
+MISSING: Any = object()
+"""Cached marker of a key the store does not have."""
+
+Clock = Callable[[], float]
+
+
+def cache_identity(config: ConnectorConfig) -> str:
+    """What makes two lookups share a cache: the same store, table and columns."""
+    parts = [
+        config.connector,
+        config.url or "",
+        repr(sorted((k, repr(v)) for k, v in config.options.items())),
+        repr(config.key_columns),
+        repr(config.value_columns),
+        repr([str(t) for t in config.value_types]),
+    ]
+    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+class PartialCache:
+    """A thread-safe LRU map key -> record (or :data:`MISSING`) with a time-to-live."""
+
+    def __init__(self, max_rows: int, ttl_s: float = 0.0, *, clock: Clock = time.monotonic):
+        self.max_rows = max_rows
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._entries: OrderedDict[Key, tuple[Any, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """The cached values of ``keys`` (a record or MISSING); absent keys are not cached."""
+        now = self._clock()
+        found: dict[Key, Any] = {}
+        with self._lock:
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is None:
+                    continue
+                value, written = entry
+                if self.ttl_s and now - written >= self.ttl_s:
+                    del self._entries[key]
+                    continue
+                self._entries.move_to_end(key)
+                found[key] = value
+        return found
+
+    def put_many(self, items: Iterable[tuple[Key, Any]]) -> None:
+        now = self._clock()
+        with self._lock:
+            for key, value in items:
+                self._entries[key] = (value, now)
+                self._entries.move_to_end(key)
+            while len(self._entries) > self.max_rows:
+                self._entries.popitem(last=False)
+
+
+class FullCache:
+    """The whole table in memory, loaded once per worker and reloaded in the background."""
+
+    def __init__(self, reload_s: float, *, clock: Clock = time.monotonic) -> None:
+        self.reload_s = reload_s
+        self._clock = clock
+        self._table: dict[Key, Record] | None = None
+        self._loaded_at = 0.0
+        self._lock = threading.Lock()
+        self._reloading = False
+        self.loads = 0
+        self.load_lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._table is not None
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        table = self._table or {}
+        return {key: table.get(key, MISSING) for key in keys}
+
+    def install(self, table: dict[Key, Record]) -> None:
+        with self._lock:
+            self._table = table
+            self._loaded_at = self._clock()
+            self.loads += 1
+            self._reloading = False
+
+    def stale(self) -> bool:
+        return bool(self.reload_s) and self._clock() - self._loaded_at >= self.reload_s
+
+    def claim_reload(self) -> bool:
+        """True for exactly one caller while a reload is due and none is running."""
+        with self._lock:
+            if self._reloading or not self.stale():
+                return False
+            self._reloading = True
+            return True
+
+    def release_reload(self) -> None:
+        with self._lock:
+            self._reloading = False
+
+
+async def load_table(
+    client: LookupClient, normalise: Callable[[Sequence[Key]], list[Key]]
+) -> dict[Key, Record]:
+    """Read the whole table through ``client.scan()``; keys typed as the key columns."""
+    keys: list[Key] = []
+    records: list[Record] = []
+    async for key, record in client.scan(0, 1):
+        if isinstance(record, dict):
+            keys.append(key)
+            records.append(record)
+    return dict(zip(normalise(keys), records))
+
+
+def reload_in_background(
+    cache: FullCache,
+    factory: Callable[[], LookupClient],
+    normalise: Callable[[Sequence[Key]], list[Key]],
+) -> None:
+    """Reload ``cache`` in a daemon thread with its own event loop and client."""
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        client = factory()
+        try:
+            loop.run_until_complete(client.open())
+            cache.install(loop.run_until_complete(load_table(client, normalise)))
+        except Exception:
+            log.warning(
+                "asynclookup: reloading the full cache failed; keeping the old table", exc_info=True
+            )
+            cache.release_reload()
+        finally:
+            try:
+                loop.run_until_complete(client.close())
+            finally:
+                loop.close()
+
+    threading.Thread(target=run, name="asynclookup-cache-reload", daemon=True).start()
+
+
+_CACHES: dict[tuple[str, str], Any] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def worker_cache(kind: str, config: ConnectorConfig, make: Callable[[], Any]) -> Any:
+    """The cache of this worker process for ``config`` (created on first use)."""
+    identity = (kind, cache_identity(config))
+    with _CACHES_LOCK:
+        cache = _CACHES.get(identity)
+        if cache is None:
+            cache = _CACHES[identity] = make()
+        return cache
+
+
+def clear_worker_caches() -> None:
+    """Forget every cache of this process (for tests)."""
+    with _CACHES_LOCK:
+        _CACHES.clear()

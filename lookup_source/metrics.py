@@ -1,0 +1,187 @@
+"""Lookup metrics: counted per task, merged on the driver through a Spark accumulator.
+
+::
+
+    enriched = lookup_join(events, "user_id", schema=..., options=...)
+    enriched.write.parquet("/data/out")
+    m = lookup_metrics(enriched)        # every task of every action run so far
+    m.requests, m.cache_hits, m.retries, m.p99_ms
+    print(m)                            # one line: keys, requests, hits, retries, latency...
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger("lookup_source")
+
+_BASE_MS = 0.01
+_GROWTH = 1.1
+_BUCKETS = 200  # up to 0.01 ms * 1.1**200 ≈ 19 hours
+
+
+def _bucket(ms: float) -> int:
+    if ms <= _BASE_MS:
+        return 0
+    return min(_BUCKETS - 1, int(math.log(ms / _BASE_MS, _GROWTH)) + 1)
+
+
+@dataclass
+class LookupMetrics:
+    """Counters of one task, or of many merged. Latencies are kept in a fixed histogram
+    (10% wide buckets), so memory stays constant whatever the number of requests."""
+
+    tasks: int = 0
+    rows: int = 0
+    keys: int = 0
+    null_keys: int = 0
+    requests: int = 0
+    retries: int = 0
+    timeouts: int = 0
+    failed_requests: int = 0
+    failed_keys: int = 0
+    missing_keys: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    peak_in_flight: int = 0
+    latency_max_ms: float = 0.0
+    latency_buckets: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def record_latency(self, seconds: float) -> None:
+        ms = seconds * 1000.0
+        index = _bucket(ms)
+        self.latency_buckets[index] = self.latency_buckets.get(index, 0) + 1
+        self.latency_max_ms = max(self.latency_max_ms, ms)
+
+    def merge(self, other: LookupMetrics) -> LookupMetrics:
+        """Add ``other`` into this one (peak in flight: the highest of any task)."""
+        for name in (
+            "tasks",
+            "rows",
+            "keys",
+            "null_keys",
+            "requests",
+            "retries",
+            "timeouts",
+            "failed_requests",
+            "failed_keys",
+            "missing_keys",
+            "cache_hits",
+            "cache_misses",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.peak_in_flight = max(self.peak_in_flight, other.peak_in_flight)
+        self.latency_max_ms = max(self.latency_max_ms, other.latency_max_ms)
+        for index, count in other.latency_buckets.items():
+            self.latency_buckets[index] = self.latency_buckets.get(index, 0) + count
+        return self
+
+    def latency_ms(self, quantile: float) -> float:
+        """Request latency at ``quantile`` (0..1), to within 10%; 0 when nothing was sent."""
+        total = sum(self.latency_buckets.values())
+        if not total:
+            return 0.0
+        rank = quantile * total
+        seen = 0
+        for index in sorted(self.latency_buckets):
+            seen += self.latency_buckets[index]
+            if seen >= rank:
+                upper = _BASE_MS * _GROWTH**index
+                return min(upper, self.latency_max_ms)
+        return self.latency_max_ms
+
+    @property
+    def p50_ms(self) -> float:
+        return self.latency_ms(0.50)
+
+    @property
+    def p95_ms(self) -> float:
+        return self.latency_ms(0.95)
+
+    @property
+    def p99_ms(self) -> float:
+        return self.latency_ms(0.99)
+
+    @property
+    def cache_hit_rate(self) -> float:
+        looked = self.cache_hits + self.cache_misses
+        return self.cache_hits / looked if looked else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("latency_buckets")
+        data.update(p50_ms=self.p50_ms, p95_ms=self.p95_ms, p99_ms=self.p99_ms)
+        return data
+
+    def __str__(self) -> str:
+        return (
+            f"asynclookup: {self.rows:,} rows, {self.keys:,} distinct keys per batch, "
+            f"{self.requests:,} requests, {self.cache_hits:,} cache hits, "
+            f"{self.retries:,} retries, {self.timeouts:,} timeouts, "
+            f"{self.failed_keys:,} failed keys, {self.missing_keys:,} missing, "
+            f"peak {self.peak_in_flight} in flight, latency p50 {self.p50_ms:.1f} ms, "
+            f"p95 {self.p95_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, max {self.latency_max_ms:.1f} ms"
+            f" over {self.tasks} task(s)"
+        )
+
+
+try:
+    from pyspark.accumulators import AccumulatorParam
+except ImportError:  # pragma: no cover - pyspark is a dependency
+    AccumulatorParam = object  # type: ignore[assignment,misc]
+
+
+class MetricsAccumulatorParam(AccumulatorParam):
+    """Merges the metrics of every task into the driver's accumulator."""
+
+    def zero(self, value: LookupMetrics) -> LookupMetrics:
+        return LookupMetrics()
+
+    def addInPlace(self, value1: LookupMetrics, value2: LookupMetrics) -> LookupMetrics:
+        return value1.merge(value2)
+
+
+_NAMED: dict[str, Any] = {}
+
+
+def new_accumulator(spark: Any, name: str | None = None) -> Any:
+    """An accumulator of :class:`LookupMetrics`, or None where there is no SparkContext
+    (Spark Connect)."""
+    try:
+        context = spark.sparkContext
+    except Exception:
+        return None
+    accumulator = context.accumulator(LookupMetrics(), MetricsAccumulatorParam())
+    if name:
+        _NAMED[name.lower()] = accumulator
+    return accumulator
+
+
+def lookup_metrics(source: Any) -> LookupMetrics:
+    """The metrics of a DataFrame returned by ``lookup_join`` (or of anything derived from it),
+    or of a table registered with ``register_lookup_table`` (by name: its table function),
+    summed over every action run so far."""
+    if isinstance(source, str):
+        accumulator = _NAMED.get(source.lower())
+        if accumulator is None:
+            raise KeyError(f"no lookup table named {source!r} was registered in this session")
+    else:
+        accumulator = getattr(source, "_asynclookup_metrics", None)
+        if accumulator is None:
+            raise ValueError(
+                "this DataFrame was not returned by lookup_join (or metrics are not "
+                "available over Spark Connect)"
+            )
+    value = accumulator.value
+    assert isinstance(value, LookupMetrics)
+    return value
+
+
+def log_metrics(source: Any) -> LookupMetrics:
+    """Log the metrics of ``source`` at INFO on the ``lookup_source`` logger; return them."""
+    metrics = lookup_metrics(source)
+    log.info("%s", metrics)
+    return metrics

@@ -1,0 +1,212 @@
+"""The lookup cache, retry on miss, and metrics, with the in-process fake store."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Any
+
+import pytest
+
+from lookup_source.cache import MISSING, FullCache, PartialCache, clear_worker_caches
+from lookup_source.engine import LookupStats
+from lookup_source.errors import OptionError
+from lookup_source.metrics import LookupMetrics
+from lookup_source.options import CacheSettings, parse_options
+from lookup_source.plan import LookupPlan
+from lookup_source.runner import run_lookups
+from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+
+TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(100)}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches() -> None:
+    clear_worker_caches()
+
+
+def run(
+    spec: Any, batches: list[Any], store: FakeStore, stats: list[LookupStats] | None = None
+) -> list[dict[str, Any]]:
+    out = run_lookups(
+        batches,
+        spec,
+        make_config(spec),
+        client_factory=lambda c: FakeClient(c, store),
+        on_stats=stats.append if stats is not None else None,
+    )
+    return [row for batch in out for row in batch.to_pylist()]
+
+
+def cached(**cache: Any) -> Any:
+    return make_options(cache=CacheSettings(**cache))
+
+
+def test_partial_cache_lru_and_ttl() -> None:
+    clock = Clock()
+    cache = PartialCache(max_rows=2, ttl_s=10, clock=clock)
+    cache.put_many([(1, {"v": 1}), (2, MISSING)])
+    assert cache.get_many([1, 2, 3]) == {1: {"v": 1}, 2: MISSING}
+    cache.get_many([1])  # 1 is now the most recently used
+    cache.put_many([(3, {"v": 3})])
+    assert set(cache.get_many([1, 2, 3])) == {1, 3}  # 2 was evicted
+    clock.now = 10.0
+    assert cache.get_many([1, 3]) == {}  # expired 10 s after they were written
+
+
+def test_cache_hits_send_no_request_and_misses_are_cached() -> None:
+    store = FakeStore(TABLE)
+    spec = make_spec(cached(max_rows=1000))
+    stats: list[LookupStats] = []
+    first = run(spec, [key_batch([1, 2, 500])], store, stats)
+    second = run(spec, [key_batch([2, 1, 500, 3])], store, stats)
+    assert [r["name"] for r in first] == ["user-1", "user-2", None]
+    assert [r["name"] for r in second] == ["user-2", "user-1", None, "user-3"]
+    assert [k for request in store.requests for k in request] == [1, 2, 500, 3]
+    assert stats[1].cache_hits == 3 and stats[1].cache_misses == 1
+    assert stats[1].requests == 1
+
+
+def test_missing_keys_not_cached_when_asked() -> None:
+    store = FakeStore(TABLE)
+    spec = make_spec(cached(max_rows=1000, missing_keys=False))
+    run(spec, [key_batch([500])], store)
+    run(spec, [key_batch([500])], store)
+    assert store.requests == [[500], [500]]
+
+
+def test_two_lookup_tables_never_share_entries() -> None:
+    store_a = FakeStore({1: {"name": "from a", "n": 1}})
+    store_b = FakeStore({1: {"name": "from b", "n": 1}})
+    spec = make_spec(cached(max_rows=10))
+    config_b = dataclasses.replace(make_config(spec), url="fake://other-store")
+    run(spec, [key_batch([1])], store_a)
+    out = run_lookups(
+        [key_batch([1])], spec, config_b, client_factory=lambda c: FakeClient(c, store_b)
+    )
+    assert next(out).to_pylist()[0]["name"] == "from b"
+
+
+def test_errors_are_not_cached() -> None:
+    from lookup_source.errors import TransientError
+
+    store = FakeStore(TABLE)
+    store.failures = [TransientError("503")]
+    spec = make_spec(
+        dataclasses.replace(
+            cached(max_rows=10), on_error="null", retry=make_options(max_attempts=1).retry
+        )
+    )
+    assert run(spec, [key_batch([1])], store)[0]["name"] is None
+    assert run(spec, [key_batch([1])], store)[0]["name"] == "user-1"
+
+
+class ScanningClient(FakeClient):
+    supports_scan = True
+
+    async def scan(self, partition: int = 0, partitions: int = 1):  # type: ignore[override]
+        self.store.requests.append(["<scan>"])
+        for key, record in self.store.table.items():
+            yield str(key), record  # like Redis: keys come back as text
+
+
+def test_full_cache_loads_once_and_answers_locally() -> None:
+    store = FakeStore(TABLE)
+    spec = make_spec(cached(mode="full"))
+    spec = dataclasses.replace(spec, key_types=(key_batch([1]).schema.field("k").type,))
+    run_full = lambda keys: [  # noqa: E731
+        row
+        for batch in run_lookups(
+            [key_batch(keys)],
+            spec,
+            make_config(spec),
+            client_factory=lambda c: ScanningClient(c, store),
+        )
+        for row in batch.to_pylist()
+    ]
+    assert [r["name"] for r in run_full([1, 2, 500])] == ["user-1", "user-2", None]
+    assert [r["name"] for r in run_full([99])] == ["user-99"]
+    assert store.requests == [["<scan>"]]  # loaded once, no lookup request at all
+
+
+def test_full_cache_reloads_in_the_background() -> None:
+    clock = Clock()
+    cache = FullCache(reload_s=5, clock=clock)
+    cache.install({1: {"v": "old"}})
+    assert not cache.claim_reload()
+    clock.now = 6
+    assert cache.claim_reload() and not cache.claim_reload()  # one reloader at a time
+    cache.install({1: {"v": "new"}})
+    assert cache.get_many([1, 2]) == {1: {"v": "new"}, 2: MISSING} and cache.loads == 2
+
+
+def test_full_cache_needs_a_connector_that_scans() -> None:
+    with pytest.raises(OptionError, match="option 'cache.mode': is full, but the http connector"):
+        LookupPlan.build(
+            {"connector": "http", "url": "http://h/{key}", "cache.mode": "full"},
+            "id long, v string",
+        )
+
+
+def test_retry_on_miss_finds_late_rows() -> None:
+    store = FakeStore(TABLE)
+    calls = 0
+    original = FakeClient.lookup
+
+    async def late(self, keys):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            store.table[777] = {"name": "late", "n": 777}  # the row arrives after the fact
+        return await original(self, keys)
+
+    spec = make_spec(dataclasses.replace(make_options(max_attempts=3), retry_on_miss=True))
+    stats: list[LookupStats] = []
+    FakeClient.lookup = late  # type: ignore[method-assign]
+    try:
+        out = run(spec, [key_batch([1, 777])], store, stats)
+    finally:
+        FakeClient.lookup = original  # type: ignore[method-assign]
+    assert [r["name"] for r in out] == ["user-1", "late"]
+    assert store.requests == [[1, 777], [777]]  # only the missing key is asked again
+    assert stats[0].retries == 1
+    store.requests.clear()
+    out = run(spec, [key_batch([888])], store)
+    assert out[0]["name"] is None and len(store.requests) == 3  # then it is really missing
+
+
+def test_metrics_merge_and_percentiles() -> None:
+    a, b = LookupMetrics(tasks=1, requests=3, peak_in_flight=4), LookupMetrics(tasks=1)
+    for ms in (1, 2, 3, 4, 100):
+        a.record_latency(ms / 1000)
+    b.record_latency(0.010)
+    b.requests = 1
+    b.peak_in_flight = 9
+    merged = pickle.loads(pickle.dumps(a)).merge(b)
+    assert merged.tasks == 2 and merged.requests == 4 and merged.peak_in_flight == 9
+    assert 2.7 <= merged.p50_ms <= 4.4 and merged.latency_max_ms == pytest.approx(100)
+    assert 90 <= merged.p99_ms <= 100
+    assert "4 requests" in str(merged)
+
+
+def test_cache_options_parse() -> None:
+    options = parse_options(
+        {
+            "connector": "redis",
+            "url": "redis://h",
+            "cache.max-rows": "5",
+            "cache.ttl.ms": "1000",
+            "cache.missing-keys": "false",
+            "retry.on-miss": "true",
+        }
+    )
+    assert options.cache == CacheSettings("partial", 5, 1000, False, 0)
+    assert options.retry_on_miss
