@@ -19,9 +19,9 @@ It is driven batch by batch::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
-import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,16 +41,36 @@ from lookup_source.retry import Backoff
 
 Sleep = Callable[[float], Awaitable[Any]]
 
-if sys.version_info >= (3, 11):
+_GRACE_S = 1.0
+"""How long a timed-out request may take to honour its cancellation before it is abandoned."""
 
-    async def _with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
-        async with asyncio.timeout(seconds):  # no extra task per request, unlike wait_for
-            return await awaitable
 
-else:  # pragma: no cover - Python 3.10
+async def _with_deadline(
+    awaitable: Awaitable[Any], seconds: float, abandoned: set[asyncio.Future[Any]]
+) -> Any:
+    """Await ``awaitable`` for at most ``seconds``; raise ``TimeoutError`` after that.
 
-    async def _with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
-        return await asyncio.wait_for(awaitable, seconds)
+    The deadline holds even for a client that swallows cancellation (a driver stuck on a dead
+    connection): the request is cancelled, given a short grace, then abandoned so the task
+    goes on; abandoned requests are cancelled again when the task closes.
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if done:
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task}, timeout=min(_GRACE_S, seconds))
+    if not task.done():
+        abandoned.add(task)
+        task.add_done_callback(abandoned.discard)
+    else:
+        with contextlib.suppress(BaseException):
+            task.result()  # consume its outcome: never "exception was never retrieved"
+    raise TimeoutError
 
 
 @dataclass(frozen=True)
@@ -138,6 +158,7 @@ class LookupEngine:
         self._finished: deque[_Job] = deque()
         self._numbers = itertools.count()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._abandoned: set[asyncio.Future[Any]] = set()
         self._in_flight = 0
         self._buffered_rows = 0
         self._failure: BaseException | None = None
@@ -184,6 +205,11 @@ class LookupEngine:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        stuck = list(self._abandoned)
+        for future in stuck:
+            future.cancel()
+        if stuck:  # requests that ignored their cancellation: do not wait for them forever
+            await asyncio.wait(stuck, timeout=_GRACE_S)
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -294,7 +320,9 @@ class LookupEngine:
             self.stats.requests += 1
             started = loop.time()
             try:
-                result = await _with_timeout(self.client.lookup(pending), self._timeout_s)
+                result = await _with_deadline(
+                    self.client.lookup(pending), self._timeout_s, self._abandoned
+                )
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 self.stats.timeouts += 1
                 error: BaseException = (

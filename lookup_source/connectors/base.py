@@ -69,6 +69,13 @@ class ConnectorConfig:
     def value_type(self, column: str) -> pa.DataType:
         return self.value_types[self.value_columns.index(column)]
 
+    def __repr__(self) -> str:  # never show a password in a plan, log or error
+        return (
+            f"ConnectorConfig(connector={self.connector!r}, url={self.display_url!r}, "
+            f"key_columns={self.key_columns!r}, value_columns={self.value_columns!r}, "
+            f"capacity={self.capacity}, batch_size={self.batch_size})"
+        )
+
 
 class LookupClient:
     """Base class of connectors. Subclasses implement :meth:`lookup`, and usually

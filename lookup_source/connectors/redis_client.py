@@ -107,12 +107,16 @@ class RedisLookupClient(LookupClient):
 
     async def open(self) -> None:
         from redis.asyncio import BlockingConnectionPool, Redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
         assert self.config.url is not None
         pool = BlockingConnectionPool.from_url(
             self.config.url,
             max_connections=max(1, self.config.capacity),
             timeout=None,
+            # the engine retries with the configured policy and counts it: no hidden retries
+            retry=Retry(NoBackoff(), 0),
         )
         self._redis = Redis(connection_pool=pool, decode_responses=False)
 
