@@ -43,12 +43,16 @@ def spark() -> Iterator[Any]:
     # Executors start Python from PYSPARK_PYTHON: it must be the interpreter with our package.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # executors import test helpers (connector classes given as module:Class) from the repo
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     from pyspark.sql import SparkSession
 
     from lookup_source import AsyncLookupDataSource
 
     session = (
-        SparkSession.builder.master("local[2]")
+        # local[2,2]: two cores, and a failed task is tried once more, as on a cluster
+        SparkSession.builder.master("local[2,2]")
         .appName("asynclookup-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

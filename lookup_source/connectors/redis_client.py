@@ -9,6 +9,7 @@ per round trip, over a pool of at most ``capacity`` connections.
 from __future__ import annotations
 
 import json
+import os
 import re
 import string
 import zlib
@@ -20,7 +21,7 @@ import pyarrow as pa
 from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult
 from lookup_source.connectors.templates import KeyTemplate
 from lookup_source.errors import OptionError, PermanentError, RecordError, SchemaError
-from lookup_source.options import OptionSpec, choice, parse_required_text
+from lookup_source.options import OptionSpec, choice, parse_required_text, parse_text
 
 _EXCERPT = 80
 
@@ -52,6 +53,13 @@ class RedisLookupClient(LookupClient):
             "{key}",
             "How a key becomes a Redis key: `user:{key}`; composite keys name their columns, "
             "`{tenant}:{user_id}`.",
+        ),
+        OptionSpec(
+            "redis.password.env",
+            parse_text,
+            None,
+            "Name of an environment variable, on the executors, holding the password (it "
+            "overrides one in the URL), so the secret never sits in an option.",
         ),
         OptionSpec(
             "redis.value.format",
@@ -111,8 +119,18 @@ class RedisLookupClient(LookupClient):
         from redis.backoff import NoBackoff
 
         assert self.config.url is not None
+        extra: dict[str, Any] = {}
+        variable = self.config.options.get("redis.password.env")
+        if variable:
+            if variable not in os.environ:
+                raise PermanentError(
+                    f"option 'redis.password.env' names environment variable {variable!r}, "
+                    "which is not set on this executor"
+                )
+            extra["password"] = os.environ[variable]
         pool = BlockingConnectionPool.from_url(
             self.config.url,
+            **extra,
             max_connections=max(1, self.config.capacity),
             timeout=None,
             # the engine retries with the configured policy and counts it: no hidden retries

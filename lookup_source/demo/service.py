@@ -48,6 +48,7 @@ class BackgroundHttpServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self.ssl_context: Any = None
 
     @property
     def base_url(self) -> str:
@@ -78,7 +79,9 @@ class BackgroundHttpServer:
     async def _serve(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
+        site = web.TCPSite(
+            self._runner, self.host, self.port, backlog=1024, ssl_context=self.ssl_context
+        )
         await site.start()
         server = getattr(site, "_server", None)
         if self.port == 0 and server is not None and server.sockets:

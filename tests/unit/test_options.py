@@ -12,7 +12,11 @@ from lookup_source.errors import ConnectorNotFoundError, OptionError
 from lookup_source.options import CORE_OPTIONS, parse_options
 
 BASE = {"connector": "redis", "url": "redis://localhost:6379/0"}
-KNOWN = {spec.name for spec in CORE_OPTIONS} | {"redis.key.pattern", "redis.value.format"}
+KNOWN = {spec.name for spec in CORE_OPTIONS} | {
+    "redis.key.pattern",
+    "redis.value.format",
+    "redis.password.env",
+}
 
 
 def test_defaults() -> None:
@@ -27,7 +31,11 @@ def test_defaults() -> None:
     assert opts.output_mode == "ordered" and opts.ordered
     assert opts.on_error == "fail"
     assert opts.key_columns is None and opts.keys is None and opts.partitions is None
-    assert opts.connector_options == {"redis.key.pattern": "{key}", "redis.value.format": "json"}
+    assert opts.connector_options == {
+        "redis.key.pattern": "{key}",
+        "redis.password.env": None,
+        "redis.value.format": "json",
+    }
 
 
 def test_every_option_parses() -> None:
