@@ -23,6 +23,15 @@ def build_parser() -> argparse.ArgumentParser:
         "yours) with lookup_join, and compare with a synchronous per-row UDF on the same service.",
     )
     add_arguments(demo)
+    from lookup_source.bench.run import add_arguments as add_bench_arguments
+
+    bench = commands.add_parser(
+        "bench",
+        help="benchmark asynclookup against the other ways of doing a lookup join",
+        description="Run every way of doing a lookup join against the same server and keys, "
+        "and write a Markdown table, a JSON file and a plot.",
+    )
+    add_bench_arguments(bench)
     return parser
 
 
@@ -33,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         from lookup_source.demo.run import run_demo
 
         return run_demo(args)
+    if args.command == "bench":
+        from lookup_source.bench.run import run_bench
+
+        return run_bench(args)
     parser.print_help()
     return 2
 

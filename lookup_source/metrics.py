@@ -47,6 +47,7 @@ class LookupMetrics:
     cache_hits: int = 0
     cache_misses: int = 0
     peak_in_flight: int = 0
+    peak_rss_mb: float = 0.0
     latency_max_ms: float = 0.0
     latency_buckets: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -74,6 +75,7 @@ class LookupMetrics:
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.peak_in_flight = max(self.peak_in_flight, other.peak_in_flight)
+        self.peak_rss_mb = max(self.peak_rss_mb, other.peak_rss_mb)
         self.latency_max_ms = max(self.latency_max_ms, other.latency_max_ms)
         for index, count in other.latency_buckets.items():
             self.latency_buckets[index] = self.latency_buckets.get(index, 0) + count

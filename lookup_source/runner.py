@@ -124,9 +124,19 @@ class LookupTask:
         finally:
             loop.close()
         if self._engine is not None:
+            self._engine.stats.peak_rss_mb = _peak_rss_mb()
             if self._on_stats is not None:
                 self._on_stats(self._engine.stats)
             log.debug("asynclookup task stats: %s", self._engine.stats)
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this worker process so far (Linux reports KiB)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return 0.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def run_lookups(

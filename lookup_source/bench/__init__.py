@@ -1,0 +1,1 @@
+"""Benchmarks: asynclookup against the alternatives, in one run."""
