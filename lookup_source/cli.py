@@ -32,6 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and write a Markdown table, a JSON file and a plot.",
     )
     add_bench_arguments(bench)
+    serve = commands.add_parser(
+        "serve",
+        help="run the demo user-profile HTTP service (for docker compose and examples)",
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--users", type=int, default=10_000)
+    serve.add_argument("--latency-ms", type=float, default=5.0)
     return parser
 
 
@@ -42,6 +50,24 @@ def main(argv: list[str] | None = None) -> int:
         from lookup_source.demo.run import run_demo
 
         return run_demo(args)
+    if args.command == "serve":
+        import time
+
+        from lookup_source.demo.service import UserService
+
+        service = UserService(users=args.users, latency_ms=args.latency_ms, port=args.port)
+        service.host = args.host
+        with service:
+            print(
+                f"serving {args.users:,} users at {service.url} "
+                f"(batch: {service.batch_url}), {args.latency_ms:g} ms latency",
+                flush=True,
+            )
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                return 0
     if args.command == "bench":
         from lookup_source.bench.run import run_bench
 
