@@ -77,6 +77,20 @@ class ConnectorConfig:
         )
 
 
+def secret_from_env(option: str, variable: str) -> str:
+    """The value of environment variable ``variable`` on this executor, for option ``option``
+    (``redis.password.env``, ``http.header.X.env``...), or a PermanentError naming both."""
+    import os
+
+    value = os.environ.get(variable)
+    if value is None:
+        raise PermanentError(
+            f"option '{option}' names environment variable {variable!r}, which is not set on "
+            "this executor (on a cluster: spark.executorEnv." + variable + ")"
+        )
+    return value
+
+
 class LookupClient:
     """Base class of connectors. Subclasses implement :meth:`lookup`, and usually
     :meth:`open` / :meth:`close`.

@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import email.utils
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult
+from lookup_source.connectors.base import (
+    ConnectorConfig,
+    Key,
+    LookupClient,
+    LookupResult,
+    secret_from_env,
+)
 from lookup_source.connectors.templates import KeyTemplate, key_text
 from lookup_source.errors import OptionError, PermanentError, RecordError, TransientError
 from lookup_source.options import LookupOptions, OptionSpec, parse_bool, parse_text
@@ -184,12 +189,7 @@ class HttpLookupClient(LookupClient):
             header = name[len("http.header.") :]
             if header.endswith(".env"):
                 header = header[: -len(".env")]
-                if value not in os.environ:
-                    raise PermanentError(
-                        f"option '{name}' names environment variable {value!r}, which is not set "
-                        "on this executor"
-                    )
-                value = os.environ[value]
+                value = secret_from_env(name, value)
             headers[header] = value
         return headers
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,14 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult, Record
+from lookup_source.connectors.base import (
+    ConnectorConfig,
+    Key,
+    LookupClient,
+    LookupResult,
+    Record,
+    secret_from_env,
+)
 from lookup_source.errors import (
     OptionError,
     PermanentError,
@@ -247,12 +253,7 @@ class PostgresLookupClient(LookupClient):
         arguments: dict[str, Any] = {"dsn": url}
         variable = options.get("postgres.password.env")
         if variable:
-            if variable not in os.environ:
-                raise PermanentError(
-                    f"option 'postgres.password.env' names environment variable {variable!r}, "
-                    "which is not set on this executor"
-                )
-            arguments["password"] = os.environ[variable]
+            arguments["password"] = secret_from_env("postgres.password.env", variable)
         return arguments
 
     async def open(self) -> None:

@@ -9,7 +9,6 @@ per round trip, over a pool of at most ``capacity`` connections.
 from __future__ import annotations
 
 import json
-import os
 import re
 import string
 import zlib
@@ -18,7 +17,13 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult
+from lookup_source.connectors.base import (
+    ConnectorConfig,
+    Key,
+    LookupClient,
+    LookupResult,
+    secret_from_env,
+)
 from lookup_source.connectors.templates import KeyTemplate
 from lookup_source.errors import OptionError, PermanentError, RecordError, SchemaError
 from lookup_source.options import OptionSpec, choice, parse_required_text, parse_text
@@ -122,12 +127,7 @@ class RedisLookupClient(LookupClient):
         extra: dict[str, Any] = {}
         variable = self.config.options.get("redis.password.env")
         if variable:
-            if variable not in os.environ:
-                raise PermanentError(
-                    f"option 'redis.password.env' names environment variable {variable!r}, "
-                    "which is not set on this executor"
-                )
-            extra["password"] = os.environ[variable]
+            extra["password"] = secret_from_env("redis.password.env", variable)
         pool = BlockingConnectionPool.from_url(
             self.config.url,
             **extra,

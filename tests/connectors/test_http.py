@@ -16,10 +16,9 @@ from lookup_source.demo.service import BackgroundHttpServer, UserService, user_r
 from lookup_source.engine import LookupStats
 from lookup_source.errors import LookupFailedError, OptionError
 from lookup_source.plan import LookupPlan
-from lookup_source.runner import run_lookups
+from tests.helpers import INT64, run_keys
 from tests.servers import free_port
 
-INT64 = pa.int64()
 Handler = Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]
 
 
@@ -82,20 +81,7 @@ def lookup(
     stats: list[LookupStats] | None = None,
     **options: str,
 ) -> list[dict[str, Any]]:
-    plan = LookupPlan.build({"connector": "http", **options}, schema)
-    names = plan.key_names
-    if len(names) == 1:
-        arrays = [pa.array(keys, type=key_type)]
-    else:
-        arrays = [pa.array([k[i] for k in keys]) for i in range(len(names))]
-    batch = pa.RecordBatch.from_arrays(arrays, names=list(names))
-    out = run_lookups(
-        [batch],
-        plan.engine_spec(names, how="left"),
-        plan.connector_config(),
-        on_stats=stats.append if stats is not None else None,
-    )
-    return [row for b in out for row in b.to_pylist()]
+    return run_keys({"connector": "http", **options}, schema, keys, key_type=key_type, stats=stats)
 
 
 FAST_RETRY = {"retry.initial-delay.ms": "10", "retry.max-delay.ms": "2000"}

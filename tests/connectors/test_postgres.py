@@ -19,25 +19,18 @@ from lookup_source.connectors.postgres_client import (
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
 from lookup_source.options import parse_options
 from lookup_source.plan import LookupPlan
-from lookup_source.runner import run_lookups
+from tests.helpers import INT64, run_keys
 from tests.servers import free_port
 
-INT64 = pa.int64()
 UUIDS = [uuid.UUID(int=i * 7919) for i in range(50)]
 
 
 def lookup(
     url: str, schema: str, keys: list[Any], *, key_type: pa.DataType = INT64, **options: str
 ) -> list[dict[str, Any]]:
-    plan = LookupPlan.build({"connector": "postgres", "url": url, **options}, schema)
-    names = plan.key_names
-    if len(names) == 1:
-        arrays = [pa.array(keys, type=key_type)]
-    else:
-        arrays = [pa.array([k[i] for k in keys]) for i in range(len(names))]
-    batch = pa.RecordBatch.from_arrays(arrays, names=list(names))
-    out = run_lookups([batch], plan.engine_spec(names, how="left"), plan.connector_config())
-    return [row for b in out for row in b.to_pylist()]
+    return run_keys(
+        {"connector": "postgres", "url": url, **options}, schema, keys, key_type=key_type
+    )
 
 
 @pytest.fixture

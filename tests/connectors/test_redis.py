@@ -15,10 +15,8 @@ from lookup_source.connectors.redis_client import RedisLookupClient
 from lookup_source.engine import LookupStats
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
 from lookup_source.plan import LookupPlan
-from lookup_source.runner import run_lookups
+from tests.helpers import INT64, run_keys
 from tests.servers import RedisServer, free_port
-
-INT64 = pa.int64()
 
 
 def lookup(
@@ -32,22 +30,14 @@ def lookup(
     **options: str,
 ) -> list[dict[str, Any]]:
     """Run the engine with the Redis connector over one batch of keys; return the rows."""
-    plan = LookupPlan.build({"connector": "redis", "url": url, **options}, schema)
-    names = plan.key_names
-    if len(names) == 1:
-        arrays = [pa.array(keys, type=key_type)]
-    else:
-        arrays = [pa.array([k[i] for k in keys]) for i in range(len(names))]
-    batch = pa.RecordBatch.from_arrays(arrays, names=list(names))
-    spec = plan.engine_spec(names, how="left")
-    out = run_lookups(
-        [batch],
-        spec,
-        plan.connector_config(),
+    return run_keys(
+        {"connector": "redis", "url": url, **options},
+        schema,
+        keys,
+        key_type=key_type,
+        stats=stats,
         client_factory=client_factory,
-        on_stats=stats.append if stats is not None else None,
     )
-    return [row for b in out for row in b.to_pylist()]
 
 
 def test_json_values_of_every_type(redis_srv: RedisServer, redis_db: Any, prefix: str) -> None:

@@ -1,0 +1,40 @@
+"""Helpers shared by the connector tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from lookup_source.engine import LookupStats
+from lookup_source.plan import LookupPlan
+from lookup_source.runner import run_lookups
+
+INT64 = pa.int64()
+
+
+def run_keys(
+    options: dict[str, str],
+    schema: str,
+    keys: list[Any],
+    *,
+    key_type: pa.DataType = INT64,
+    stats: list[LookupStats] | None = None,
+    client_factory: Any = None,
+) -> list[dict[str, Any]]:
+    """Look ``keys`` up through the engine and a real connector (one batch, left join)."""
+    plan = LookupPlan.build(options, schema)
+    names = plan.key_names
+    if len(names) == 1:
+        arrays = [pa.array(keys, type=key_type)]
+    else:
+        arrays = [pa.array([k[i] for k in keys]) for i in range(len(names))]
+    batch = pa.RecordBatch.from_arrays(arrays, names=list(names))
+    out = run_lookups(
+        [batch],
+        plan.engine_spec(names, how="left"),
+        plan.connector_config(),
+        client_factory=client_factory,
+        on_stats=stats.append if stats is not None else None,
+    )
+    return [row for b in out for row in b.to_pylist()]
