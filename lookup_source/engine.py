@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import random
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,18 @@ from lookup_source.rate_limit import RateLimiter
 from lookup_source.retry import Backoff
 
 Sleep = Callable[[float], Awaitable[Any]]
+
+if sys.version_info >= (3, 11):
+
+    async def _with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
+        async with asyncio.timeout(seconds):  # no extra task per request
+            return await awaitable
+
+else:  # pragma: no cover - Python 3.10
+
+    async def _with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
+        return await asyncio.wait_for(awaitable, seconds)
+
 
 _GRACE_S = 1.0
 """How long a timed-out request may take to honour its cancellation before it is abandoned."""
@@ -159,6 +172,7 @@ class LookupEngine:
         self._numbers = itertools.count()
         self._tasks: set[asyncio.Task[None]] = set()
         self._abandoned: set[asyncio.Future[Any]] = set()
+        self._cheap_deadline = bool(getattr(client, "honours_cancellation", False))
         self._in_flight = 0
         self._buffered_rows = 0
         self._failure: BaseException | None = None
@@ -320,9 +334,12 @@ class LookupEngine:
             self.stats.requests += 1
             started = loop.time()
             try:
-                result = await _with_deadline(
-                    self.client.lookup(pending), self._timeout_s, self._abandoned
-                )
+                if self._cheap_deadline:
+                    result = await _with_timeout(self.client.lookup(pending), self._timeout_s)
+                else:
+                    result = await _with_deadline(
+                        self.client.lookup(pending), self._timeout_s, self._abandoned
+                    )
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 self.stats.timeouts += 1
                 error: BaseException = (

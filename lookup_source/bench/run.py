@@ -221,6 +221,7 @@ def asynclookup_method(mode: str, cache: bool) -> Callable[..., Result]:
             peak_memory_mb=metrics.peak_rss_mb,
         )
 
+    method.__name__ = f"asynclookup_{mode}" + ("_cache" if cache else "")
     return method
 
 

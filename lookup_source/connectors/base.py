@@ -100,13 +100,18 @@ class LookupClient:
     - ``name``: how users select it (``connector=<name>``);
     - ``option_specs``: its own options, named ``<name>.<option>``;
     - ``default_batch_size``: keys per request when ``batch.size`` is not set;
-    - ``supports_scan``: whether :meth:`scan` can enumerate the whole table.
+    - ``supports_scan``: whether :meth:`scan` can enumerate the whole table;
+    - ``honours_cancellation``: whether a cancelled :meth:`lookup` always ends promptly.
     """
 
     name: ClassVar[str] = "custom"
     option_specs: ClassVar[tuple[OptionSpec, ...]] = ()
     default_batch_size: ClassVar[int] = 100
     supports_scan: ClassVar[bool] = False
+    honours_cancellation: ClassVar[bool] = False
+    """True when :meth:`lookup` always ends promptly once cancelled. Then the engine enforces
+    ``timeout.ms`` with a plain ``asyncio.timeout``; otherwise (the safe default) it runs each
+    attempt as a task it can abandon, which costs a little CPU per request."""
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config = config

@@ -92,6 +92,7 @@ class HttpLookupClient(LookupClient):
     """Looks keys up over HTTP with aiohttp."""
 
     name: ClassVar[str] = "http"
+    honours_cancellation: ClassVar[bool] = True  # checked by the fault tests (slow answers)
     default_batch_size: ClassVar[int] = 1
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(

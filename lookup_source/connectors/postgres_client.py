@@ -36,7 +36,7 @@ from lookup_source.errors import (
     SchemaError,
     TransientError,
 )
-from lookup_source.options import LookupOptions, OptionSpec, parse_text
+from lookup_source.options import LookupOptions, OptionSpec, parse_positive_int, parse_text
 
 _TEXT_TYPES = frozenset({"text", "character varying", "character", "name", "citext", "bpchar"})
 _INT_TYPES = frozenset({"smallint", "integer", "bigint"})
@@ -181,6 +181,9 @@ class PostgresLookupClient(LookupClient):
 
     name: ClassVar[str] = "postgres"
     default_batch_size: ClassVar[int] = 500
+    # asyncpg can swallow the cancellation of a query on a connection cut under it: the
+    # engine must be able to abandon a request that overstays its deadline
+    honours_cancellation: ClassVar[bool] = False
     supports_scan: ClassVar[bool] = True
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
@@ -198,6 +201,13 @@ class PostgresLookupClient(LookupClient):
             "`$1, $2, ...`, one array per key column) and returning the key and value columns.",
         ),
         OptionSpec(
+            "postgres.pool-size",
+            parse_positive_int,
+            10,
+            "Connections per task (at most `capacity`). Requests beyond it wait for a free "
+            "connection: keep tasks x pool size under the server's max_connections.",
+        ),
+        OptionSpec(
             "postgres.password.env",
             parse_text,
             None,
@@ -211,6 +221,7 @@ class PostgresLookupClient(LookupClient):
         table = options.get("postgres.table")
         self._table: tuple[str, ...] | None = split_table_name(table) if table else None
         self._custom_query: str | None = options.get("postgres.query")
+        self._pool_size: int = options.get("postgres.pool-size", 10)
         self._pool: Any = None
         self._ready = asyncio.Lock()
         self._query = ""
@@ -272,7 +283,7 @@ class PostgresLookupClient(LookupClient):
                 pool = await asyncpg.create_pool(
                     **self.connect_arguments(self.config.url, self.config.options),
                     min_size=1,
-                    max_size=max(1, self.config.capacity),
+                    max_size=max(1, min(self.config.capacity, self._pool_size)),
                     command_timeout=None,
                 )
                 try:
@@ -389,7 +400,7 @@ class PostgresLookupClient(LookupClient):
                 [_key_value(key[i], self._key_types[i]) for key in keys]  # type: ignore[index]
                 for i in range(width)
             ]
-        rows = await pool.fetch(self._query, *arguments)
+        rows = await self._fetch(pool, arguments)
         wanted = {_normal_key(key): key for key in keys}
         out: dict[Key, Any] = {}
         for row in rows:
@@ -398,6 +409,20 @@ class PostgresLookupClient(LookupClient):
             if key is not None:
                 out[key] = self._record(row)
         return out
+
+    async def _fetch(self, pool: Any, arguments: list[Any]) -> list[Any]:
+        """Run the lookup query on a pooled connection. A connection whose query failed or was
+        cancelled is in doubt (a cut socket, a half-read answer): it is dropped, never handed to
+        the next request, so a cut cannot starve the pool."""
+        limit = self.config.timeout_s
+        connection = await pool.acquire(timeout=limit)
+        try:
+            return list(await connection.fetch(self._query, *arguments, timeout=limit))
+        except BaseException:
+            connection.terminate()
+            raise
+        finally:
+            await pool.release(connection, timeout=limit)
 
     def _record(self, row: Any) -> Record:
         width = len(self._key_types)

@@ -49,6 +49,7 @@ class RedisLookupClient(LookupClient):
     """
 
     name: ClassVar[str] = "redis"
+    honours_cancellation: ClassVar[bool] = True  # checked by the fault tests (slow answers)
     default_batch_size: ClassVar[int] = 500
     supports_scan: ClassVar[bool] = True
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
