@@ -401,13 +401,18 @@ class PostgresLookupClient(LookupClient):
                 for i in range(width)
             ]
         rows = await self._fetch(pool, arguments)
+        record = self._record
+        if width == 1 and self._key_types[0] in _INT_TYPES | _TEXT_TYPES:
+            # the store returns these keys exactly as they were asked: no normalising per row
+            asked = set(keys)
+            return {row[0]: record(row) for row in rows if row[0] in asked}
         wanted = {_normal_key(key): key for key in keys}
         out: dict[Key, Any] = {}
         for row in rows:
             found = row[0] if width == 1 else tuple(row[i] for i in range(width))
             key = wanted.get(_normal_key(found))
             if key is not None:
-                out[key] = self._record(row)
+                out[key] = record(row)
         return out
 
     async def _fetch(self, pool: Any, arguments: list[Any]) -> list[Any]:
