@@ -350,3 +350,14 @@ def test_demo_service_in_both_styles() -> None:
 def test_configuration_errors(options: dict[str, str], message: str) -> None:
     with pytest.raises(OptionError, match=message.replace("{", r"\{").replace("}", r"\}")):
         LookupPlan.build({"connector": "http", **options}, "id long, v string")
+
+
+def test_a_ten_megabyte_answer(srv: ScriptedServer) -> None:
+    blob = "y" * 10_000_000
+
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.json_response({"blob": blob})
+
+    srv.handler = handler
+    rows = lookup("id long, blob string", [1], url=f"{srv.base_url}/{{key}}")
+    assert rows[0]["blob"] == blob

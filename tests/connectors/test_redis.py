@@ -358,3 +358,18 @@ def test_configuration_errors(options: dict[str, str], schema: str, error: type,
 def test_url_is_required() -> None:
     with pytest.raises(OptionError, match="option 'url': is required for connector redis"):
         LookupPlan.build({"connector": "redis"}, "id long, v string")
+
+
+def test_values_of_ten_megabytes(redis_srv: RedisServer, redis_db: Any, prefix: str) -> None:
+    blob = "x" * 10_000_000
+    redis_db.set(f"{prefix}big", json.dumps({"blob": blob, "n": 1}))
+    redis_db.set(f"{prefix}small", json.dumps({"blob": "s", "n": 2}))
+    rows = lookup(
+        redis_srv.url,
+        "k string, blob string, n int",
+        ["big", "small"],
+        key_type=pa.string(),
+        **{"redis.key.pattern": f"{prefix}{{key}}"},
+    )
+    assert len(rows[0]["blob"]) == 10_000_000 and rows[0]["blob"] == blob and rows[0]["n"] == 1
+    assert rows[1] == {"k": "small", "blob": "s", "n": 2}
