@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lookup_source.errors import LookupFailedError
+
 _CONVERSION_ERRORS = (
     pa.ArrowInvalid,
     pa.ArrowTypeError,
@@ -125,6 +127,37 @@ def to_arrow_column(
                 f"{type(value).__name__} {_excerpt(value)} ({detail})"
             )
     return pa.array(converted, type=arrow_type), errors
+
+
+def typed_columns(
+    columns: Sequence[tuple[pa.Field, Sequence[Any]]],
+    keys: Sequence[Any],
+    errors: dict[int, str],
+) -> list[pa.Array]:
+    """Convert each ``(field, values)`` into an array of the field's type. A value that does
+    not fit records ``"key K: <why>"`` for its position in ``errors`` (the first problem of a
+    key wins) and is null in the array."""
+    arrays = []
+    for field, values in columns:
+        array, bad = to_arrow_column(values, field.type, column=field.name)
+        for position, message in bad.items():
+            errors.setdefault(position, f"key {keys[position]!r}: {message}")
+        arrays.append(array)
+    return arrays
+
+
+def value_failure(
+    errors: dict[int, str], keys: Sequence[Any], *, connector: str, address: str | None
+) -> LookupFailedError:
+    """The ``on.error=fail`` error for values that could not be used."""
+    return LookupFailedError(
+        connector=connector,
+        address=address,
+        failed_keys=len(errors),
+        attempts=0,
+        reason=f"a value could not be used: {errors[min(errors)]}",
+        sample_keys=[keys[p] for p in sorted(errors)[:3]],
+    )
 
 
 def _needs_slow_path(values: Sequence[Any], arrow_type: pa.DataType) -> bool:

@@ -39,8 +39,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from lookup_source.arrow_values import to_arrow_column
 from lookup_source.errors import OptionError, SchemaError
+from lookup_source.keys import convert_keys
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.plan import LookupPlan
 from lookup_source.runner import run_lookups
@@ -203,19 +203,13 @@ class AsyncLookupReader(DataSourceReader):
 
     def _typed_keys(self, keys: list[Any]) -> list[Any]:
         """Check every key against the key column types; return them as those types."""
-        columns = []
-        for position, (field, arrow_type) in enumerate(
-            zip(self.plan.key_fields, self.plan.key_arrow_types())
-        ):
-            values = [key[position] if isinstance(key, tuple) else key for key in keys]
-            array, errors = to_arrow_column(values, arrow_type, column=field.name)
-            if errors:
-                first = min(errors)
-                raise OptionError("keys", f"key {keys[first]!r}: {errors[first]}")
-            columns.append(array.to_pylist())
-        if len(columns) == 1:
-            return [key for key in columns[0] if key is not None]
-        return [key for key in zip(*columns) if all(part is not None for part in key)]
+        typed, errors = convert_keys(keys, self.plan.key_arrow_types(), self.plan.key_names)
+        if errors:
+            first = min(errors)
+            raise OptionError("keys", errors[first])
+        if len(self.plan.key_fields) == 1:
+            return [key for key in typed if key is not None]
+        return [key for key in typed if all(part is not None for part in key)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         plan = self.plan

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lookup_source.arrow_values import null_out, to_arrow_column
+from lookup_source.arrow_values import null_out, typed_columns, value_failure
 from lookup_source.cache import MISSING
 from lookup_source.connectors.base import Key, LookupClient
 from lookup_source.errors import LookupFailedError, LookupTimeoutError, RecordError
@@ -106,10 +106,6 @@ class EngineSpec:
         if self.options.error_column:
             fields.append(pa.field(ERROR_COLUMN, pa.string()))
         return fields
-
-
-LookupStats = LookupMetrics
-"""The counters of one engine (one task): :class:`~lookup_source.metrics.LookupMetrics`."""
 
 
 class _FinalFailure(Exception):
@@ -437,23 +433,18 @@ class LookupEngine:
         spec = self.spec
         records = job.records
         errors = job.errors
-        arrays: list[pa.Array] = []
-        for value_field in spec.value_fields:
-            name = value_field.name
-            values = [None if record is None else record.get(name) for record in records]
-            array, bad = to_arrow_column(values, value_field.type, column=name)
-            for position, message in bad.items():
-                errors.setdefault(position, f"key {job.distinct.keys[position]!r}: {message}")
-            arrays.append(array)
+        keys = job.distinct.keys
+        arrays = typed_columns(
+            [
+                (field, [None if record is None else record.get(field.name) for record in records])
+                for field in spec.value_fields
+            ],
+            keys,
+            errors,
+        )
         if errors and spec.options.on_error == "fail":
-            first = errors[min(errors)]
-            raise LookupFailedError(
-                connector=self.client.name,
-                address=self.client.config.url,
-                failed_keys=len(errors),
-                attempts=0,
-                reason=f"a value could not be used: {first}",
-                sample_keys=[job.distinct.keys[p] for p in sorted(errors)[:3]],
+            raise value_failure(
+                errors, keys, connector=self.client.name, address=self.client.config.url
             )
         failed = set(errors)
         indices = job.distinct.indices

@@ -70,25 +70,31 @@ def _distinct_python(values: Sequence[Any], is_null: Any) -> DistinctKeys:
     return DistinctKeys(list(positions), pa.array(indices, type=pa.int32()))
 
 
-def typed_keys(
+def convert_keys(
     keys: Sequence[Any], key_types: Sequence[pa.DataType | None], key_columns: Sequence[str]
-) -> list[Any]:
-    """Keys as the key columns' types (a scan may return text for a numeric key); keys that
-    cannot be converted are dropped: no lookup could ever ask for them."""
-    from lookup_source.arrow_values import to_arrow_column
+) -> tuple[list[Any], dict[int, str]]:
+    """Keys (scalars, or tuples for composite keys) as the key columns' types: text from a scan
+    or JSON numbers become the declared type. Returns the converted keys, position by position,
+    and ``{position: why}`` for those that do not convert (their converted value is None)."""
+    from lookup_source.arrow_values import typed_columns
 
-    if not keys:
-        return []
-    columns: list[list[Any]] = []
-    bad: set[int] = set()
-    for index, (arrow_type, column) in enumerate(zip(key_types, key_columns)):
-        values = [k[index] if isinstance(k, tuple) else k for k in keys]
-        if arrow_type is None:
-            columns.append(list(values))
-            continue
-        array, errors = to_arrow_column(values, arrow_type, column=column)
-        bad.update(errors)
-        columns.append(array.to_pylist())
-    if len(columns) == 1:
-        return [key for position, key in enumerate(columns[0]) if position not in bad]
-    return [key for position, key in enumerate(zip(*columns)) if position not in bad]
+    errors: dict[int, str] = {}
+    columns = [
+        [k[index] if isinstance(k, tuple) else k for k in keys] for index in range(len(key_columns))
+    ]
+    typed = typed_columns(
+        [
+            (pa.field(column, arrow_type), values)
+            for column, arrow_type, values in zip(key_columns, key_types, columns)
+            if arrow_type is not None
+        ],
+        keys,
+        errors,
+    )
+    converted = iter(array.to_pylist() for array in typed)
+    lists = [
+        values if arrow_type is None else next(converted)
+        for arrow_type, values in zip(key_types, columns)
+    ]
+    out = lists[0] if len(lists) == 1 else list(zip(*lists))
+    return [None if position in errors else key for position, key in enumerate(out)], errors

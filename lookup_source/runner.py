@@ -24,8 +24,9 @@ from lookup_source.cache import (
     worker_cache,
 )
 from lookup_source.connectors.base import ConnectorConfig, LookupClient
-from lookup_source.engine import EngineSpec, LookupEngine, LookupStats
-from lookup_source.keys import typed_keys
+from lookup_source.engine import EngineSpec, LookupEngine
+from lookup_source.keys import convert_keys
+from lookup_source.metrics import LookupMetrics
 
 log = logging.getLogger("lookup_source")
 
@@ -50,7 +51,7 @@ class LookupTask:
         config: ConnectorConfig,
         *,
         client_factory: ClientFactory | None = None,
-        on_stats: Callable[[LookupStats], None] | None = None,
+        on_stats: Callable[[LookupMetrics], None] | None = None,
     ) -> None:
         self.config = config
         self._on_stats = on_stats
@@ -74,9 +75,11 @@ class LookupTask:
             cache = worker_cache("full", config, lambda: FullCache(settings.reload_ms / 1000))
 
             def normalise(keys: Sequence[Any]) -> list[Any]:
-                return typed_keys(
+                # keys that cannot be converted are dropped: no lookup could ever ask for them
+                typed, errors = convert_keys(
                     keys, spec.key_types or [None] * len(config.key_columns), config.key_columns
                 )
+                return [key for position, key in enumerate(typed) if position not in errors]
 
             assert self._client is not None
             with cache.load_lock:
@@ -94,7 +97,7 @@ class LookupTask:
         return None
 
     @property
-    def stats(self) -> LookupStats | None:
+    def stats(self) -> LookupMetrics | None:
         return self._engine.stats if self._engine is not None else None
 
     def submit(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -145,7 +148,7 @@ def run_lookups(
     config: ConnectorConfig,
     *,
     client_factory: ClientFactory | None = None,
-    on_stats: Callable[[LookupStats], None] | None = None,
+    on_stats: Callable[[LookupMetrics], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Look up the keys of ``batches``; yield them with the value columns appended."""
     task = LookupTask(spec, config, client_factory=client_factory, on_stats=on_stats)

@@ -8,9 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from lookup_source.arrow_values import null_out, to_arrow_column
+from lookup_source.arrow_values import null_out, typed_columns, value_failure
 from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Record
-from lookup_source.errors import LookupFailedError
 from lookup_source.options import ERROR_COLUMN, LookupOptions
 
 SCAN_BATCH_ROWS = 10_000
@@ -33,28 +32,15 @@ def _build_batch(
         else:
             errors[position] = f"key {key!r}: {record}"
             records.append({})
-    arrays: list[pa.Array] = []
-    for index, field in enumerate(key_fields):
-        array, bad = to_arrow_column([k[index] for k in keys], field.type, column=field.name)
-        for position, message in bad.items():
-            errors.setdefault(position, f"key {pairs[position][0]!r}: {message}")
-        arrays.append(array)
-    for field in value_fields:
-        values = [record.get(field.name) for record in records]
-        array, bad = to_arrow_column(values, field.type, column=field.name)
-        for position, message in bad.items():
-            errors.setdefault(position, f"key {pairs[position][0]!r}: {message}")
-        arrays.append(array)
+    names = [key for key, _ in pairs]
+    arrays = typed_columns(
+        [(field, [k[index] for k in keys]) for index, field in enumerate(key_fields)]
+        + [(field, [record.get(field.name) for record in records]) for field in value_fields],
+        names,
+        errors,
+    )
     if errors and options.on_error == "fail":
-        first = min(errors)
-        raise LookupFailedError(
-            connector=connector,
-            address=address,
-            failed_keys=len(errors),
-            attempts=0,
-            reason=f"a value could not be used: {errors[first]}",
-            sample_keys=[pairs[p][0] for p in sorted(errors)[:3]],
-        )
+        raise value_failure(errors, names, connector=connector, address=address)
     failed = set(errors)
     width = len(key_fields)
     arrays = arrays[:width] + [null_out(a, failed) for a in arrays[width:]]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lookup_source.engine import LookupStats
+from lookup_source.metrics import LookupMetrics
 from lookup_source.plan import LookupPlan
 from lookup_source.runner import run_lookups
 
@@ -19,7 +19,7 @@ def run_keys(
     keys: list[Any],
     *,
     key_type: pa.DataType = INT64,
-    stats: list[LookupStats] | None = None,
+    stats: list[LookupMetrics] | None = None,
     client_factory: Any = None,
 ) -> list[dict[str, Any]]:
     """Look ``keys`` up through the engine and a real connector (one batch, left join)."""

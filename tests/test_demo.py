@@ -8,23 +8,14 @@ import subprocess
 import sys
 
 
-def test_demo_runs_and_prints_rows_and_the_comparison() -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "lookup_source",
-        "demo",
-        "--rows",
-        "4000",
-        "--users",
-        "500",
-        "--sample-rows",
-        "60",
-        "--latency-ms",
-        "2",
-    ]
+def run_demo(*flags: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "lookup_source", "demo", *flags]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+
+
+def test_demo_runs_and_prints_rows_and_the_comparison() -> None:
+    done = run_demo("--rows", "4000", "--users", "500", "--sample-rows", "60", "--latency-ms", "2")
     out = done.stdout
     assert done.returncode == 0, done.stderr[-3000:]
     assert "A few enriched rows:" in out
@@ -60,22 +51,9 @@ def test_cli_help_and_version() -> None:
 
 
 def test_demo_against_your_own_redis(redis_srv, redis_db) -> None:  # type: ignore[no-untyped-def]
-    command = [
-        sys.executable,
-        "-m",
-        "lookup_source",
-        "demo",
-        "--rows",
-        "2000",
-        "--users",
-        "300",
-        "--sample-rows",
-        "40",
-        "--redis-url",
-        redis_srv.url,
-    ]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    done = run_demo(
+        "--rows", "2000", "--users", "300", "--sample-rows", "40", "--redis-url", redis_srv.url
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"\|0\s+\|(\d+)\s+\|0\.5\s+\|user-\1\s*\|", done.stdout), done.stdout
     assert "asynclookup lookup_join (capacity 100)" in done.stdout

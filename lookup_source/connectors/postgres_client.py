@@ -41,6 +41,7 @@ from lookup_source.options import LookupOptions, OptionSpec, parse_positive_int,
 _TEXT_TYPES = frozenset({"text", "character varying", "character", "name", "citext", "bpchar"})
 _INT_TYPES = frozenset({"smallint", "integer", "bigint"})
 _JSON_TYPES = frozenset({"json", "jsonb"})
+_EXACT_KEY_TYPES = _INT_TYPES | _TEXT_TYPES  # asyncpg returns these keys exactly as asked
 
 # Postgres type (format_type without modifiers) -> Spark DDL type, for schema inference.
 SPARK_TYPES: dict[str, str] = {
@@ -402,7 +403,7 @@ class PostgresLookupClient(LookupClient):
             ]
         rows = await self._fetch(pool, arguments)
         record = self._record
-        if width == 1 and self._key_types[0] in _INT_TYPES | _TEXT_TYPES:
+        if width == 1 and self._key_types[0] in _EXACT_KEY_TYPES:
             # the store returns these keys exactly as they were asked: no normalising per row
             asked = set(keys)
             return {row[0]: record(row) for row in rows if row[0] in asked}

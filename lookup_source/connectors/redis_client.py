@@ -86,13 +86,12 @@ class RedisLookupClient(LookupClient):
         self._format: str = config.options.get("redis.value.format", "json")
         self._redis: Any = None
         self._fields = config.value_columns
-        self._raw_bytes = bool(
-            len(config.value_types) == 1
-            and (
-                pa.types.is_binary(config.value_types[0])
-                or pa.types.is_large_binary(config.value_types[0])
-            )
+        self._binary_fields = frozenset(
+            name
+            for name, kind in zip(config.value_columns, config.value_types)
+            if pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
         )
+        self._raw_bytes = len(self._fields) == 1 and self._fields[0] in self._binary_fields
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -273,14 +272,12 @@ class RedisLookupClient(LookupClient):
                 name = field.decode("utf-8", errors="replace")
                 if name in self._fields:
                     record[name] = (
-                        raw if self._binary_field(name) else raw.decode("utf-8", errors="replace")
+                        raw
+                        if name in self._binary_fields
+                        else raw.decode("utf-8", errors="replace")
                     )
             out[key] = record
         return out
-
-    def _binary_field(self, name: str) -> bool:
-        field_type = self.config.value_type(name)
-        return bool(pa.types.is_binary(field_type) or pa.types.is_large_binary(field_type))
 
     def is_retryable(self, error: BaseException) -> bool:
         from redis import exceptions as rex

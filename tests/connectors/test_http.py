@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 from lookup_source.demo.service import BackgroundHttpServer, UserService, user_record
-from lookup_source.engine import LookupStats
 from lookup_source.errors import LookupFailedError, OptionError
+from lookup_source.metrics import LookupMetrics
 from lookup_source.plan import LookupPlan
 from tests.helpers import INT64, run_keys
 from tests.servers import free_port
@@ -78,7 +78,7 @@ def lookup(
     keys: list[Any],
     *,
     key_type: pa.DataType = INT64,
-    stats: list[LookupStats] | None = None,
+    stats: list[LookupMetrics] | None = None,
     **options: str,
 ) -> list[dict[str, Any]]:
     return run_keys({"connector": "http", **options}, schema, keys, key_type=key_type, stats=stats)
@@ -180,7 +180,7 @@ def test_429_honours_retry_after(srv: ScriptedServer) -> None:
         return web.json_response({"v": "ok"})
 
     srv.handler = handler
-    stats: list[LookupStats] = []
+    stats: list[LookupMetrics] = []
     rows = lookup(
         "id long, v string", [1], stats=stats, url=f"{srv.base_url}/{{key}}", **FAST_RETRY
     )

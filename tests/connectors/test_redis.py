@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.connectors.redis_client import RedisLookupClient
-from lookup_source.engine import LookupStats
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
+from lookup_source.metrics import LookupMetrics
 from lookup_source.plan import LookupPlan
 from tests.helpers import INT64, run_keys
 from tests.servers import RedisServer, free_port
@@ -25,7 +25,7 @@ def lookup(
     keys: list[Any],
     *,
     key_type: pa.DataType = INT64,
-    stats: list[LookupStats] | None = None,
+    stats: list[LookupMetrics] | None = None,
     client_factory: Any = None,
     **options: str,
 ) -> list[dict[str, Any]]:
@@ -216,7 +216,7 @@ def test_password_authentication(redis_srv: RedisServer, redis_db: Any, prefix: 
 
 def test_unreachable_server_fails_after_retries_naming_the_address() -> None:
     port = free_port()  # nothing listens there
-    stats: list[LookupStats] = []
+    stats: list[LookupMetrics] = []
     with pytest.raises(LookupFailedError) as info:
         lookup(
             f"redis://127.0.0.1:{port}/0",
@@ -271,7 +271,7 @@ def test_server_restart_mid_job(redis_srv: RedisServer, redis_db: Any, prefix: s
     keys = list(range(2000))
     redis_db.mset({f"{prefix}{i}": json.dumps({"n": i}) for i in keys})
     calls = 0
-    stats: list[LookupStats] = []
+    stats: list[LookupMetrics] = []
 
     class RestartingClient(RedisLookupClient):
         async def lookup(self, keys):  # type: ignore[no-untyped-def]

@@ -17,8 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.engine import LookupStats
 from lookup_source.errors import LookupFailedError
+from lookup_source.metrics import LookupMetrics
 from lookup_source.plan import LookupPlan
 from lookup_source.runner import run_lookups
 from tests.faults import FaultProxy
@@ -92,7 +92,7 @@ def target(request: Any, prefix: str, table_name: str) -> Iterator[Target]:
 
 def run(
     target: Target,
-    stats: list[LookupStats] | None = None,
+    stats: list[LookupMetrics] | None = None,
     client_factory: Any = None,
     **options: str,
 ) -> list[dict[str, Any]]:
@@ -153,7 +153,7 @@ def cutting_client(target: Target, action: Callable[[], None], at_call: int) -> 
 
 def test_connection_cut_mid_job(target: Target) -> None:
     """Connections are cut while requests are in flight; the server itself stays up."""
-    stats: list[LookupStats] = []
+    stats: list[LookupMetrics] = []
     target.proxy.delay_s = 0.2  # answers take a while: the cut lands on requests in flight
 
     def cut_soon() -> None:
@@ -169,7 +169,7 @@ def test_connection_cut_mid_job(target: Target) -> None:
 
 
 def test_server_down_then_back(target: Target) -> None:
-    stats: list[LookupStats] = []
+    stats: list[LookupMetrics] = []
     timers: list[threading.Timer] = []
 
     def outage() -> None:
@@ -240,7 +240,7 @@ def test_answers_slower_than_the_timeout(target: Target, on_error: str) -> None:
 
 def test_a_fraction_of_requests_failing(target: Target) -> None:
     target.proxy.fail_rate = 0.1
-    stats: list[LookupStats] = []
+    stats: list[LookupMetrics] = []
     size = {"batch.size": "1"} if target.name == "http" else {"batch.size": "20"}
     rows = run(target, stats, **size, **{"retry.max-attempts": "10", "capacity": "8"})
     check(target, rows)  # with retries: complete and correct

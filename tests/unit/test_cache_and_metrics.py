@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from lookup_source.cache import MISSING, FullCache, PartialCache, clear_worker_caches
-from lookup_source.engine import LookupStats
 from lookup_source.errors import OptionError
 from lookup_source.metrics import LookupMetrics
 from lookup_source.options import CacheSettings, parse_options
@@ -34,7 +33,7 @@ def fresh_caches() -> None:
 
 
 def run(
-    spec: Any, batches: list[Any], store: FakeStore, stats: list[LookupStats] | None = None
+    spec: Any, batches: list[Any], store: FakeStore, stats: list[LookupMetrics] | None = None
 ) -> list[dict[str, Any]]:
     out = run_lookups(
         batches,
@@ -65,7 +64,7 @@ def test_partial_cache_lru_and_ttl() -> None:
 def test_cache_hits_send_no_request_and_misses_are_cached() -> None:
     store = FakeStore(TABLE)
     spec = make_spec(cached(max_rows=1000))
-    stats: list[LookupStats] = []
+    stats: list[LookupMetrics] = []
     first = run(spec, [key_batch([1, 2, 500])], store, stats)
     second = run(spec, [key_batch([2, 1, 500, 3])], store, stats)
     assert [r["name"] for r in first] == ["user-1", "user-2", None]
@@ -169,7 +168,7 @@ def test_retry_on_miss_finds_late_rows() -> None:
         return await original(self, keys)
 
     spec = make_spec(dataclasses.replace(make_options(max_attempts=3), retry_on_miss=True))
-    stats: list[LookupStats] = []
+    stats: list[LookupMetrics] = []
     FakeClient.lookup = late  # type: ignore[method-assign]
     try:
         out = run(spec, [key_batch([1, 777])], store, stats)
