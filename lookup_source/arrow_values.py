@@ -7,14 +7,18 @@ come back as per-position error messages, never as silently dropped values.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lookup_source.errors import LookupFailedError
+from lookup_source.errors import LookupFailedError, RecordError
+
+if TYPE_CHECKING:
+    from lookup_source.connectors.base import Matches
 
 _CONVERSION_ERRORS = (
     pa.ArrowInvalid,
@@ -129,21 +133,122 @@ def to_arrow_column(
     return pa.array(converted, type=arrow_type), errors
 
 
+def convert_columns(
+    columns: Sequence[tuple[pa.Field, Sequence[Any]]],
+) -> tuple[list[pa.Array], dict[int, str]]:
+    """Convert each ``(field, values)`` into an array of the field's type. Returns the arrays
+    and ``{position: why}`` for each position holding a value that does not fit (the first
+    problem of a position wins); such a value is null in its array."""
+    arrays = []
+    reasons: dict[int, str] = {}
+    for field, values in columns:
+        array, bad = to_arrow_column(values, field.type, column=field.name)
+        for position, message in bad.items():
+            reasons.setdefault(position, message)
+        arrays.append(array)
+    return arrays, reasons
+
+
 def typed_columns(
     columns: Sequence[tuple[pa.Field, Sequence[Any]]],
     keys: Sequence[Any],
     errors: dict[int, str],
 ) -> list[pa.Array]:
-    """Convert each ``(field, values)`` into an array of the field's type. A value that does
-    not fit records ``"key K: <why>"`` for its position in ``errors`` (the first problem of a
-    key wins) and is null in the array."""
-    arrays = []
-    for field, values in columns:
-        array, bad = to_arrow_column(values, field.type, column=field.name)
-        for position, message in bad.items():
-            errors.setdefault(position, f"key {keys[position]!r}: {message}")
-        arrays.append(array)
+    """:func:`convert_columns`, recording ``"key K: <why>"`` per position in ``errors``."""
+    arrays, reasons = convert_columns(columns)
+    for position, message in reasons.items():
+        errors.setdefault(position, f"key {keys[position]!r}: {message}")
     return arrays
+
+
+def _error_array(reasons: dict[int, str], rows: int) -> pa.Array | None:
+    if not reasons:
+        return None
+    return pa.array([reasons.get(row) for row in range(rows)], type=pa.string())
+
+
+def records_to_matches(
+    keys: Sequence[Any], result: Mapping[Any, Any], fields: Sequence[pa.Field]
+) -> Matches:
+    """The record form of an answer (``{key: record}``, see ``LookupClient.lookup``) as
+    :class:`Matches`: the one place where records become typed Arrow columns.
+
+    A key that is absent or maps to None is missing; a list of records is several matches; a
+    :class:`RecordError`, or anything that is not a record, is an error for that key.
+    """
+    from lookup_source.connectors.base import Matches
+
+    positions: list[int] = []
+    records: list[Mapping[str, Any] | None] = []
+    reasons: dict[int, str] = {}
+    for position, key in enumerate(keys):
+        value = result.get(key)
+        if value is None:
+            continue
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            positions.append(position)
+            if isinstance(item, Mapping):
+                records.append(item)
+                continue
+            reasons[len(records)] = (
+                str(item)
+                if isinstance(item, RecordError)
+                else f"connector returned {type(item).__name__}, not a record"
+            )
+            records.append(None)
+    arrays, bad = convert_columns(
+        [
+            (field, [None if record is None else record.get(field.name) for record in records])
+            for field in fields
+        ]
+    )
+    for row, message in bad.items():
+        reasons.setdefault(row, message)
+    values = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(list(fields)))
+    errors = _error_array(reasons, len(records))
+    return Matches(np.asarray(positions, dtype=np.int64), values, errors)
+
+
+def conform_matches(matches: Matches, fields: Sequence[pa.Field]) -> Matches:
+    """``matches`` with exactly the value columns ``fields``, in their types: a column the
+    connector left out is null; one of another type is cast, and a value that does not fit is
+    an error for its row (as it would be in the record form)."""
+    from lookup_source.connectors.base import Matches
+
+    values = matches.values
+    names = values.schema.names
+    if names == [f.name for f in fields] and all(
+        values.schema.field(i).type == f.type for i, f in enumerate(fields)
+    ):
+        return matches
+    rows = matches.num_rows
+    arrays: list[pa.Array] = []
+    reasons: dict[int, str] = {}
+    for field in fields:
+        if field.name not in names:
+            arrays.append(pa.nulls(rows, type=field.type))
+            continue
+        column = values.column(field.name)
+        if column.type == field.type:
+            arrays.append(column)
+            continue
+        try:
+            arrays.append(column.cast(field.type, safe=True))
+            continue
+        except _CONVERSION_ERRORS:
+            pass
+        array, bad = to_arrow_column(column.to_pylist(), field.type, column=field.name)
+        for row, message in bad.items():
+            reasons.setdefault(row, message)
+        arrays.append(array)
+    errors = matches.errors
+    if reasons:
+        merged = errors.to_pylist() if errors is not None else [None] * rows
+        for row, message in reasons.items():
+            merged[row] = merged[row] or message
+        errors = pa.array(merged, type=pa.string())
+    schema = pa.schema(list(fields))
+    return Matches(matches.key_index, pa.RecordBatch.from_arrays(arrays, schema=schema), errors)
 
 
 def value_failure(

@@ -19,9 +19,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Record
+import numpy as np
+import pyarrow as pa
+
+from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Matches, Record
 
 log = logging.getLogger("lookup_source")
 
@@ -29,6 +33,59 @@ MISSING: Any = object()
 """Cached marker of a key the store does not have."""
 
 Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, eq=False)
+class CachedRows:
+    """A cached key's matches: rows ``start`` to ``start + count`` of an Arrow batch of value
+    columns (a compact copy of the rows its answer held for cached keys, never an error)."""
+
+    values: pa.RecordBatch
+    start: int
+    count: int
+
+
+def cache_rows(
+    keys: Sequence[Key], answer: Matches, found: np.ndarray, *, cache_missing: bool
+) -> list[tuple[Key, Any]]:
+    """What to cache from a columnar answer to ``keys``: a :class:`CachedRows` per key that
+    has matches, :data:`MISSING` per key without (if ``cache_missing``); keys whose value was
+    malformed are not cached."""
+    index = answer.key_index
+    usable = np.ones(len(index), dtype=bool)
+    if answer.errors is not None and answer.errors.null_count < len(answer.errors):
+        bad = answer.errors.is_valid().to_numpy(zero_copy_only=False)
+        usable &= ~np.isin(index, index[bad])
+    rows = np.flatnonzero(usable)
+    rows = rows[np.argsort(index[rows], kind="stable")]
+    items: list[tuple[Key, Any]] = []
+    if len(rows):
+        segment = answer.values.take(pa.array(rows))
+        positions, starts, counts = np.unique(index[rows], return_index=True, return_counts=True)
+        items = [
+            (keys[p], CachedRows(segment, int(a), int(n)))
+            for p, a, n in zip(positions.tolist(), starts.tolist(), counts.tolist())
+        ]
+    if cache_missing:
+        items += [(keys[p], MISSING) for p in np.flatnonzero(~found).tolist()]
+    return items
+
+
+def cached_matches(hits: Sequence[tuple[int, CachedRows]], fields: Sequence[pa.Field]) -> Matches:
+    """The matches of cache hits ``(position, rows)``, as one :class:`Matches`."""
+    by_segment: dict[int, tuple[pa.RecordBatch, list[int], list[int]]] = {}
+    for position, cached in hits:
+        _, rows, positions = by_segment.setdefault(id(cached.values), (cached.values, [], []))
+        rows.extend(range(cached.start, cached.start + cached.count))
+        positions.extend([position] * cached.count)
+    schema = pa.schema(list(fields))
+    batches = [values.take(pa.array(rows)) for values, rows, _ in by_segment.values()]
+    table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
+    values = (
+        table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=schema)
+    )
+    index = np.concatenate([np.asarray(p, dtype=np.int64) for _, _, p in by_segment.values()])
+    return Matches(index, values)
 
 
 def cache_identity(config: ConnectorConfig) -> str:

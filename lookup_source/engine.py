@@ -6,6 +6,12 @@ flight (retrying failed attempts with backoff), and emits each batch with the va
 appended. Input is taken only while a request slot is free and the rows held back stay under a
 budget: memory is bounded whatever the size of the input.
 
+A key that a request of an earlier batch is already asking is not asked again: the later batch
+waits for that answer (``shared_keys`` in the metrics). Answers travel as Arrow
+(:class:`~lookup_source.connectors.base.Matches`) and are joined to the input rows with
+vectorised code (:mod:`lookup_source.output`); connectors that answer in the record form have
+their records of one batch converted together.
+
 It is driven batch by batch::
 
     engine = LookupEngine(client, spec)
@@ -19,71 +25,30 @@ It is driven batch by batch::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import random
-import sys
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from lookup_source.arrow_values import null_out, typed_columns, value_failure
-from lookup_source.cache import MISSING
-from lookup_source.connectors.base import Key, LookupClient
-from lookup_source.errors import LookupFailedError, LookupTimeoutError, RecordError
-from lookup_source.keys import DistinctKeys, cast_key_column, distinct_keys
+from lookup_source.arrow_values import conform_matches, records_to_matches
+from lookup_source.cache import MISSING, CachedRows, cache_rows, cached_matches
+from lookup_source.connectors.base import LookupClient, Matches
+from lookup_source.deadline import cancel_abandoned, with_deadline, with_timeout
+from lookup_source.errors import LookupFailedError, LookupTimeoutError
+from lookup_source.inflight import InFlightKeys
+from lookup_source.keys import DistinctKeys, cast_key_column, distinct_keys, python_keys
 from lookup_source.metrics import LookupMetrics
 from lookup_source.options import ERROR_COLUMN, LookupOptions
+from lookup_source.order import OutputQueue, output_queue
+from lookup_source.output import concat_matches, failed_keys, join_matches
 from lookup_source.rate_limit import RateLimiter
-from lookup_source.retry import Backoff
+from lookup_source.retry import RetryPolicy
 
 Sleep = Callable[[float], Awaitable[Any]]
-
-if sys.version_info >= (3, 11):
-
-    async def _with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
-        async with asyncio.timeout(seconds):  # no extra task per request
-            return await awaitable
-
-else:  # pragma: no cover - Python 3.10
-
-    async def _with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
-        return await asyncio.wait_for(awaitable, seconds)
-
-
-_GRACE_S = 1.0
-"""How long a timed-out request may take to honour its cancellation before it is abandoned."""
-
-
-async def _with_deadline(
-    awaitable: Awaitable[Any], seconds: float, abandoned: set[asyncio.Future[Any]]
-) -> Any:
-    """Await ``awaitable`` for at most ``seconds``; raise ``TimeoutError`` after that.
-
-    The deadline holds even for a client that swallows cancellation (a driver stuck on a dead
-    connection): the request is cancelled, given a short grace, then abandoned so the task
-    goes on; abandoned requests are cancelled again when the task closes.
-    """
-    task = asyncio.ensure_future(awaitable)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if done:
-        return task.result()
-    task.cancel()
-    await asyncio.wait({task}, timeout=min(_GRACE_S, seconds))
-    if not task.done():
-        abandoned.add(task)
-        task.add_done_callback(abandoned.discard)
-    else:
-        with contextlib.suppress(BaseException):
-            task.result()  # consume its outcome: never "exception was never retrieved"
-    raise TimeoutError
 
 
 @dataclass(frozen=True)
@@ -122,18 +87,58 @@ def describe_error(error: BaseException) -> str:
 
 
 @dataclass(eq=False)
+class _RecordPart:
+    """Answers in the record form for some of a batch's keys, converted when the batch ends."""
+
+    positions: np.ndarray
+    keys: list[Any]
+    result: Mapping[Any, Any]
+
+
+@dataclass(eq=False)
 class _Job:
     """One input batch on its way through the engine."""
 
     number: int
     batch: pa.RecordBatch
     distinct: DistinctKeys
-    records: list[Any]
-    errors: dict[int, str] = field(default_factory=dict)
-    attempts: int = 0
+    parts: list[Matches] = field(default_factory=list)
+    record_parts: list[_RecordPart] = field(default_factory=list)
     pending: int = 0
     output: pa.RecordBatch | None = None
     done: bool = False
+    _python_keys: list[Any] | None = None
+
+    def python_keys(self) -> list[Any]:
+        if self._python_keys is None:
+            self._python_keys = python_keys(self.distinct.keys)
+        return self._python_keys
+
+
+@dataclass(eq=False)
+class _Request:
+    """One request: some distinct keys of one batch, and the later batches sharing it."""
+
+    keys: pa.RecordBatch
+    owner: _Job
+    positions: np.ndarray
+    subscribers: list[tuple[_Job, np.ndarray, np.ndarray]] = field(default_factory=list)
+    _python_keys: list[Any] | None = None
+
+    def python_keys(self) -> list[Any]:
+        if self._python_keys is None:
+            everything = self.owner.python_keys()
+            self._python_keys = [everything[p] for p in self.positions]
+        return self._python_keys
+
+
+def _absent(value: Any) -> bool:
+    """Whether a record-form value means "no match": None, or an empty list of records."""
+    return value is None or (isinstance(value, (list, tuple)) and not value)
+
+
+_Answer = Matches | Mapping[Any, Any]
+"""A request's answer: columnar (index = rows of the request's keys) or the record form."""
 
 
 class LookupEngine:
@@ -153,19 +158,22 @@ class LookupEngine:
         self.client = client
         self.spec = spec
         self.stats = LookupMetrics(tasks=1)
+        self._fields = list(spec.value_fields)
+        self._key_names = list(client.config.key_columns) or list(spec.key_columns)
+        self._columnar = client.is_columnar()
         self._cache = cache
         self._cache_missing = options.cache.missing_keys
         self._capacity = options.capacity
         self._batch_size = options.batch_size
         self._timeout_s = options.timeout_ms / 1000.0
-        self._backoff = Backoff(options.retry)
+        self._retry = RetryPolicy(options.retry, retry_on_miss=options.retry_on_miss)
         self._sleep = sleep
         self._rng = rng
         self._limiter = RateLimiter(options.rate_limit, sleep=sleep) if options.rate_limit else None
         self._buffer_rows = buffer_rows or max(2 * options.capacity * options.batch_size, 20_000)
-        self._jobs: deque[_Job] = deque()
-        self._finished: deque[_Job] = deque()
+        self._queue: OutputQueue[_Job] = output_queue(options.ordered)
         self._numbers = itertools.count()
+        self._in_flight_keys: InFlightKeys[_Request] = InFlightKeys()
         self._tasks: set[asyncio.Task[None]] = set()
         self._abandoned: set[asyncio.Future[Any]] = set()
         self._cheap_deadline = bool(getattr(client, "honours_cancellation", False))
@@ -189,12 +197,13 @@ class LookupEngine:
         """
         self._raise_if_failed()
         job = self._new_job(batch)
-        self._jobs.append(job)
+        self._queue.put(job)
         self._buffered_rows += batch.num_rows
         wanted = self._from_cache(job)
+        wanted = self._share_in_flight(job, wanted)
         size = self._batch_size
-        job.pending = (len(wanted) + size - 1) // size
-        if not wanted:
+        job.pending += (len(wanted) + size - 1) // size
+        if job.pending == 0:
             self._complete(job)
         for start in range(0, len(wanted), size):
             await self._wait_until(lambda: self._in_flight < self._capacity)
@@ -204,7 +213,7 @@ class LookupEngine:
 
     async def finish(self) -> list[pa.RecordBatch]:
         """Wait for every outstanding lookup; return the remaining output batches in order."""
-        await self._wait_until(lambda: all(job.done for job in self._jobs))
+        await self._wait_until(self._queue.all_done)
         return self._take_ready()
 
     async def aclose(self) -> None:
@@ -215,38 +224,14 @@ class LookupEngine:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        stuck = list(self._abandoned)
-        for future in stuck:
-            future.cancel()
-        if stuck:  # requests that ignored their cancellation: do not wait for them forever
-            await asyncio.wait(stuck, timeout=_GRACE_S)
+        await cancel_abandoned(self._abandoned)
 
     # -- scheduling ----------------------------------------------------------------------------
 
     def _has_room(self) -> bool:
         if self._in_flight >= self._capacity:
             return False
-        unfinished = sum(1 for job in self._jobs if not job.done)
-        return unfinished <= 1 or self._buffered_rows < self._buffer_rows
-
-    def _from_cache(self, job: _Job) -> list[int]:
-        """Answer what the cache knows; return the positions of the keys still to fetch."""
-        keys = job.distinct.keys
-        if self._cache is None:
-            return list(range(len(keys)))
-        hits = self._cache.get_many(keys)
-        wanted = []
-        for position, key in enumerate(keys):
-            value = hits.get(key)
-            if value is None:
-                wanted.append(position)
-            elif value is MISSING:
-                self.stats.missing_keys += 1
-            else:
-                job.records[position] = value
-        self.stats.cache_hits += len(keys) - len(wanted)
-        self.stats.cache_misses += len(wanted)
-        return wanted
+        return self._queue.unfinished() <= 1 or self._buffered_rows < self._buffer_rows
 
     async def _wait_until(self, condition: Callable[[], bool]) -> None:
         if self._changed is None:
@@ -280,48 +265,139 @@ class LookupEngine:
                 array = array.combine_chunks()
             key_type = spec.key_types[position] if position < len(spec.key_types) else None
             columns.append(cast_key_column(array, key_type, name))
-        distinct = distinct_keys(columns)
+        distinct = distinct_keys(columns, self._key_names)
         self.stats.rows += batch.num_rows
-        self.stats.keys += len(distinct.keys)
+        self.stats.keys += len(distinct)
         self.stats.null_keys += distinct.indices.null_count
-        return _Job(next(self._numbers), batch, distinct, [None] * len(distinct.keys))
+        return _Job(next(self._numbers), batch, distinct)
 
-    def _start_request(self, job: _Job, positions: list[int]) -> None:
+    def _from_cache(self, job: _Job) -> np.ndarray:
+        """Answer what the cache knows; return the positions of the keys still to fetch."""
+        everything = np.arange(len(job.distinct), dtype=np.int64)
+        if self._cache is None or not len(everything):
+            return everything
+        keys = job.python_keys()
+        hits = self._cache.get_many(keys)
+        if not hits:
+            self.stats.cache_misses += len(keys)
+            return everything
+        wanted: list[int] = []
+        columnar: list[tuple[int, CachedRows]] = []
+        records: dict[Any, Any] = {}
+        record_positions: list[int] = []
+        for position, key in enumerate(keys):
+            value = hits.get(key)
+            if value is None:
+                wanted.append(position)
+            elif value is MISSING:
+                self.stats.missing_keys += 1
+            elif isinstance(value, CachedRows):
+                columnar.append((position, value))
+            else:
+                records[key] = value
+                record_positions.append(position)
+        if columnar:
+            job.parts.append(cached_matches(columnar, self._fields))
+        if records:
+            positions = np.asarray(record_positions, dtype=np.int64)
+            job.record_parts.append(_RecordPart(positions, [keys[p] for p in positions], records))
+        self.stats.cache_hits += len(keys) - len(wanted)
+        self.stats.cache_misses += len(wanted)
+        return np.asarray(wanted, dtype=np.int64)
+
+    def _share_in_flight(self, job: _Job, wanted: np.ndarray) -> np.ndarray:
+        """Subscribe ``job`` to the requests in flight that already ask some of its keys;
+        return the positions still to ask."""
+        if not len(self._in_flight_keys) or not len(wanted):
+            return wanted
+        keys = job.distinct.keys
+        probe = keys if len(wanted) == keys.num_rows else keys.take(pa.array(wanted))
+        shared = self._in_flight_keys.find(probe)
+        if not shared:
+            return wanted
+        taken = np.zeros(len(wanted), dtype=bool)
+        for request, rows, request_rows in shared:
+            request.subscribers.append((job, wanted[rows], request_rows))
+            job.pending += 1
+            taken[rows] = True
+        self.stats.shared_keys += int(taken.sum())
+        return wanted[~taken]
+
+    def _start_request(self, job: _Job, positions: np.ndarray) -> None:
+        keys = job.distinct.keys
+        if len(positions) == keys.num_rows:
+            chosen = keys
+        elif positions[-1] - positions[0] + 1 == len(positions):  # contiguous: no copy
+            chosen = keys.slice(int(positions[0]), len(positions))
+        else:
+            chosen = keys.take(pa.array(positions))
+        request = _Request(chosen, job, positions)
         self._in_flight += 1
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, self._in_flight)
-        task = asyncio.ensure_future(self._request(job, positions))
+        self._in_flight_keys.add(request, chosen)
+        task = asyncio.ensure_future(self._run(request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     # -- one request ---------------------------------------------------------------------------
 
-    async def _request(self, job: _Job, positions: list[int]) -> None:
-        all_keys = job.distinct.keys
-        keys = [all_keys[position] for position in positions]
+    async def _run(self, request: _Request) -> None:
         try:
             try:
-                result, attempts = await self._lookup_with_retry(keys)
+                answer = await self._lookup_with_retry(request)
             except _FinalFailure as failure:
-                self._request_failed(job, positions, keys, failure)
+                self._request_failed(request, failure)
             else:
-                job.attempts = max(job.attempts, attempts)
-                self._store(job, positions, keys, result)
+                self._deliver(request, answer)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in a connector's result must not hang the task
             self._fail(exc)
         finally:
             self._in_flight -= 1
-            job.pending -= 1
-            if job.pending == 0 and not self._closed and self._failure is None:
-                self._complete(job)
+            self._in_flight_keys.discard(request)
+            for job in [request.owner] + [s[0] for s in request.subscribers]:
+                job.pending -= 1
+                if job.pending == 0 and not self._closed and self._failure is None:
+                    self._complete(job)
             self._notify()
 
-    async def _lookup_with_retry(self, keys: Sequence[Key]) -> tuple[Mapping[Any, Any], int]:
+    async def _attempt(self, request: _Request, rows: np.ndarray | None) -> Any:
+        """One call to the client for the request's keys (or the given rows of them)."""
+        if self._columnar:
+            keys = request.keys if rows is None else request.keys.take(pa.array(rows))
+            call: Awaitable[Any] = self.client.lookup_arrow(keys)
+        else:
+            everything = request.python_keys()
+            call = self.client.lookup(everything if rows is None else [everything[r] for r in rows])
+        if self._cheap_deadline:
+            return await with_timeout(call, self._timeout_s)
+        return await with_deadline(call, self._timeout_s, self._abandoned)
+
+    def _checked(self, result: Any) -> _Answer:
+        """The client's answer, or a TypeError that fails the task (a connector bug)."""
+        if self._columnar:
+            if not isinstance(result, Matches):
+                raise TypeError(
+                    f"connector {self.client.name!r} returned {type(result).__name__} from "
+                    "lookup_arrow(); it must return Matches"
+                )
+            return result
+        if result is None:
+            return {}
+        if not isinstance(result, Mapping):
+            raise TypeError(
+                f"connector {self.client.name!r} returned {type(result).__name__} from "
+                "lookup(); it must return a mapping of key -> record"
+            )
+        return result
+
+    async def _lookup_with_retry(self, request: _Request) -> _Answer:
         loop = asyncio.get_running_loop()
-        options = self.spec.options
+        retry = self._retry
+        answers: list[Matches] = []
         merged: dict[Any, Any] = {}
-        pending = list(keys)
+        rows: np.ndarray | None = None  # None: every key of the request
         attempt = 0
         while True:
             attempt += 1
@@ -330,18 +406,15 @@ class LookupEngine:
             self.stats.requests += 1
             started = loop.time()
             try:
-                if self._cheap_deadline:
-                    result = await _with_timeout(self.client.lookup(pending), self._timeout_s)
-                else:
-                    result = await _with_deadline(
-                        self.client.lookup(pending), self._timeout_s, self._abandoned
-                    )
+                result = await self._attempt(request, rows)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 self.stats.timeouts += 1
                 error: BaseException = (
                     exc
                     if isinstance(exc, LookupTimeoutError)
-                    else LookupTimeoutError(f"no answer within timeout.ms={options.timeout_ms}")
+                    else LookupTimeoutError(
+                        f"no answer within timeout.ms={self.spec.options.timeout_ms}"
+                    )
                 )
             except asyncio.CancelledError:
                 raise
@@ -349,56 +422,115 @@ class LookupEngine:
                 error = exc
             else:
                 self.stats.record_latency(loop.time() - started)
-                if result is None:
-                    result = {}
-                if not isinstance(result, Mapping):
-                    raise TypeError(
-                        f"connector {self.client.name!r} returned {type(result).__name__} from "
-                        "lookup(); it must return a mapping of key -> record"
+                result = self._checked(result)
+                if isinstance(result, Matches):
+                    if rows is not None:
+                        result = Matches(rows[result.key_index], result.values, result.errors)
+                    answers.append(result)
+                    missing = self._missing_rows(request, answers)
+                else:
+                    merged.update(result)
+                    missing = np.asarray(
+                        [r for r, k in enumerate(request.python_keys()) if _absent(merged.get(k))],
+                        dtype=np.int64,
                     )
-                merged.update(result)
-                missing = [key for key in pending if result.get(key) is None]
-                if not (options.retry_on_miss and missing and attempt < options.retry.max_attempts):
-                    return merged, attempt
-                pending = missing  # late dimension rows: ask again for the missing keys only
+                if not retry.retry_missing(attempt, len(missing)):
+                    return self._merge(answers) if self._columnar else merged
+                rows = missing  # late dimension rows: ask again for the missing keys only
                 self.stats.retries += 1
-                await self._sleep(self._backoff.delay_s(attempt, rng=self._rng))
+                await self._sleep(retry.delay_s(attempt, rng=self._rng))
                 continue
-            if attempt >= options.retry.max_attempts or not self.client.is_retryable(error):
+            if not retry.retry_error(attempt, self.client.is_retryable(error)):
                 raise _FinalFailure(error, attempt)
             self.stats.retries += 1
             retry_after = getattr(error, "retry_after", None)
-            await self._sleep(
-                self._backoff.delay_s(attempt, retry_after_s=retry_after, rng=self._rng)
+            await self._sleep(retry.delay_s(attempt, retry_after_s=retry_after, rng=self._rng))
+
+    def _missing_rows(self, request: _Request, answers: list[Matches]) -> np.ndarray:
+        found = np.zeros(request.keys.num_rows, dtype=bool)
+        for answer in answers:
+            found[answer.key_index] = True
+        return np.flatnonzero(~found)
+
+    def _merge(self, answers: list[Matches]) -> Matches:
+        conformed = [conform_matches(answer, self._fields) for answer in answers]
+        return concat_matches(conformed, self._fields)
+
+    # -- answers -------------------------------------------------------------------------------
+
+    def _deliver(self, request: _Request, answer: _Answer) -> None:
+        """Hand the answer to the batch that asked and to those sharing the request."""
+        size = request.keys.num_rows
+        if isinstance(answer, Matches):
+            answer = self._with_key_messages(answer, request.python_keys)
+            found = np.zeros(size, dtype=bool)
+            found[answer.key_index] = True
+            self._cache_answer(request, answer, found)
+            request.owner.parts.append(
+                Matches(request.positions[answer.key_index], answer.values, answer.errors)
             )
+            self.stats.missing_keys += int(size - found.sum())
+            for job, positions, request_rows in request.subscribers:
+                slot = np.full(size, -1, dtype=np.int64)
+                slot[request_rows] = positions
+                mine = slot[answer.key_index]
+                keep = mine >= 0
+                rows = pa.array(np.flatnonzero(keep))
+                errors = answer.errors.take(rows) if answer.errors is not None else None
+                job.parts.append(Matches(mine[keep], answer.values.take(rows), errors))
+                self.stats.missing_keys += int((~found[request_rows]).sum())
+            return
+        keys = request.python_keys()
+        self._cache_records(keys, answer)
+        request.owner.record_parts.append(_RecordPart(request.positions, keys, answer))
+        self.stats.missing_keys += sum(1 for k in keys if _absent(answer.get(k)))
+        for job, positions, request_rows in request.subscribers:
+            shared = [keys[r] for r in request_rows]
+            job.record_parts.append(_RecordPart(positions, shared, answer))
+            self.stats.missing_keys += sum(1 for k in shared if _absent(answer.get(k)))
 
-    def _store(
-        self, job: _Job, positions: list[int], keys: Sequence[Key], result: Mapping[Any, Any]
-    ) -> None:
-        cacheable: list[tuple[Key, Any]] = []
-        for position, key in zip(positions, keys):
+    def _with_key_messages(self, matches: Matches, keys: Callable[[], list[Any]]) -> Matches:
+        """Prefix each error message with the key it concerns: ``key 7: ...``."""
+        errors = matches.errors
+        if errors is None or errors.null_count == len(errors):
+            return matches
+        everything = keys()
+        texts = errors.to_pylist()
+        index = matches.key_index
+        messages = [
+            None if text is None else f"key {everything[index[row]]!r}: {text}"
+            for row, text in enumerate(texts)
+        ]
+        return Matches(index, matches.values, pa.array(messages, type=pa.string()))
+
+    def _cache_answer(self, request: _Request, answer: Matches, found: np.ndarray) -> None:
+        if self._cache is None or not hasattr(self._cache, "put_many"):
+            return
+        self._cache.put_many(
+            cache_rows(request.python_keys(), answer, found, cache_missing=self._cache_missing)
+        )
+
+    def _cache_records(self, keys: list[Any], result: Mapping[Any, Any]) -> None:
+        if self._cache is None or not hasattr(self._cache, "put_many"):
+            return
+        items = []
+        for key in keys:
             value = result.get(key)
-            if value is None:
-                self.stats.missing_keys += 1
+            if _absent(value):
                 if self._cache_missing:
-                    cacheable.append((key, MISSING))
-            elif isinstance(value, RecordError):
-                job.errors[position] = f"key {key!r}: {value}"
-            elif isinstance(value, Mapping):
-                job.records[position] = value
-                cacheable.append((key, value))
-            else:
-                job.errors[position] = (
-                    f"key {key!r}: connector returned {type(value).__name__}, not a record"
-                )
-        if self._cache is not None and cacheable and hasattr(self._cache, "put_many"):
-            self._cache.put_many(cacheable)
+                    items.append((key, MISSING))
+            elif isinstance(value, Mapping) or (
+                isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value)
+            ):
+                items.append((key, value))
+        if items:
+            self._cache.put_many(items)
 
-    def _request_failed(
-        self, job: _Job, positions: list[int], keys: Sequence[Key], failure: _FinalFailure
-    ) -> None:
+    def _request_failed(self, request: _Request, failure: _FinalFailure) -> None:
+        keys = request.python_keys()
+        shared = sum(len(rows) for _, rows, _ in request.subscribers)
         self.stats.failed_requests += 1
-        self.stats.failed_keys += len(keys)
+        self.stats.failed_keys += len(keys) + shared
         reason = describe_error(failure.error)
         if self.spec.options.on_error == "fail":
             error = LookupFailedError(
@@ -414,8 +546,14 @@ class LookupEngine:
             return
         attempts = f" after {failure.attempts} attempts" if failure.attempts > 1 else ""
         message = f"{self.client.name} lookup failed{attempts}: {reason}"
-        for position in positions:
-            job.errors[position] = message
+        targets = [(request.owner, request.positions)] + [
+            (job, positions) for job, positions, _ in request.subscribers
+        ]
+        for job, positions in targets:
+            values = pa.RecordBatch.from_pylist([], schema=pa.schema(self._fields))
+            nulls = values.take(pa.nulls(len(positions), type=pa.int64()))
+            errors = pa.array([message] * len(positions), type=pa.string())
+            job.parts.append(Matches(positions, nulls, errors))
 
     # -- output --------------------------------------------------------------------------------
 
@@ -427,61 +565,60 @@ class LookupEngine:
             return
         job.done = True
         job.batch = job.output  # the input batch is no longer needed
-        self._finished.append(job)
+        self._queue.complete(job)
+
+    def _records_as_matches(self, job: _Job) -> Matches:
+        parts = job.record_parts
+        positions = np.concatenate([p.positions for p in parts])
+        keys = [k for p in parts for k in p.keys]
+        merged: dict[Any, Any] = {}
+        for part in parts:
+            merged.update(part.result)
+        matches = records_to_matches(keys, merged, self._fields)
+        matches = self._with_key_messages(matches, lambda: keys)
+        return Matches(positions[matches.key_index], matches.values, matches.errors)
 
     def _build_output(self, job: _Job) -> pa.RecordBatch:
         spec = self.spec
-        records = job.records
-        errors = job.errors
-        keys = job.distinct.keys
-        arrays = typed_columns(
-            [
-                (field, [None if record is None else record.get(field.name) for record in records])
-                for field in spec.value_fields
-            ],
-            keys,
-            errors,
+        parts = [conform_matches(part, self._fields) for part in job.parts]
+        if job.record_parts:
+            parts.append(self._records_as_matches(job))
+        matches = concat_matches(parts, self._fields)
+        if spec.options.on_error == "fail":
+            bad = failed_keys(matches)
+            if len(bad):
+                raise self._value_failure(job, matches, bad)
+        return join_matches(
+            job.batch,
+            job.distinct.indices,
+            len(job.distinct),
+            matches,
+            how=spec.how,
+            error_column=ERROR_COLUMN if spec.options.error_column else None,
+            fields=self._fields,
         )
-        if errors and spec.options.on_error == "fail":
-            raise value_failure(
-                errors, keys, connector=self.client.name, address=self.client.config.url
-            )
-        failed = set(errors)
-        indices = job.distinct.indices
-        columns = list(job.batch.columns)
-        columns += [null_out(array, failed).take(indices) for array in arrays]
-        if spec.options.error_column:
-            messages = [errors.get(position) for position in range(len(records))]
-            columns.append(pa.array(messages, type=pa.string()).take(indices))
-        schema = pa.schema(list(job.batch.schema) + spec.output_fields())
-        output = pa.RecordBatch.from_arrays(columns, schema=schema)
-        if spec.how == "inner":
-            keep = pa.array(
-                [
-                    record is not None or position in failed
-                    for position, record in enumerate(records)
-                ],
-                type=pa.bool_(),
-            ).take(indices)
-            output = output.filter(keep.fill_null(False))
-        return output
+
+    def _value_failure(self, job: _Job, matches: Matches, bad: np.ndarray) -> LookupFailedError:
+        """The ``on.error=fail`` error for stored values that could not be used."""
+        assert matches.errors is not None
+        first = int(bad[0])
+        rows = np.flatnonzero(matches.key_index == first)
+        reason = next(m for m in matches.errors.take(pa.array(rows)).to_pylist() if m)
+        keys = job.python_keys()
+        return LookupFailedError(
+            connector=self.client.name,
+            address=self.client.config.url,
+            failed_keys=len(bad),
+            attempts=0,
+            reason=f"a value could not be used: {reason}",
+            sample_keys=[keys[p] for p in bad[:3]],
+        )
 
     def _take_ready(self) -> list[pa.RecordBatch]:
-        ready: list[pa.RecordBatch] = []
-        if self.spec.options.ordered:
-            while self._jobs and self._jobs[0].done:
-                ready.append(self._release(self._jobs.popleft()))
-            self._finished.clear()
-        else:
-            while self._finished:
-                job = self._finished.popleft()
-                self._jobs.remove(job)
-                ready.append(self._release(job))
+        ready = []
+        for job in self._queue.pop_ready():
+            self._buffered_rows -= len(job.distinct.indices)
+            assert job.output is not None
+            ready.append(job.output)
+            job.output = None
         return ready
-
-    def _release(self, job: _Job) -> pa.RecordBatch:
-        self._buffered_rows -= len(job.distinct.indices)
-        output = job.output
-        assert output is not None
-        job.output = None
-        return output

@@ -46,6 +46,7 @@ class LookupMetrics:
     missing_keys: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
+    shared_keys: int = 0
     peak_in_flight: int = 0
     peak_rss_mb: float = 0.0
     latency_max_ms: float = 0.0
@@ -72,6 +73,7 @@ class LookupMetrics:
             "missing_keys",
             "cache_hits",
             "cache_misses",
+            "shared_keys",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.peak_in_flight = max(self.peak_in_flight, other.peak_in_flight)
@@ -122,6 +124,7 @@ class LookupMetrics:
         return (
             f"asynclookup: {self.rows:,} rows, {self.keys:,} distinct keys per batch, "
             f"{self.requests:,} requests, {self.cache_hits:,} cache hits, "
+            f"{self.shared_keys:,} keys shared with a request in flight, "
             f"{self.retries:,} retries, {self.timeouts:,} timeouts, "
             f"{self.failed_keys:,} failed keys, {self.missing_keys:,} missing, "
             f"peak {self.peak_in_flight} in flight, latency p50 {self.p50_ms:.1f} ms, "

@@ -148,6 +148,7 @@ class LookupPlan:
             key_columns=self.key_names,
             value_columns=tuple(f.name for f in self.value_fields),
             value_types=tuple(f.type for f in self.value_arrow_fields()),
+            key_types=self.key_arrow_types(),
             options=dict(opts.connector_options),
             capacity=opts.capacity,
             batch_size=opts.batch_size,

@@ -42,3 +42,39 @@ class Backoff:
         if retry_after_s is not None and retry_after_s > base:
             base = min(retry_after_s, self.settings.max_delay_ms / 1000.0)
         return base
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When a request is tried again, and after how long: the retry strategy object of the
+    engine (Flink's ``AsyncRetryStrategy``, redis-py's ``Retry``).
+
+    Two predicates decide: an *error* predicate (the connector's ``is_retryable``, given per
+    call) and a *result* predicate, ``retry_on_miss``: keys the store does not have yet are
+    asked again (late dimension rows). Both stop after ``max_attempts`` attempts.
+
+    >>> policy = RetryPolicy(RetrySettings(max_attempts=2, backoff="fixed"), retry_on_miss=True)
+    >>> policy.retry_missing(attempt=1, missing=3), policy.retry_missing(attempt=2, missing=3)
+    (True, False)
+    """
+
+    settings: RetrySettings
+    retry_on_miss: bool = False
+
+    @property
+    def max_attempts(self) -> int:
+        return self.settings.max_attempts
+
+    def retry_error(self, attempt: int, retryable: bool) -> bool:
+        """Whether attempt number ``attempt`` (1 = the first), which failed, is tried again."""
+        return retryable and attempt < self.settings.max_attempts
+
+    def retry_missing(self, attempt: int, missing: int) -> bool:
+        """Whether the ``missing`` keys of attempt number ``attempt`` are asked again."""
+        return self.retry_on_miss and missing > 0 and attempt < self.settings.max_attempts
+
+    def delay_s(
+        self, attempt: int, *, retry_after_s: float | None = None, rng: random.Random | None = None
+    ) -> float:
+        """The wait before the attempt after ``attempt``."""
+        return Backoff(self.settings).delay_s(attempt, retry_after_s=retry_after_s, rng=rng)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult
+from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult, Matches
 from lookup_source.engine import EngineSpec
 from lookup_source.options import LookupOptions, RetrySettings
 
@@ -99,6 +99,7 @@ def make_config(spec: EngineSpec) -> ConnectorConfig:
         key_columns=spec.key_columns,
         value_columns=tuple(f.name for f in spec.value_fields),
         value_types=tuple(f.type for f in spec.value_fields),
+        key_types=spec.key_types,
         capacity=spec.options.capacity,
         batch_size=spec.options.batch_size,
     )
@@ -109,3 +110,45 @@ def key_batch(keys: Sequence[Any], *, name: str = "k", kind: pa.DataType = INT64
         [pa.array(keys, type=kind), pa.array(range(len(keys)), type=pa.int64())],
         names=[name, "row"],
     )
+
+
+class FakeColumnarClient(FakeClient):
+    """The same fake store, answering in the columnar form (``lookup_arrow``)."""
+
+    name: ClassVar[str] = "fake-columnar"
+
+    async def lookup(self, keys: Sequence[Key]) -> LookupResult:  # pragma: no cover
+        raise AssertionError("the engine must call lookup_arrow on a columnar connector")
+
+    async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
+        from lookup_source.keys import python_keys
+
+        wanted = python_keys(keys)
+        result = await FakeClient.lookup(self, wanted)
+        positions: list[int] = []
+        records: list[dict[str, Any]] = []
+        errors: list[str | None] = []
+        for position, key in enumerate(wanted):
+            value = result.get(key)
+            matches = value if isinstance(value, list) else [] if value is None else [value]
+            for record in matches:
+                positions.append(position)
+                if isinstance(record, Exception):
+                    records.append({})
+                    errors.append(str(record))
+                else:
+                    records.append(dict(record))
+                    errors.append(None)
+        names = self.config.value_columns
+        # deliberately loose types: the engine must convert them to the declared ones
+        values = pa.RecordBatch.from_pylist(
+            [{n: r.get(n) for n in names} for r in records],
+            schema=pa.schema(
+                [pa.field(n, _loose(t)) for n, t in zip(names, self.config.value_types)]
+            ),
+        )
+        return Matches(positions, values, pa.array(errors, pa.string()) if any(errors) else None)
+
+
+def _loose(arrow_type: pa.DataType) -> pa.DataType:
+    return pa.int64() if pa.types.is_integer(arrow_type) else arrow_type

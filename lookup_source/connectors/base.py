@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+import pyarrow as pa
+
 from lookup_source.errors import PermanentError, RecordError, SchemaError, TransientError
 from lookup_source.redaction import redact_url
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from lookup_source.options import LookupOptions, OptionSpec
 
 Key = Hashable
@@ -43,9 +44,59 @@ Key = Hashable
 Record = Mapping[str, Any]
 """A looked-up record: value column name -> Python value (converted to the column's type)."""
 
-LookupResult = Mapping[Key, "Record | RecordError | None"]
+LookupResult = Mapping[Key, "Record | Sequence[Record] | RecordError | None"]
 """What :meth:`LookupClient.lookup` returns. A key that is absent (or maps to ``None``) is
-missing; a :class:`RecordError` marks a key whose stored value is malformed."""
+missing; a list of records is several matches; a :class:`RecordError` marks a key whose stored
+value is malformed."""
+
+
+@dataclass(frozen=True, eq=False)
+class Matches:
+    """The columnar answer to a lookup: one row per match, as Arrow.
+
+    - ``key_index``: for each row, the position (0-based) in the requested keys of the key it
+      matches. A key that no row names is missing; a key that several rows name has several
+      matches (a one-to-many lookup), kept in the order of the rows.
+    - ``values``: the value columns, one row per match, found by name (a value column that is
+      absent is null; a column of another type is converted, and a value that does not fit is
+      reported for its key).
+    - ``errors``: optional, one string per row: why that key's stored value is unusable (null
+      where it is fine). A key with an error row fails, whatever its other rows hold.
+
+    >>> import pyarrow as pa
+    >>> m = Matches([0, 2], pa.record_batch({"name": ["Ada", "Bob"]}))  # keys 0 and 2 found
+    >>> m.num_rows
+    2
+    """
+
+    key_index: Any
+    values: pa.RecordBatch
+    errors: pa.Array | None = None
+
+    def __post_init__(self) -> None:
+        index = self.key_index
+        if isinstance(index, (pa.Array, pa.ChunkedArray)):
+            index = index.to_numpy(zero_copy_only=False)
+        index = np.asarray(index, dtype=np.int64)
+        if index.ndim != 1 or len(index) != self.values.num_rows:
+            raise ValueError(
+                f"Matches: key_index has {len(index)} entries for {self.values.num_rows} rows"
+            )
+        if self.errors is not None and len(self.errors) != len(index):
+            raise ValueError(
+                f"Matches: errors has {len(self.errors)} entries for {len(index)} rows"
+            )
+        object.__setattr__(self, "key_index", index)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.key_index)
+
+    @classmethod
+    def none(cls, fields: Sequence[pa.Field] = ()) -> Matches:
+        """No match at all: every key is missing."""
+        empty = pa.RecordBatch.from_pylist([], schema=pa.schema(list(fields)))
+        return cls(np.zeros(0, dtype=np.int64), empty)
 
 
 @dataclass(frozen=True)
@@ -61,6 +112,7 @@ class ConnectorConfig:
     capacity: int = 100
     batch_size: int = 500
     timeout_s: float = 10.0
+    key_types: tuple[pa.DataType, ...] = ()
 
     @property
     def display_url(self) -> str | None:
@@ -160,8 +212,36 @@ class LookupClient:
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
         """Fetch ``keys`` (distinct, non-null, at most ``batch.size``) in as few round trips as
-        the store allows. Return a mapping key -> record; leave missing keys out."""
+        the store allows. Return a mapping key -> record (or a list of records, for several
+        matches); leave missing keys out.
+
+        This is the simple record form. A connector that can produce Arrow columns directly
+        overrides :meth:`lookup_arrow` instead, and the engine never calls this one."""
         raise NotImplementedError
+
+    async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
+        """Fetch ``keys`` (one column per key column, named and typed as the lookup schema
+        declares; distinct, non-null, at most ``batch.size`` rows) and return the values as
+        :class:`Matches`, whose ``key_index`` points into ``keys``.
+
+        The default calls :meth:`lookup` and converts its records."""
+        from lookup_source.arrow_values import records_to_matches
+        from lookup_source.keys import python_keys
+
+        wanted = python_keys(keys)
+        return records_to_matches(wanted, await self.lookup(wanted) or {}, self.value_fields)
+
+    @classmethod
+    def is_columnar(cls) -> bool:
+        """Whether this connector overrides :meth:`lookup_arrow` (else the engine gathers the
+        record form of several requests and converts them together)."""
+        return cls.lookup_arrow is not LookupClient.lookup_arrow
+
+    @property
+    def value_fields(self) -> list[pa.Field]:
+        """The value columns as Arrow fields, in the lookup schema's order."""
+        config = self.config
+        return [pa.field(n, t) for n, t in zip(config.value_columns, config.value_types)]
 
     @classmethod
     def can_scan(cls, config: ConnectorConfig) -> bool:

@@ -1,0 +1,62 @@
+"""One attempt of a request, bounded by ``timeout.ms`` even when the client ignores it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Awaitable
+from typing import Any
+
+GRACE_S = 1.0
+"""How long a timed-out request may take to honour its cancellation before it is abandoned."""
+
+if sys.version_info >= (3, 11):
+
+    async def with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
+        """Await ``awaitable`` for at most ``seconds`` (for clients that honour cancellation)."""
+        async with asyncio.timeout(seconds):  # no extra task per request
+            return await awaitable
+
+else:  # pragma: no cover - Python 3.10
+
+    async def with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
+        return await asyncio.wait_for(awaitable, seconds)
+
+
+async def with_deadline(
+    awaitable: Awaitable[Any], seconds: float, abandoned: set[asyncio.Future[Any]]
+) -> Any:
+    """Await ``awaitable`` for at most ``seconds``; raise ``TimeoutError`` after that.
+
+    The deadline holds even for a client that swallows cancellation (a driver stuck on a dead
+    connection): the request is cancelled, given a short grace, then abandoned so the task
+    goes on; abandoned requests are put in ``abandoned`` and cancelled again when the task
+    closes (:func:`cancel_abandoned`).
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if done:
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task}, timeout=min(GRACE_S, seconds))
+    if not task.done():
+        abandoned.add(task)
+        task.add_done_callback(abandoned.discard)
+    else:
+        with contextlib.suppress(BaseException):
+            task.result()  # consume its outcome: never "exception was never retrieved"
+    raise TimeoutError
+
+
+async def cancel_abandoned(abandoned: set[asyncio.Future[Any]]) -> None:
+    """Cancel the requests that overstayed their deadline; wait a grace period at most."""
+    stuck = list(abandoned)
+    for future in stuck:
+        future.cancel()
+    if stuck:  # requests that ignored their cancellation: do not wait for them forever
+        await asyncio.wait(stuck, timeout=GRACE_S)
