@@ -209,6 +209,24 @@ def records_to_matches(
     return Matches(np.asarray(positions, dtype=np.int64), values, errors)
 
 
+def records_from_matches(keys: Sequence[Any], matches: Matches) -> dict[Any, Any]:
+    """The record form of :class:`Matches` over ``keys``: key -> record, a list of records
+    (several matches) or a :class:`RecordError`."""
+    out: dict[Any, Any] = {}
+    rows = matches.values.to_pylist()
+    errors = matches.errors.to_pylist() if matches.errors is not None else [None] * len(rows)
+    for position, record, error in zip(matches.key_index.tolist(), rows, errors):
+        key = keys[position]
+        if error is not None or isinstance(out.get(key), RecordError):
+            out[key] = out.get(key) if isinstance(out.get(key), RecordError) else RecordError(error)
+        elif key in out:
+            previous = out[key]
+            out[key] = [*previous, record] if isinstance(previous, list) else [previous, record]
+        else:
+            out[key] = record
+    return out
+
+
 def conform_matches(matches: Matches, fields: Sequence[pa.Field]) -> Matches:
     """``matches`` with exactly the value columns ``fields``, in their types: a column the
     connector left out is null; one of another type is cast, and a value that does not fit is

@@ -216,8 +216,21 @@ class LookupClient:
         matches); leave missing keys out.
 
         This is the simple record form. A connector that can produce Arrow columns directly
-        overrides :meth:`lookup_arrow` instead, and the engine never calls this one."""
-        raise NotImplementedError
+        overrides :meth:`lookup_arrow` instead (the engine then never calls this one; this
+        default answers through it, for callers that want records)."""
+        if not self.is_columnar():
+            raise NotImplementedError(f"{type(self).__name__} implements neither lookup form")
+        from lookup_source.arrow_values import records_from_matches
+
+        columns = list(zip(*[k if isinstance(k, tuple) else (k,) for k in keys])) or [
+            () for _ in self.config.key_columns
+        ]
+        types = self.config.key_types or (None,) * len(columns)
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(list(c), type=t) for c, t in zip(columns, types)],
+            names=list(self.config.key_columns),
+        )
+        return records_from_matches(keys, await self.lookup_arrow(batch))
 
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         """Fetch ``keys`` (one column per key column, named and typed as the lookup schema

@@ -1,9 +1,15 @@
-"""Redis connector (redis-py asyncio).
+"""Redis connector (redis-py asyncio, hiredis).
 
 ``connector=redis``, ``url`` as redis-py accepts it (``redis://[user:password@]host:port/db``,
 ``rediss://`` for TLS, ``unix://``). Keys are formatted with ``redis.key.pattern``; values are
-read with MGET (``json``, ``string``) or a pipeline of HGETALL (``hash``), ``batch.size`` keys
+read with MGET (``json``, ``string``) or a pipeline of HMGET (``hash``), ``batch.size`` keys
 per round trip, over a pool of at most ``capacity`` connections.
+
+The hot path is columnar: key texts are built in Arrow, the command is packed by hiredis, the
+replies are decoded by msgspec (``json``) or Arrow casts (``string``, ``hash``) straight into
+typed columns. A request whose replies the fast path does not take as they are (a malformed
+value, a type that does not fit) is decoded again value by value, to name the key and the
+column at fault.
 """
 
 from __future__ import annotations
@@ -15,25 +21,40 @@ import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
+from lookup_source.arrow_values import cast_strings, records_to_matches
 from lookup_source.connectors.base import (
     ConnectorConfig,
     Key,
     LookupClient,
     LookupResult,
+    Matches,
     secret_from_env,
 )
 from lookup_source.connectors.templates import KeyTemplate
 from lookup_source.errors import OptionError, PermanentError, RecordError, SchemaError
+from lookup_source.json_columns import DECODE_ERRORS, JsonColumns
 from lookup_source.options import OptionSpec, choice, parse_required_text, parse_text
 
 _EXCERPT = 80
+
+_pack: Any
+try:
+    from hiredis import pack_command as _pack
+except ImportError:  # pragma: no cover - hiredis is in the redis extra
+    _pack = None
 
 
 def _excerpt(raw: bytes) -> str:
     text = raw[:_EXCERPT].decode("utf-8", errors="replace")
     return text + ("..." if len(raw) > _EXCERPT else "")
+
+
+def _present(replies: Sequence[Any]) -> np.ndarray:
+    """Positions of the replies that are not nil."""
+    return np.flatnonzero(np.fromiter((r is not None for r in replies), bool, len(replies)))
 
 
 class RedisLookupClient(LookupClient):
@@ -85,6 +106,7 @@ class RedisLookupClient(LookupClient):
         )
         self._format: str = config.options.get("redis.value.format", "json")
         self._redis: Any = None
+        self._pool: Any = None
         self._fields = config.value_columns
         self._binary_fields = frozenset(
             name
@@ -92,6 +114,8 @@ class RedisLookupClient(LookupClient):
             if pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
         )
         self._raw_bytes = len(self._fields) == 1 and self._fields[0] in self._binary_fields
+        self._json = JsonColumns(self.value_fields) if self._format == "json" else None
+        self._hmget_fields = [name.encode("utf-8") for name in self._fields]
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -128,7 +152,7 @@ class RedisLookupClient(LookupClient):
         variable = self.config.options.get("redis.password.env")
         if variable:
             extra["password"] = secret_from_env("redis.password.env", variable)
-        pool = BlockingConnectionPool.from_url(
+        self._pool = BlockingConnectionPool.from_url(
             self.config.url,
             **extra,
             max_connections=max(1, self.config.capacity),
@@ -136,21 +160,189 @@ class RedisLookupClient(LookupClient):
             # the engine retries with the configured policy and counts it: no hidden retries
             retry=Retry(NoBackoff(), 0),
         )
-        self._redis = Redis(connection_pool=pool, decode_responses=False)
+        self._redis = Redis(connection_pool=self._pool, decode_responses=False)
 
     async def close(self) -> None:
         if self._redis is not None:
             redis, self._redis = self._redis, None
             await redis.aclose(close_connection_pool=True)
 
-    # -- lookups -------------------------------------------------------------------------------
+    # -- the wire ------------------------------------------------------------------------------
+
+    async def _execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send ``commands`` in one round trip on a pooled connection; return their replies
+        (an error reply is returned as its exception, in its place). A connection whose
+        exchange failed or was cancelled is in doubt: it is disconnected, never reused."""
+        from redis.exceptions import ResponseError
+
+        if self._pool is None:
+            raise RuntimeError("RedisLookupClient used before open()")
+        connection = await self._pool.get_connection()
+        try:
+            if _pack is not None:
+                packed: Any = b"".join(_pack(tuple(command)) for command in commands)
+            else:  # pragma: no cover - without hiredis
+                packed = connection.pack_commands(commands)
+            await connection.send_packed_command(packed, check_health=False)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as error:
+                    replies.append(error)
+            return replies
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            await self._pool.release(connection)
 
     def redis_key(self, key: Key) -> str:
         """The Redis key for a lookup key (a scalar, or a tuple for composite keys)."""
         return self._template.render(key)
 
-    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
-        return await self._fetch(keys, [self.redis_key(key) for key in keys])
+    # -- lookups -------------------------------------------------------------------------------
+
+    async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
+        return await self._fetch(keys, self._template.render_all(keys))
+
+    async def _fetch(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
+        if self._format == "hash":
+            return await self._fetch_hashes(keys, redis_keys)
+        (replies,) = await self._execute([("MGET", *redis_keys)])
+        if isinstance(replies, Exception):
+            raise replies
+        if self._format == "json":
+            return self._json_matches(keys, redis_keys, replies)
+        return self._string_matches(keys, redis_keys, replies)
+
+    def _json_matches(
+        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
+    ) -> Matches:
+        present = _present(replies)
+        assert self._json is not None
+        try:
+            values = self._json.decode([replies[i] for i in present])
+        except DECODE_ERRORS:
+            return self._reference(keys, self._decode_json(keys, redis_keys, replies))
+        return Matches(present, values)
+
+    def _string_matches(
+        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
+    ) -> Matches:
+        present = _present(replies)
+        field = self.value_fields[0]
+        raw = pa.array([replies[i] for i in present], type=pa.binary())
+        try:
+            column = raw if self._raw_bytes else cast_strings(raw.cast(pa.string()), field.type)
+            column = column.cast(field.type)
+        except (pa.ArrowException, ValueError):
+            return self._reference(keys, self._decode_strings(keys, redis_keys, replies))
+        return Matches(present, pa.RecordBatch.from_arrays([column], schema=pa.schema([field])))
+
+    async def _fetch_hashes(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
+        fields = self._hmget_fields
+        replies = await self._execute([("HMGET", key, *fields) for key in redis_keys])
+        empty = [i for i, reply in enumerate(replies) if isinstance(reply, list) and not any(reply)]
+        if empty:  # an existing hash without the value fields is found, with nulls
+            exists = await self._execute([("EXISTS", redis_keys[i]) for i in empty])
+            for i, flag in zip(empty, exists):
+                if isinstance(flag, Exception):
+                    raise flag
+                if not flag:
+                    replies[i] = None
+        for reply in replies:
+            if isinstance(reply, Exception) and self.is_retryable(reply):
+                raise reply
+        return self._hash_matches(keys, redis_keys, replies)
+
+    def _hash_matches(
+        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
+    ) -> Matches:
+        if any(isinstance(reply, Exception) for reply in replies):
+            return self._reference(keys, self._decode_hashes(keys, redis_keys, replies))
+        present = _present(replies)
+        arrays = []
+        try:
+            for position, field in enumerate(self.value_fields):
+                raw = pa.array([replies[i][position] for i in present], type=pa.binary())
+                if field.name in self._binary_fields:
+                    arrays.append(raw.cast(field.type))
+                else:
+                    arrays.append(cast_strings(raw.cast(pa.string()), field.type))
+        except (pa.ArrowException, ValueError):
+            return self._reference(keys, self._decode_hashes(keys, redis_keys, replies))
+        schema = pa.schema(self.value_fields)
+        return Matches(present, pa.RecordBatch.from_arrays(arrays, schema=schema))
+
+    # -- the reference path: one value at a time, naming what does not fit -----------------------
+
+    def _reference(self, keys: pa.RecordBatch, records: dict[int, Any]) -> Matches:
+        """Matches from records indexed by the position of their key."""
+        return records_to_matches(range(keys.num_rows), records, self.value_fields)
+
+    def _decode_json(
+        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
+    ) -> dict[int, Any]:
+        out: dict[int, Any] = {}
+        for position, (redis_key, raw) in enumerate(zip(redis_keys, replies)):
+            if raw is None:
+                continue
+            try:
+                record = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                out[position] = RecordError(
+                    f"Redis key {redis_key!r} does not hold valid JSON: {_excerpt(raw)!r}"
+                )
+                continue
+            if not isinstance(record, dict):
+                out[position] = RecordError(
+                    f"Redis key {redis_key!r} holds a JSON {type(record).__name__}, "
+                    "expected an object with the value columns as fields"
+                )
+                continue
+            out[position] = record
+        return out
+
+    def _decode_strings(
+        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
+    ) -> dict[int, Any]:
+        column = self._fields[0]
+        out: dict[int, Any] = {}
+        for position, (redis_key, raw) in enumerate(zip(redis_keys, replies)):
+            if raw is None:
+                continue
+            if self._raw_bytes:
+                out[position] = {column: raw}
+                continue
+            try:
+                out[position] = {column: raw.decode("utf-8")}
+            except UnicodeDecodeError:
+                out[position] = RecordError(
+                    f"Redis key {redis_key!r} holds bytes that are not UTF-8 text; declare "
+                    f"column '{column}' as binary to read them raw"
+                )
+        return out
+
+    def _decode_hashes(
+        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
+    ) -> dict[int, Any]:
+        out: dict[int, Any] = {}
+        for position, (redis_key, reply) in enumerate(zip(redis_keys, replies)):
+            if isinstance(reply, Exception):
+                out[position] = RecordError(f"Redis key {redis_key!r}: {reply}")
+                continue
+            if reply is None:
+                continue
+            out[position] = {
+                name: raw
+                if raw is None or name in self._binary_fields
+                else raw.decode("utf-8", errors="replace")
+                for name, raw in zip(self._fields, reply)
+            }
+        return out
+
+    # -- scans ---------------------------------------------------------------------------------
 
     def _scan_pattern(self) -> tuple[str, re.Pattern[str]]:
         """The SCAN MATCH glob of the key template, and a regex that parses keys back."""
@@ -175,11 +367,17 @@ class RedisLookupClient(LookupClient):
         seen: set[bytes] = set()
         pending: list[tuple[Key, str]] = []
 
-        async def flush() -> dict[Key, Any]:
+        async def flush() -> list[tuple[Key, Any]]:
+            texts = [redis_key for _, redis_key in pending]
+            names = list(self.config.key_columns)
+            columns = list(zip(*[k if isinstance(k, tuple) else (k,) for k, _ in pending]))
+            batch = pa.RecordBatch.from_arrays(
+                [pa.array(list(c), type=pa.string()) for c in columns], names=names
+            )
+            found = await self._fetch(batch, texts)
             keys = [key for key, _ in pending]
-            found = await self._fetch(keys, [redis_key for _, redis_key in pending])
             pending.clear()
-            return dict(found)
+            return list(_records(found, keys))
 
         async for raw in self._redis.scan_iter(match=glob, count=1_000):
             if raw in seen or (partitions > 1 and zlib.crc32(raw) % partitions != partition):
@@ -192,92 +390,11 @@ class RedisLookupClient(LookupClient):
             key: Key = match.group(1) if width == 1 else match.groups()
             pending.append((key, text))
             if len(pending) >= self.config.batch_size:
-                for pair in (await flush()).items():
+                for pair in await flush():
                     yield pair
         if pending:
-            for pair in (await flush()).items():
+            for pair in await flush():
                 yield pair
-
-    async def _fetch(self, keys: Sequence[Key], redis_keys: list[str]) -> LookupResult:
-        if self._redis is None:
-            raise RuntimeError("RedisLookupClient.lookup() called before open()")
-        if self._format == "hash":
-            pipe = self._redis.pipeline(transaction=False)
-            for redis_key in redis_keys:
-                pipe.hgetall(redis_key)
-            replies = await pipe.execute(raise_on_error=False)
-            return self._decode_hashes(keys, redis_keys, replies)
-        replies = await self._redis.mget(redis_keys)
-        if self._format == "json":
-            return self._decode_json(keys, redis_keys, replies)
-        return self._decode_strings(keys, redis_keys, replies)
-
-    def _decode_json(
-        self, keys: Sequence[Key], redis_keys: list[str], replies: list[bytes | None]
-    ) -> LookupResult:
-        out: dict[Key, Any] = {}
-        for key, redis_key, raw in zip(keys, redis_keys, replies):
-            if raw is None:
-                continue
-            try:
-                record = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                out[key] = RecordError(
-                    f"Redis key {redis_key!r} does not hold valid JSON: {_excerpt(raw)!r}"
-                )
-                continue
-            if not isinstance(record, dict):
-                out[key] = RecordError(
-                    f"Redis key {redis_key!r} holds a JSON {type(record).__name__}, "
-                    "expected an object with the value columns as fields"
-                )
-                continue
-            out[key] = record
-        return out
-
-    def _decode_strings(
-        self, keys: Sequence[Key], redis_keys: list[str], replies: list[bytes | None]
-    ) -> LookupResult:
-        column = self._fields[0]
-        out: dict[Key, Any] = {}
-        for key, redis_key, raw in zip(keys, redis_keys, replies):
-            if raw is None:
-                continue
-            if self._raw_bytes:
-                out[key] = {column: raw}
-                continue
-            try:
-                out[key] = {column: raw.decode("utf-8")}
-            except UnicodeDecodeError:
-                out[key] = RecordError(
-                    f"Redis key {redis_key!r} holds bytes that are not UTF-8 text; declare "
-                    f"column '{column}' as binary to read them raw"
-                )
-        return out
-
-    def _decode_hashes(
-        self, keys: Sequence[Key], redis_keys: list[str], replies: list[Any]
-    ) -> LookupResult:
-        out: dict[Key, Any] = {}
-        for key, redis_key, reply in zip(keys, redis_keys, replies):
-            if isinstance(reply, Exception):
-                if self.is_retryable(reply):
-                    raise reply
-                out[key] = RecordError(f"Redis key {redis_key!r}: {reply}")
-                continue
-            if not reply:
-                continue
-            record: dict[str, Any] = {}
-            for field, raw in reply.items():
-                name = field.decode("utf-8", errors="replace")
-                if name in self._fields:
-                    record[name] = (
-                        raw
-                        if name in self._binary_fields
-                        else raw.decode("utf-8", errors="replace")
-                    )
-            out[key] = record
-        return out
 
     def is_retryable(self, error: BaseException) -> bool:
         from redis import exceptions as rex
@@ -299,3 +416,16 @@ class RedisLookupClient(LookupClient):
         if isinstance(error, PermanentError):
             return False
         return super().is_retryable(error)
+
+
+def _records(found: Matches, keys: Sequence[Key]) -> list[tuple[Key, Any]]:
+    """(key, record or RecordError) pairs of a columnar answer, for the record-form scan."""
+    rows = found.values.to_pylist()
+    errors = found.errors.to_pylist() if found.errors is not None else [None] * len(rows)
+    return [
+        (keys[position], RecordError(error) if error else record)
+        for position, record, error in zip(found.key_index.tolist(), rows, errors)
+    ]
+
+
+__all__ = ["LookupResult", "RedisLookupClient"]

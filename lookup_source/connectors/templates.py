@@ -9,6 +9,9 @@ import string
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from lookup_source.connectors.base import Key
 from lookup_source.errors import OptionError
 
@@ -46,6 +49,19 @@ class KeyTemplate:
         self.key_columns = key_columns
         self.encode = encode
         self._verbatim = template == "{key}" and encode is str
+        self._affixes = self._prefix_and_suffix()
+
+    def _prefix_and_suffix(self) -> tuple[str, str] | None:
+        """``("user:", "")`` for ``user:{key}``: a template with one plain placeholder whose
+        text can be built in Arrow; None otherwise."""
+        if self.encode is not str or len(self.key_columns) != 1:
+            return None
+        parts = list(string.Formatter().parse(self.template))
+        named = [i for i, p in enumerate(parts) if p[1] is not None]
+        if len(named) != 1 or parts[named[0]][2] or parts[named[0]][3]:
+            return None
+        at = named[0]
+        return "".join(p[0] for p in parts[: at + 1]), "".join(p[0] for p in parts[at + 1 :])
 
     @staticmethod
     def placeholders(option: str, template: str) -> list[str]:
@@ -82,6 +98,24 @@ class KeyTemplate:
                 raise OptionError(
                     option, f"{template!r} must use every key column; missing {', '.join(missing)}"
                 )
+
+    def render_all(self, keys: pa.RecordBatch) -> list[str]:
+        """The text of every key of a batch of key columns, in order; built in Arrow for
+        integer and string keys."""
+        column = keys.column(0)
+        if self._affixes is not None and (
+            pa.types.is_integer(column.type)
+            or pa.types.is_string(column.type)
+            or pa.types.is_large_string(column.type)
+        ):
+            prefix, suffix = self._affixes
+            text = column.cast(pa.string())
+            if prefix or suffix:
+                text = pc.binary_join_element_wise(prefix, text, suffix, "")
+            return text.to_pylist()
+        from lookup_source.keys import python_keys
+
+        return [self.render(key) for key in python_keys(keys)]
 
     def render(self, key: Key) -> str:
         """The text for one key (a scalar, or a tuple for a composite key)."""

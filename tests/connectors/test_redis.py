@@ -243,12 +243,12 @@ def test_dropped_connections_are_retried(
     calls = 0
 
     class KillingClient(RedisLookupClient):
-        async def lookup(self, keys):  # type: ignore[no-untyped-def]
+        async def lookup_arrow(self, keys):  # type: ignore[no-untyped-def]
             nonlocal calls
             calls += 1
             if calls in (2, 4):  # cut every client connection under the running job
                 redis_db.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-            return await super().lookup(keys)
+            return await super().lookup_arrow(keys)
 
     rows = lookup(
         redis_srv.url,
@@ -274,13 +274,13 @@ def test_server_restart_mid_job(redis_srv: RedisServer, redis_db: Any, prefix: s
     stats: list[LookupMetrics] = []
 
     class RestartingClient(RedisLookupClient):
-        async def lookup(self, keys):  # type: ignore[no-untyped-def]
+        async def lookup_arrow(self, keys):  # type: ignore[no-untyped-def]
             nonlocal calls
             calls += 1
             if calls == 5:
                 redis_srv.stop()
                 threading.Timer(0.3, redis_srv.start).start()
-            return await super().lookup(keys)
+            return await super().lookup_arrow(keys)
 
     try:
         rows = lookup(
@@ -373,3 +373,136 @@ def test_values_of_ten_megabytes(redis_srv: RedisServer, redis_db: Any, prefix: 
     )
     assert len(rows[0]["blob"]) == 10_000_000 and rows[0]["blob"] == blob and rows[0]["n"] == 1
     assert rows[1] == {"k": "small", "blob": "s", "n": 2}
+
+
+class ReferenceRedis(RedisLookupClient):
+    """The Redis connector decoding every reply value by value: the reference path."""
+
+    def _json_matches(self, keys, redis_keys, replies):  # type: ignore[no-untyped-def]
+        return self._reference(keys, self._decode_json(keys, redis_keys, replies))
+
+    def _string_matches(self, keys, redis_keys, replies):  # type: ignore[no-untyped-def]
+        return self._reference(keys, self._decode_strings(keys, redis_keys, replies))
+
+    def _hash_matches(self, keys, redis_keys, replies):  # type: ignore[no-untyped-def]
+        return self._reference(keys, self._decode_hashes(keys, redis_keys, replies))
+
+
+HASH_SCHEMA = (
+    "k string, name string, tier int, score double, active boolean, raw binary, day date, "
+    "at timestamp"
+)
+TYPED_SCHEMA = (
+    "k string, name string, tier int, small tinyint, score double, ratio float, active boolean, "
+    "raw binary, day date, at timestamp, local timestamp_ntz, amount decimal(10,2), "
+    "tags array<string>, address struct<city: string, zip: int>"
+)
+
+
+def typed_record(i: int) -> dict[str, Any]:
+    return {
+        "name": ["Ada", "", "ünïcödé 漢字 😀", None, "x" * 300][i % 5],
+        "tier": [1, -7, 2**31 - 1, None, 0][i % 5],
+        "small": [1, -128, 127, None, 3][i % 5],
+        "score": [0.5, -0.0, 1e300, None, 3][i % 5],
+        "ratio": [1.7, 0.1, None, 2, -3.25][i % 5],
+        "active": [True, False, None, True, False][i % 5],
+        "raw": ["bytes", "", None, "é", "z"][i % 5],
+        "day": ["2024-02-29", None, "1970-01-01", "2099-12-31", "2000-01-01"][i % 5],
+        "at": [
+            "2024-05-01T10:00:00",
+            "2024-05-01T10:00:00+02:00",
+            None,
+            "2024-05-01 10:00:00.5",
+            "1999-12-31T23:59:59Z",
+        ][i % 5],
+        "local": [
+            "2024-05-01T10:00:00",
+            None,
+            "2024-05-01 10:00:00.25",
+            "1970-01-01T00:00:00",
+            "2024-01-01",
+        ][i % 5],
+        "amount": [1.25, "3.5", None, 2, "0.01"][i % 5],
+        "tags": [["a", "b"], [], None, ["ü", None], ["x"]][i % 5],
+        "address": [
+            {"city": "Paris", "zip": 75001},
+            {},
+            None,
+            {"city": None, "zip": 1},
+            {"zip": 2},
+        ][i % 5],
+    }
+
+
+@pytest.mark.parametrize("value_format", ["json", "hash", "string"])
+def test_columnar_path_equals_the_reference_path(
+    redis_srv: RedisServer, redis_db: Any, prefix: str, value_format: str
+) -> None:
+    """Every type, nulls, unicode, odd keys and malformed values: the columnar hot path and
+    the value-by-value reference path give the same rows and the same errors."""
+    odd = ["", "a b", "ünï", "quote'\"", "100%", "{key}", "x" * 500]
+    keys = [f"k{i}" for i in range(60)] + odd + ["absent-1", "absent-2"]
+    schema = TYPED_SCHEMA
+    for i, key in enumerate(keys[:-2]):
+        record = typed_record(i)
+        if value_format == "json":
+            text = json.dumps(record)
+            if i % 17 == 3:
+                text = "{not json"  # malformed
+            elif i % 23 == 5:
+                text = json.dumps({**record, "tier": "high"})  # a value that does not fit
+            redis_db.set(f"{prefix}{key}", text)
+        elif value_format == "hash":
+            flat = {f: str(v) for f, v in record.items() if isinstance(v, (str, int, float, bool))}
+            if i % 19 == 4:
+                redis_db.set(f"{prefix}{key}", "not a hash")  # WRONGTYPE for HMGET
+                continue
+            if i % 13 == 6:
+                flat = {"unrelated": "field"}  # an existing hash without the value fields
+            redis_db.hset(f"{prefix}{key}", mapping=flat)
+            schema = HASH_SCHEMA
+        else:
+            value = ["42", "-1", "x", "", "7.0"][i % 5] if i % 2 else str(i)
+            redis_db.set(f"{prefix}{key}", value)
+            schema = "k string, v int"
+    options = {
+        "redis.key.pattern": f"{prefix}{{key}}",
+        "redis.value.format": value_format,
+        "on.error": "column",
+        "batch.size": "16",
+    }
+    fast = lookup(redis_srv.url, schema, keys, key_type=pa.string(), **options)
+    slow = lookup(
+        redis_srv.url, schema, keys, key_type=pa.string(), client_factory=ReferenceRedis, **options
+    )
+    assert [r["k"] for r in fast] == keys
+    assert fast == slow
+    errors = [r["_lookup_error"] for r in fast if r["_lookup_error"]]
+    assert errors, "the data holds malformed values: some rows must report them"
+    columns = [c for c in fast[0] if c not in ("k", "_lookup_error")]
+    with_values = [r for r in fast if any(r[c] is not None for c in columns)]
+    assert len(with_values) > len(keys) // 2  # most keys were read, not just reported
+    assert all(r[c] is None for r in fast if r["k"].startswith("absent") for c in columns)
+
+
+def test_composite_keys_columnar_equals_reference(
+    redis_srv: RedisServer, redis_db: Any, prefix: str
+) -> None:
+    for tenant in ("acme", "bé ta", ""):
+        for user in range(20):
+            redis_db.set(
+                f"{prefix}{tenant}:{user}", json.dumps({"name": f"{tenant}/{user}", "n": user})
+            )
+    keys = [(t, u) for t in ("acme", "bé ta", "", "none") for u in range(0, 25, 3)]
+    options = {
+        "key.column": "tenant,user_id",
+        "redis.key.pattern": f"{prefix}{{tenant}}:{{user_id}}",
+    }
+    schema = "tenant string, user_id long, name string, n int"
+    fast = lookup(redis_srv.url, schema, keys, **options)
+    slow = lookup(redis_srv.url, schema, keys, client_factory=ReferenceRedis, **options)
+    assert fast == slow
+    assert [r["name"] for r in fast] == [
+        f"{t}/{u}" if t != "none" and u < 20 else None for t, u in keys
+    ]

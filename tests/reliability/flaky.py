@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import pyarrow as pa
 
-from lookup_source.connectors.base import Key, LookupResult
+from lookup_source.connectors.base import Matches
 from lookup_source.connectors.redis_client import RedisLookupClient
 from lookup_source.errors import PermanentError
 
@@ -14,7 +14,7 @@ class FailFirstAttemptRedis(RedisLookupClient):
 
     calls = 0
 
-    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+    async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -26,4 +26,4 @@ class FailFirstAttemptRedis(RedisLookupClient):
             and FailFirstAttemptRedis.calls > 3
         ):
             raise PermanentError("injected: this task attempt dies")
-        return await super().lookup(keys)
+        return await super().lookup_arrow(keys)

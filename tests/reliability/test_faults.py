@@ -140,14 +140,16 @@ def cutting_client(target: Target, action: Callable[[], None], at_call: int) -> 
     client_class = LookupPlan.build(target.options, target.schema).options.connector_class()
     calls = 0
 
-    class Client(client_class):  # type: ignore[valid-type,misc]
-        async def lookup(self, keys):  # type: ignore[no-untyped-def]
-            nonlocal calls
-            calls += 1
-            if calls == at_call:
-                action()
-            return await super().lookup(keys)
+    form = "lookup_arrow" if client_class.is_columnar() else "lookup"  # what the engine calls
 
+    async def wrapped(self, keys):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == at_call:
+            action()
+        return await getattr(super(Client, self), form)(keys)
+
+    Client = type("Client", (client_class,), {form: wrapped})
     return Client
 
 
