@@ -7,6 +7,11 @@ With ``postgres.table``, lookups run ``SELECT ... WHERE key = ANY($1::<key type>
 keys: a join against ``unnest($1::t1[], $2::t2[])``), ``batch.size`` keys per query, over a pool
 of at most ``capacity`` connections. Keys are compared in the column's own type, so the lookup
 stays on the index. Identifiers are quoted and values always bound as parameters.
+
+Rows come back as columns: asyncpg's records are transposed and each column becomes one Arrow
+array. Which asked key a row answers is found in Arrow (integer and text keys, whose equality
+is byte equality) or reported by the server itself (``unnest(...) WITH ORDINALITY``: citext,
+char(n), uuid, numeric... and composite keys), so every row a key matches reaches that key.
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
+from lookup_source.arrow_values import to_arrow_column
 from lookup_source.connectors.base import (
     ConnectorConfig,
     Key,
     LookupClient,
-    LookupResult,
+    Matches,
     Record,
     secret_from_env,
 )
@@ -36,12 +43,17 @@ from lookup_source.errors import (
     SchemaError,
     TransientError,
 )
+from lookup_source.keys import match_rows
 from lookup_source.options import LookupOptions, OptionSpec, parse_positive_int, parse_text
 
 _TEXT_TYPES = frozenset({"text", "character varying", "character", "name", "citext", "bpchar"})
 _INT_TYPES = frozenset({"smallint", "integer", "bigint"})
 _JSON_TYPES = frozenset({"json", "jsonb"})
-_EXACT_KEY_TYPES = _INT_TYPES | _TEXT_TYPES  # asyncpg returns these keys exactly as asked
+_FLOAT_TYPES = frozenset({"real", "double precision"})
+# keys equal exactly when their bytes are equal: a returned key can be matched to the asked one
+# on the client. Others (citext, char(n) padding, uuid case, numeric scale...) get their
+# position from the server.
+_EXACT_KEY_TYPES = _INT_TYPES | frozenset({"text", "character varying", "name"})
 
 # Postgres type (format_type without modifiers) -> Spark DDL type, for schema inference.
 SPARK_TYPES: dict[str, str] = {
@@ -226,9 +238,11 @@ class PostgresLookupClient(LookupClient):
         self._pool: Any = None
         self._ready = asyncio.Lock()
         self._query = ""
+        self._positions_from_server = False  # the query's first column is the key's position
         self._key_types: list[str] = []
         self._columns: list[str] = []  # catalog names: key columns, then value columns
         self._converters: list[tuple[int, str, Callable[[Any], Any]]] = []
+        self._value_types: list[str] = []
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -330,26 +344,28 @@ class PostgresLookupClient(LookupClient):
         values = self._resolve(columns, self.config.value_columns)
         self._set_columns(keys, values)
         table = ".".join(quote_identifier(part) for part in self._table)
-        selected = ", ".join(f"t.{quote_identifier(c.name)}" for c in keys + values)
-        if len(keys) == 1:
+        if len(keys) == 1 and keys[0].pg_type in _EXACT_KEY_TYPES:
             key = keys[0]
+            selected = ", ".join(f"t.{quote_identifier(c.name)}" for c in keys + values)
             self._query = (
                 f"SELECT {selected} FROM {table} AS t "
-                f"WHERE t.{quote_identifier(key.name)} = ANY($1::{key.pg_type}[])"
+                f"WHERE t.{quote_identifier(key.name)} = ANY($1::{_cast_type(key.pg_type)}[])"
             )
-        else:
-            arrays = ", ".join(f"${i + 1}::{k.pg_type}[]" for i, k in enumerate(keys))
-            aliases = ", ".join(f"k{i}" for i in range(len(keys)))
-            join = " AND ".join(
-                f"t.{quote_identifier(k.name)} = k.k{i}" for i, k in enumerate(keys)
-            )
-            self._query = (
-                f"SELECT {selected} FROM {table} AS t "
-                f"JOIN unnest({arrays}) AS k({aliases}) ON {join}"
-            )
+            return
+        # the server says which asked key each row answers: k.i, its 1-based position
+        selected = ", ".join(["k.i"] + [f"t.{quote_identifier(c.name)}" for c in values])
+        arrays = ", ".join(f"${i + 1}::{_cast_type(k.pg_type)}[]" for i, k in enumerate(keys))
+        aliases = ", ".join(f"k{i}" for i in range(len(keys)))
+        join = " AND ".join(f"t.{quote_identifier(k.name)} = k.k{i}" for i, k in enumerate(keys))
+        self._query = (
+            f"SELECT {selected} FROM {table} AS t "
+            f"JOIN unnest({arrays}) WITH ORDINALITY AS k({aliases}, i) ON {join}"
+        )
+        self._positions_from_server = True
 
     def _set_columns(self, keys: list[Column], values: list[Column]) -> None:
         self._key_types = [k.pg_type for k in keys]
+        self._value_types = [v.pg_type for v in values]
         self._columns = [c.name for c in keys + values]
         self._converters = []
         for position, column in enumerate(values, start=len(keys)):
@@ -391,30 +407,73 @@ class PostgresLookupClient(LookupClient):
 
     # -- lookups -------------------------------------------------------------------------------
 
-    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+    async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         pool = await self._connect()
-        width = len(self._key_types)
-        if width == 1:
-            arguments: list[Any] = [[_key_value(k, self._key_types[0]) for k in keys]]
+        rows = await self._fetch(pool, self._arguments(keys))
+        if not rows:
+            return Matches.none(self.value_fields)
+        columns = list(zip(*rows))  # one tuple per column: asyncpg's records, transposed
+        width = 1 if self._positions_from_server else len(self._key_types)
+        if self._positions_from_server:
+            index = np.asarray(columns[0], dtype=np.int64) - 1
         else:
-            arguments = [
-                [_key_value(key[i], self._key_types[i]) for key in keys]  # type: ignore[index]
-                for i in range(width)
-            ]
-        rows = await self._fetch(pool, arguments)
-        record = self._record
-        if width == 1 and self._key_types[0] in _EXACT_KEY_TYPES:
-            # the store returns these keys exactly as they were asked: no normalising per row
-            asked = set(keys)
-            return {row[0]: record(row) for row in rows if row[0] in asked}
-        wanted = {_normal_key(key): key for key in keys}
-        out: dict[Key, Any] = {}
-        for row in rows:
-            found = row[0] if width == 1 else tuple(row[i] for i in range(width))
-            key = wanted.get(_normal_key(found))
-            if key is not None:
-                out[key] = record(row)
-        return out
+            returned = [self._returned_keys(columns[i], i, keys) for i in range(width)]
+            index = match_rows(returned, list(keys.columns))
+        keep = index >= 0  # a custom query may return rows for keys nobody asked
+        if not keep.all():
+            columns = [tuple(np.asarray(c, dtype=object)[keep]) for c in columns]
+            index = index[keep]
+        values, reasons = self._value_arrays(columns[width:])
+        errors = None
+        if reasons:
+            errors = pa.array([reasons.get(row) for row in range(len(index))], type=pa.string())
+        return Matches(index, values, errors)
+
+    def _arguments(self, keys: pa.RecordBatch) -> list[list[Any]]:
+        """The bound parameters: one list of key values per key column."""
+        arguments = []
+        for position, pg_type in enumerate(self._key_types):
+            column = keys.column(position)
+            values = column.to_pylist()
+            textual = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+            if pg_type == "uuid" or (pg_type in _TEXT_TYPES and not textual):
+                values = [_key_value(v, pg_type) for v in values]
+            arguments.append(values)
+        return arguments
+
+    def _returned_keys(
+        self, values: Sequence[Any], position: int, keys: pa.RecordBatch
+    ) -> pa.Array:
+        """A key column of the answer, in the asked keys' type, to match rows to keys."""
+        wanted = keys.column(position).type
+        if self._key_types[position] not in _EXACT_KEY_TYPES:
+            values = [_normal(v) for v in values]
+        array, _ = to_arrow_column(list(values), wanted, column=self.config.key_columns[position])
+        return array  # a key that does not convert is null: it matches no asked key
+
+    def _value_arrays(
+        self, columns: Sequence[Sequence[Any]]
+    ) -> tuple[pa.RecordBatch, dict[int, str]]:
+        """The value columns of the answer as Arrow, and what does not fit, by row."""
+        converters = {position: convert for position, _, convert in self._converters}
+        width = len(self._key_types)
+        arrays = []
+        reasons: dict[int, str] = {}
+        for position, field in enumerate(self.value_fields):
+            values = list(columns[position])
+            convert = converters.get(position + width)
+            if convert is not None:
+                values = [_converted(v, convert) for v in values]
+            elif _native(self._value_types[position], field.type):
+                with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
+                    arrays.append(pa.array(values, type=field.type))
+                    continue
+            array, bad = to_arrow_column(values, field.type, column=field.name)
+            for row, message in bad.items():
+                reasons.setdefault(row, message)
+            arrays.append(array)
+        schema = pa.schema(self.value_fields)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema), reasons
 
     async def _fetch(self, pool: Any, arguments: list[Any]) -> list[Any]:
         """Run the lookup query on a pooled connection. A connection whose query failed or was
@@ -437,11 +496,7 @@ class PostgresLookupClient(LookupClient):
             for position, name in enumerate(self.config.value_columns, start=width)
         }
         for position, name, convert in self._converters:
-            value = row[position]
-            if value is not None:
-                # on failure the value stays as it is: the engine reports that it does not fit
-                with contextlib.suppress(ValueError, TypeError):
-                    record[name] = convert(value)
+            record[name] = _converted(row[position], convert)
         return record
 
     async def scan(
@@ -523,10 +578,32 @@ def _type_name(pg_type: Any) -> str:
     return aliases.get(name, name)
 
 
-def _normal_key(key: Any) -> Any:
-    if isinstance(key, tuple):
-        return tuple(_normal(part) for part in key)
-    return _normal(key)
+def _cast_type(pg_type: str) -> str:
+    """The type to cast the key array to: ``character`` alone means char(1), which would cut
+    every key to one letter; ``bpchar`` is blank-padded text of any length."""
+    return "bpchar" if pg_type == "character" else pg_type
+
+
+def _converted(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(value)``; on failure the value as it is, which then is reported not to fit."""
+    if value is None:
+        return None
+    try:
+        return convert(value)
+    except (ValueError, TypeError):
+        return value
+
+
+def _native(pg_type: str, arrow_type: pa.DataType) -> bool:
+    """Whether asyncpg's values of ``pg_type`` go into ``arrow_type`` as they are (no bool
+    read as a number, no float as an integer: the checks of the reference path hold)."""
+    if pa.types.is_integer(arrow_type):
+        return pg_type in _INT_TYPES
+    if pa.types.is_floating(arrow_type):
+        return pg_type in _INT_TYPES or pg_type in _FLOAT_TYPES
+    if pa.types.is_boolean(arrow_type):
+        return pg_type == "boolean"
+    return True
 
 
 def spark_type_for(column: Column) -> str:

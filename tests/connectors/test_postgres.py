@@ -294,3 +294,73 @@ def test_split_table_name() -> None:
     assert split_table_name("Users") == ("users",)
     assert split_table_name('s."Mixed.Case"') == ("s", "Mixed.Case")
     assert split_table_name('"a""b"') == ('a"b',)
+
+
+@pytest.mark.parametrize(
+    ("column_type", "stored", "asked", "found"),
+    [
+        # equality that is not byte equality: the server says which asked key a row answers
+        ("citext", ["Ada", "BOB"], ["ada", "Bob", "carl"], ["Ada", "BOB", None]),
+        ("char(5)", ["ab", "abcde"], ["ab", "abcde", "abc"], ["ab", "abcde", None]),
+        ("uuid", [str(UUIDS[1]), str(UUIDS[2])], [str(UUIDS[1]).upper(), str(UUIDS[2])], [1, 2]),
+    ],
+)
+def test_keys_whose_equality_is_not_byte_equality(
+    postgres_srv: Any,
+    pg: Any,
+    table_name: str,
+    column_type: str,
+    stored: list[str],
+    asked: list[str],
+    found: list[Any],
+) -> None:
+    if column_type == "citext":
+        pg("CREATE EXTENSION IF NOT EXISTS citext")
+    pg(f"CREATE TABLE {table_name} (k {column_type} PRIMARY KEY, v text)")
+    try:
+        pg.many(
+            f"INSERT INTO {table_name} VALUES ($1::text::{column_type}, $2)",
+            [(k, f"value of {i + 1}") for i, k in enumerate(stored)],
+        )
+        rows = lookup(
+            postgres_srv.url,
+            "k string, v string",
+            asked,
+            key_type=pa.string(),
+            **{"postgres.table": table_name},
+        )
+        expected = [
+            None if f is None else f"value of {f if isinstance(f, int) else stored.index(f) + 1}"
+            for f in found
+        ]
+        assert [r["k"] for r in rows] == asked  # each row keeps the key it asked with
+        assert [r["v"] for r in rows] == expected
+    finally:
+        pg(f"DROP TABLE {table_name}")
+
+
+@pytest.mark.parametrize("source", ["table", "query"])
+def test_a_key_with_several_rows_gives_every_row(
+    postgres_srv: Any, pg: Any, table_name: str, source: str
+) -> None:
+    pg(f"CREATE TABLE {table_name} (uid bigint, item text)")
+    try:
+        pg.many(
+            f"INSERT INTO {table_name} VALUES ($1, $2)", [(1, "a"), (2, "only"), (1, "b"), (1, "c")]
+        )
+        option = (
+            {"postgres.table": table_name}
+            if source == "table"
+            else {"postgres.query": f"SELECT uid, item FROM {table_name} WHERE uid = ANY($1)"}
+        )
+        rows = lookup(postgres_srv.url, "uid long, item string", [1, 3, 2], **option)
+        assert sorted((r["uid"], r["item"]) for r in rows) == [
+            (1, "a"),
+            (1, "b"),
+            (1, "c"),
+            (2, "only"),
+            (3, None),
+        ]
+        assert [r["uid"] for r in rows] == [1, 1, 1, 3, 2]  # in input order, matches together
+    finally:
+        pg(f"DROP TABLE {table_name}")
