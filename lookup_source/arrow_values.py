@@ -85,15 +85,23 @@ def _convert_one(value: Any, arrow_type: pa.DataType) -> Any:
     return pa.scalar(value, type=arrow_type).as_py()
 
 
+_ZONE = r"(Z|z|[+-]\d\d(:?\d\d)?)$"
+
+
 def cast_strings(array: pa.Array, arrow_type: pa.DataType) -> pa.Array:
     """Parse a string array into ``arrow_type``; timestamps without a zone offset are UTC."""
     try:
         return array.cast(arrow_type)
     except pa.ArrowInvalid:
-        if pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None:
-            naive = array.cast(pa.timestamp(arrow_type.unit))
-            return naive.cast(arrow_type)
-        raise
+        if not (pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None):
+            raise
+    zoned = pc.match_substring_regex(array, _ZONE).fill_null(False)
+    naive = pc.if_else(zoned, pa.scalar(None, array.type), array)
+    as_utc = naive.cast(pa.timestamp(arrow_type.unit)).cast(arrow_type)
+    if not pc.any(zoned).as_py():
+        return as_utc
+    with_zone = pc.if_else(zoned, array, pa.scalar(None, array.type)).cast(arrow_type)
+    return pc.if_else(zoned, with_zone, as_utc)
 
 
 def to_arrow_column(

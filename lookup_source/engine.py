@@ -160,7 +160,7 @@ class LookupEngine:
         self.stats = LookupMetrics(tasks=1)
         self._fields = list(spec.value_fields)
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
-        self._columnar = client.is_columnar()
+        self._columnar = client.columnar
         self._cache = cache
         self._cache_missing = options.cache.missing_keys
         self._capacity = options.capacity

@@ -24,7 +24,13 @@ import pyarrow as pa
 
 from lookup_source.arrow_values import cast_strings, to_arrow_column
 
-DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, pa.ArrowException, ValueError)
+DECODE_ERRORS = (
+    msgspec.DecodeError,
+    msgspec.ValidationError,
+    pa.ArrowException,
+    ValueError,
+    OverflowError,
+)
 """What :meth:`JsonColumns.decode` may raise for documents the fast path does not take."""
 
 
@@ -51,7 +57,9 @@ def _python_type(arrow_type: pa.DataType) -> Any:
     if pa.types.is_integer(arrow_type):
         return int | None
     if pa.types.is_floating(arrow_type):
-        return float | None
+        # integers stay integers: Arrow then refuses one a float cannot hold exactly (as the
+        # reference does) instead of rounding it
+        return int | float | None
     if _is_text(arrow_type) or _is_bytes(arrow_type) or _parsed_from_text(arrow_type):
         return str | None
     return Any  # nested and decimal columns: the reference conversion, value by value
@@ -78,17 +86,21 @@ class JsonColumns:
     [{'name': 'Ada', 'tier': 2}, {'name': None, 'tier': 1}]
     """
 
-    def __init__(self, fields: Sequence[pa.Field]) -> None:
+    def __init__(self, fields: Sequence[pa.Field], *, extra: Sequence[str] = ()) -> None:
         self.fields = list(fields)
         self.schema = pa.schema(self.fields)
         attributes = [f"f{i}" for i in range(len(self.fields))]
+        others = [f"x{i}" for i in range(len(extra))]  # taken as they come, e.g. key columns
         self.record_type: Any = msgspec.defstruct(
             "Record",
-            [(a, _python_type(f.type), None) for a, f in zip(attributes, self.fields)],
-            rename=dict(zip(attributes, (f.name for f in self.fields))),
+            [(a, _python_type(f.type), None) for a, f in zip(attributes, self.fields)]
+            + [(a, Any, None) for a in others],
+            rename=dict(zip(attributes + others, [f.name for f in self.fields] + list(extra))),
         )
         self._decode: Callable[[bytes], Any] = msgspec.json.Decoder(self.record_type).decode
         self._getters = [operator.attrgetter(a) for a in attributes]
+        self.extra_getters = [operator.attrgetter(a) for a in others]
+        """Read the ``extra`` fields of a decoded record, in the order given."""
 
     def decode(self, documents: Sequence[bytes]) -> pa.RecordBatch:
         """The columns of ``documents`` (each one JSON object); raises one of

@@ -218,7 +218,7 @@ class LookupClient:
         This is the simple record form. A connector that can produce Arrow columns directly
         overrides :meth:`lookup_arrow` instead (the engine then never calls this one; this
         default answers through it, for callers that want records)."""
-        if not self.is_columnar():
+        if not self.columnar:
             raise NotImplementedError(f"{type(self).__name__} implements neither lookup form")
         from lookup_source.arrow_values import records_from_matches
 
@@ -244,11 +244,12 @@ class LookupClient:
         wanted = python_keys(keys)
         return records_to_matches(wanted, await self.lookup(wanted) or {}, self.value_fields)
 
-    @classmethod
-    def is_columnar(cls) -> bool:
-        """Whether this connector overrides :meth:`lookup_arrow` (else the engine gathers the
-        record form of several requests and converts them together)."""
-        return cls.lookup_arrow is not LookupClient.lookup_arrow
+    @property
+    def columnar(self) -> bool:
+        """Whether the engine asks this client with :meth:`lookup_arrow` (by default: when the
+        class overrides it). Otherwise the engine calls :meth:`lookup` and converts the
+        records of all the requests of one input batch together."""
+        return type(self).lookup_arrow is not LookupClient.lookup_arrow
 
     @property
     def value_fields(self) -> list[pa.Field]:

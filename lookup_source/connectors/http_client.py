@@ -23,15 +23,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import quote
 
+import msgspec
+import pyarrow as pa
+
+from lookup_source.arrow_values import records_to_matches
 from lookup_source.connectors.base import (
     ConnectorConfig,
     Key,
     LookupClient,
     LookupResult,
+    Matches,
     secret_from_env,
 )
 from lookup_source.connectors.templates import KeyTemplate, key_text
 from lookup_source.errors import OptionError, PermanentError, RecordError, TransientError
+from lookup_source.json_columns import DECODE_ERRORS, JsonColumns
+from lookup_source.keys import match_rows, python_keys
 from lookup_source.options import LookupOptions, OptionSpec, parse_bool, parse_text
 from lookup_source.redaction import redact_url
 
@@ -147,6 +154,15 @@ class HttpLookupClient(LookupClient):
             else KeyTemplate("url", config.url or "", config.key_columns, encode=_encode_path_part)
         )
         self._session: Any = None
+        self._records: JsonColumns | None = None
+        self._keyed_records: JsonColumns | None = None
+        self._batch_decode: Any = None
+        if self._batch_url:
+            self._records = JsonColumns(self.value_fields)
+            self._keyed_records = JsonColumns(self.value_fields, extra=config.key_columns)
+            shape = self._batch_answer_type()
+            if shape is not None:
+                self._batch_decode = msgspec.json.Decoder(shape).decode
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -219,11 +235,17 @@ class HttpLookupClient(LookupClient):
 
     # -- lookups -------------------------------------------------------------------------------
 
+    @property
+    def columnar(self) -> bool:
+        # a batch answer carries many keys: decoded into columns. A per-key GET carries one:
+        # its record is kept, and the engine converts the records of a whole input batch.
+        return self._batch_url is not None
+
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
         if self._session is None:
             raise RuntimeError("HttpLookupClient.lookup() called before open()")
         if self._batch_url:
-            return await self._lookup_batch(keys)
+            return await super().lookup(keys)
         assert self._template is not None
         out: dict[Key, Any] = {}
         for key in keys:
@@ -248,7 +270,7 @@ class HttpLookupClient(LookupClient):
 
     def _record(self, key: Key, body: bytes) -> Any:
         try:
-            document = json.loads(body)
+            document = _loads(body)
         except (ValueError, UnicodeDecodeError):
             return RecordError(f"the response is not valid JSON: {_excerpt(body)!r}")
         record = _select(document, self._path)
@@ -261,33 +283,97 @@ class HttpLookupClient(LookupClient):
             )
         return record
 
-    async def _lookup_batch(self, keys: Sequence[Key]) -> LookupResult:
-        assert self._batch_url is not None
+    # -- batch style ---------------------------------------------------------------------------
+
+    async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
+        if not self._batch_url:
+            return await super().lookup_arrow(keys)
+        if self._session is None:
+            raise RuntimeError("HttpLookupClient.lookup_arrow() called before open()")
         columns = self.config.key_columns
         if len(columns) == 1:
-            payload: list[Any] = [_json_key(key) for key in keys]
+            payload: list[Any] = [_json_key(v) for v in keys.column(0).to_pylist()]
         else:
-            payload = [self._key_object(key) for key in keys]
-        async with self._session.post(self._batch_url, json={self._keys_field: payload}) as resp:
-            body = await resp.read()
-            status = resp.status
-            retry_after = resp.headers.get("Retry-After")
-        what = f"POST {redact_url(self._batch_url)} ({len(keys)} keys)"
+            payload = [dict(zip(columns, map(_json_key, key))) for key in python_keys(keys)]
+        body = msgspec.json.encode({self._keys_field: payload})
+        headers = {"Content-Type": "application/json"}
+        async with self._session.post(self._batch_url, data=body, headers=headers) as response:
+            answer = await response.read()
+            status = response.status
+            retry_after = response.headers.get("Retry-After")
+        what = f"POST {redact_url(self._batch_url)} ({keys.num_rows} keys)"
         if status == 404:
-            return {}
-        self._check_status(status, body, retry_after, what)
+            return Matches.none(self.value_fields)
+        self._check_status(status, answer, retry_after, what)
+        if self._batch_decode is not None:
+            try:
+                return self._batch_matches(keys, self._batch_decode(answer))
+            except DECODE_ERRORS:
+                pass  # the answer is decoded again below, naming what does not fit
         try:
-            document = json.loads(body)
+            document = _loads(answer)
         except (ValueError, UnicodeDecodeError):
             raise PermanentError(
-                f"the response to {what} is not valid JSON: {_excerpt(body)!r}"
+                f"the response to {what} is not valid JSON: {_excerpt(answer)!r}"
             ) from None
-        records = _select(document, self._path)
-        return self._match_batch(keys, records, what)
+        wanted = python_keys(keys)
+        found = self._match_batch(wanted, _select(document, self._path), what)
+        return records_to_matches(wanted, found, self.value_fields)
 
-    def _key_object(self, key: Key) -> dict[str, Any]:
-        parts: tuple[Any, ...] = key if isinstance(key, tuple) else (key,)
-        return {column: _json_key(part) for column, part in zip(self.config.key_columns, parts)}
+    def _batch_answer_type(self) -> Any:
+        """The msgspec type of a batch answer: an object key -> record, or an array of records
+        carrying their key, at ``http.json.path``; None if the path cannot be typed."""
+        if any(part.isdigit() for part in self._path):
+            return None
+        assert self._records is not None and self._keyed_records is not None
+        shape = _answer_shape(self._records.record_type, self._keyed_records.record_type)
+        for depth, part in enumerate(reversed(self._path)):
+            shape = msgspec.defstruct(f"Level{depth}", [("v", shape, None)], rename={"v": part})
+        return shape
+
+    def _unwrap(self, document: Any) -> Any:
+        for _ in self._path:
+            if document is None:
+                return None
+            document = document.v
+        return document
+
+    def _batch_matches(self, keys: pa.RecordBatch, document: Any) -> Matches:
+        """Matches of a batch answer decoded by msgspec: keys are compared as text."""
+        assert self._records is not None and self._keyed_records is not None
+        records = self._unwrap(document)
+        asked = [self._key_texts(keys, i) for i in range(keys.num_columns)]
+        if isinstance(records, dict):
+            if keys.num_columns > 1:
+                raise ValueError("an object answer cannot carry composite keys")
+            texts = [text for text, record in records.items() if record is not None]
+            chosen = [record for record in records.values() if record is not None]
+            index = match_rows([pa.array(texts, type=pa.string())], asked)
+            values = self._records.columns(chosen)
+        elif isinstance(records, list):
+            getters = self._keyed_records.extra_getters
+            parts = [list(map(getter, records)) for getter in getters]
+            present = [i for i, r in enumerate(zip(*parts)) if all(v is not None for v in r)]
+            texts = [
+                pa.array([key_text(part[i]) for i in present], type=pa.string()) for part in parts
+            ]
+            index = match_rows(texts, asked)
+            values = self._keyed_records.columns([records[i] for i in present])
+            values = values.select([f.name for f in self.value_fields])
+        else:
+            return Matches.none(self.value_fields)
+        keep = index >= 0  # records for keys nobody asked are ignored
+        if keep.all():
+            return Matches(index, values)
+        return Matches(index[keep], values.filter(pa.array(keep)))
+
+    @staticmethod
+    def _key_texts(keys: pa.RecordBatch, position: int) -> pa.Array:
+        """The asked keys of one key column as the text a JSON answer names them by."""
+        column = keys.column(position)
+        if pa.types.is_integer(column.type) or pa.types.is_string(column.type):
+            return column.cast(pa.string())
+        return pa.array([key_text(v) for v in column.to_pylist()], type=pa.string())
 
     def _match_batch(self, keys: Sequence[Key], records: Any, what: str) -> LookupResult:
         columns = self.config.key_columns
@@ -322,7 +408,8 @@ class HttpLookupClient(LookupClient):
                 text = _match_text(parts[0] if len(parts) == 1 else tuple(parts))
                 key = by_text.get(text)
                 if key is not None:
-                    out[key] = record
+                    previous = out.get(key)
+                    out[key] = record if previous is None else [*_as_list(previous), record]
             return out
         if records is None:
             return out
@@ -339,6 +426,24 @@ class HttpLookupClient(LookupClient):
         if isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
             return True
         return super().is_retryable(error)
+
+
+def _answer_shape(record: Any, keyed: Any) -> Any:
+    """An object key -> record (or null), or an array of records carrying their key."""
+    return dict[str, record | None] | list[keyed] | None
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _loads(body: bytes) -> Any:
+    """``json.loads(body)``, decoded by msgspec where it gives the same values (it refuses
+    NaN, infinities and invalid text, which json.loads then decides)."""
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return json.loads(body)
 
 
 def _json_key(value: Any) -> Any:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from aiohttp import web
 
+from lookup_source.connectors.http_client import HttpLookupClient
 from lookup_source.demo.service import BackgroundHttpServer, UserService, user_record
 from lookup_source.errors import LookupFailedError, OptionError
 from lookup_source.metrics import LookupMetrics
@@ -361,3 +362,96 @@ def test_a_ten_megabyte_answer(srv: ScriptedServer) -> None:
     srv.handler = handler
     rows = lookup("id long, blob string", [1], url=f"{srv.base_url}/{{key}}")
     assert rows[0]["blob"] == blob
+
+
+class ReferenceHttp(HttpLookupClient):
+    """The HTTP connector decoding batch answers value by value: the reference path."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._batch_decode = None
+
+
+BATCH_SCHEMA = (
+    "id long, name string, tier int, score double, active boolean, day date, at timestamp, "
+    "tags array<string>, amount decimal(8,2)"
+)
+
+
+def batch_record(k: int) -> dict[str, Any]:
+    return {
+        "id": k,
+        "name": ["Ada", "ünï 😀", "", None][k % 4],
+        "tier": [1, None, -3, 2**31 - 1][k % 4],
+        "score": [0.5, 2, None, -1e10][k % 4],
+        "active": [True, None, False, True][k % 4],
+        "day": ["2024-02-29", None, "1999-12-31", "2000-01-01"][k % 4],
+        "at": ["2024-05-01T10:00:00", "2024-05-01T10:00:00+02:00", None, "2024-05-01 01:02:03"][
+            k % 4
+        ],
+        "tags": [["a"], [], None, ["b", None]][k % 4],
+        "amount": [1.5, "2.25", None, 3][k % 4],
+        "extra": {"ignored": True},
+    }
+
+
+@pytest.mark.parametrize("shape", ["object", "array"])
+@pytest.mark.parametrize("malformed", [False, True])
+def test_batch_columnar_path_equals_the_reference_path(
+    srv: ScriptedServer, shape: str, malformed: bool
+) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        keys = json.loads(body)["keys"]
+        records = {k: batch_record(k) for k in keys if k % 7 != 0}  # every 7th key is missing
+        if malformed and 5 in records:
+            records[5]["tier"] = "high"  # a value that does not fit
+        if shape == "object":
+            answer: Any = {str(k): r for k, r in records.items()}
+            answer["999999"] = batch_record(1)  # a key nobody asked
+        else:
+            answer = [*records.values(), batch_record(999999)]
+            if 3 in records:
+                answer.append({**records[3], "name": "second match"})  # one key, two records
+        return web.json_response({"data": {"result": answer}})
+
+    srv.handler = handler
+    options = {
+        "http.batch.url": f"{srv.base_url}/batch",
+        "http.json.path": "data.result",
+        "batch.size": "10",
+        "on.error": "column",
+    }
+    keys = [*range(40), None, 3]
+    fast = run_keys({"connector": "http", **options}, BATCH_SCHEMA, keys)
+    slow = run_keys(
+        {"connector": "http", **options}, BATCH_SCHEMA, keys, client_factory=ReferenceHttp
+    )
+    assert fast == slow
+    by_key: dict[Any, list[dict[str, Any]]] = {}
+    for row in fast:
+        by_key.setdefault(row["id"], []).append(row)
+    assert by_key[0][0]["name"] is None and by_key[7][0]["name"] is None  # missing
+    assert by_key[1][0]["name"] == "ünï 😀" and by_key[1][0]["score"] == 2.0
+    if malformed:
+        assert by_key[5][0]["_lookup_error"].startswith("key 5: column 'tier' expects int")
+    if shape == "array":  # a key with two records gives two rows, for each row asking it
+        assert [r["name"] for r in by_key[3]] == [None, "second match", None, "second match"]
+
+
+def test_a_well_formed_batch_answer_takes_the_columnar_path(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.json_response({str(k): batch_record(k) for k in json.loads(body)["keys"]})
+
+    srv.handler = handler
+
+    class NoReference(HttpLookupClient):
+        def _match_batch(self, *args: Any) -> Any:
+            raise AssertionError("a well-formed answer must not need the reference path")
+
+    rows = run_keys(
+        {"connector": "http", "http.batch.url": f"{srv.base_url}/b"},
+        BATCH_SCHEMA,
+        [1, 2, 3],
+        client_factory=NoReference,
+    )
+    assert [r["tier"] for r in rows] == [None, -3, 2**31 - 1]

@@ -140,16 +140,22 @@ def cutting_client(target: Target, action: Callable[[], None], at_call: int) -> 
     client_class = LookupPlan.build(target.options, target.schema).options.connector_class()
     calls = 0
 
-    form = "lookup_arrow" if client_class.is_columnar() else "lookup"  # what the engine calls
+    def counting(form: str) -> Any:  # the engine calls one form or the other, never both
+        async def wrapped(self, keys):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            if calls == at_call:
+                action()
+            return await getattr(super(Client, self), form)(keys)
 
-    async def wrapped(self, keys):  # type: ignore[no-untyped-def]
-        nonlocal calls
-        calls += 1
-        if calls == at_call:
-            action()
-        return await getattr(super(Client, self), form)(keys)
+        return wrapped
 
-    Client = type("Client", (client_class,), {form: wrapped})
+    forms = {
+        "lookup": counting("lookup"),
+        "lookup_arrow": counting("lookup_arrow"),
+        "columnar": property(lambda self: client_class.columnar.fget(self)),  # as the parent
+    }
+    Client = type("Client", (client_class,), forms)
     return Client
 
 

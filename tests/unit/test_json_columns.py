@@ -92,7 +92,7 @@ def same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(documents, min_size=1, max_size=5))
 def test_fast_path_values_equal_the_reference(docs: list[dict[str, Any]]) -> None:
     texts = [json.dumps(d).encode() for d in docs]
@@ -134,3 +134,16 @@ def test_documents_the_fast_path_refuses(text: bytes) -> None:
 def test_duplicate_fields_take_the_last_value_like_json_loads() -> None:
     out = JsonColumns(FIELDS).decode([b'{"s": "first", "s": "last"}'])
     assert out.column("s").to_pylist() == [json.loads('{"s": "first", "s": "last"}')["s"]]
+
+
+@pytest.mark.parametrize("big", [2**63, -(2**63) - 1, 2**70])
+def test_integers_beyond_64_bits_go_to_the_reference_path(big: int) -> None:
+    with pytest.raises(DECODE_ERRORS):
+        JsonColumns(FIELDS).decode([json.dumps({"i": big}).encode()])
+
+
+@pytest.mark.parametrize(("field", "big"), [("f32", 16_777_217), ("f", 2**53 + 1)])
+def test_integers_a_float_column_cannot_hold_exactly_are_not_rounded(field: str, big: int) -> None:
+    with pytest.raises(DECODE_ERRORS):
+        JsonColumns(FIELDS).decode([json.dumps({field: big}).encode()])
+    assert reference([json.dumps({field: big}).encode()]) == []  # the reference refuses too
