@@ -52,9 +52,18 @@ def parse_schema(schema: StructType | str) -> StructType:
     raise SchemaError(f"schema must be a StructType or a DDL string, got {type(schema).__name__}")
 
 
-def arrow_type(data_type: DataType, column: str) -> pa.DataType:
+def _to_arrow(data_type: DataType) -> pa.DataType:
+    """Spark's own Spark -> Arrow mapping, timestamps in UTC (pyspark 4.1 spells the option
+    ``timestamp_utc``, 4.2+ ``timezone``)."""
     try:
         return to_arrow_type(data_type, timezone="UTC")
+    except TypeError:
+        return to_arrow_type(data_type, timestamp_utc=True)  # type: ignore[call-arg]
+
+
+def arrow_type(data_type: DataType, column: str) -> pa.DataType:
+    try:
+        return _to_arrow(data_type)
     except Exception as exc:
         raise SchemaError(
             f"column '{column}' has type {data_type.simpleString()}, which asynclookup cannot "

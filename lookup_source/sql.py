@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_type
-from pyspark.sql.types import StructType, TimestampType
+from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult
 
 from lookup_source.errors import OptionError, SchemaError
@@ -38,9 +37,6 @@ from lookup_source.runner import LookupTask
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-ROWS_PER_BATCH = 5_000
-"""Rows the table function gathers into one Arrow batch before looking their keys up."""
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -83,7 +79,7 @@ def register_lookup_table(
     reader = spark.read.format("asynclookup").options(**raw).schema(plan.schema)
     reader.load().createOrReplaceTempView(name)
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
-    spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics))
+    spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics, spark))
 
 
 def _raw_options(options: Mapping[str, Any] | LookupOptions) -> dict[str, str]:
@@ -115,21 +111,8 @@ def _constant(argument: AnalyzeArgument | None, what: str, default: str | None =
     return argument.value
 
 
-def _passthrough_arrow_schema(schema: StructType) -> pa.Schema:
-    # Rows reach eval() as Python values: keep top-level timestamps naive so that they go back
-    # to Spark exactly as they came.
-    fields = []
-    for field in schema.fields:
-        arrow = to_arrow_type(field.dataType, timezone="UTC")
-        if isinstance(field.dataType, TimestampType):
-            arrow = pa.timestamp("us")
-        fields.append(pa.field(field.name, arrow))
-    return pa.schema(fields)
-
-
-def lookup_table_function(plan: LookupPlan, metrics: Any = None) -> Any:
-    """A Python UDTF class that performs the lookup join of ``plan`` from SQL."""
-    from pyspark.sql.functions import udtf
+def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = None) -> Any:
+    """A Python UDTF that performs the lookup join of ``plan`` from SQL, on Arrow batches."""
 
     class LookupJoinFunction:
         @staticmethod
@@ -156,44 +139,50 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None) -> Any:
             )
 
         def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
-            assert analyze_result.input_schema is not None
-            self.input_names = analyze_result.input_schema.fieldNames()
-            self.arrow_schema = _passthrough_arrow_schema(analyze_result.input_schema)
             self.spec = plan.engine_spec(analyze_result.on, how=analyze_result.how)
-            self.rows: list[dict[str, Any]] = []
             self.task: LookupTask | None = None
 
-        def _submit(self) -> Iterator[tuple[Any, ...]]:
+        def eval(
+            self, table: pa.RecordBatch, keys: pa.Array, how: pa.Array | None = None
+        ) -> Iterator[pa.RecordBatch]:
             if self.task is None:
                 self.task = LookupTask(
                     self.spec,
                     plan.connector_config(),
                     on_stats=metrics.add if metrics is not None else None,
                 )
-            if self.rows:
-                batch = pa.RecordBatch.from_pylist(self.rows, schema=self.arrow_schema)
-                self.rows = []
-                for out in self.task.submit(batch):
-                    yield from _tuples(out)
+            yield from self.task.submit(table)
 
-        def eval(self, row: Any, keys: str, how: str | None = None) -> Iterator[tuple[Any, ...]]:
-            self.rows.append(row.asDict(recursive=True))
-            if len(self.rows) >= ROWS_PER_BATCH:
-                yield from self._submit()
-
-        def terminate(self) -> Iterator[tuple[Any, ...]]:
-            yield from self._submit()
-            assert self.task is not None
-            for out in self.task.finish():
-                yield from _tuples(out)
+        def terminate(self) -> Iterator[pa.RecordBatch]:
+            if self.task is not None:
+                yield from self.task.finish()
 
         def cleanup(self) -> None:
             if self.task is not None:
                 self.task.close()
 
-    return udtf(LookupJoinFunction, useArrow=True)
+    return _arrow_table_function(LookupJoinFunction, spark)
 
 
-def _tuples(batch: pa.RecordBatch) -> Iterator[tuple[Any, ...]]:
-    columns = [column.to_pylist() for column in batch.columns]
-    return zip(*columns) if columns else iter(())
+def _arrow_table_function(handler: type, spark: Any = None) -> Any:
+    """``handler`` as an Arrow UDTF: ``eval`` receives the TABLE argument as whole Arrow batches
+    and yields Arrow batches, with no Python object per row.
+
+    ``pyspark.sql.functions.arrow_udtf`` refuses a class with ``analyze`` (SPARK-53286, open
+    in 4.3), although the worker runs one as it runs any UDTF's; the lookup table function
+    needs ``analyze`` to take its output schema from ``TABLE(t)``. So the UDTF is built the way
+    ``arrow_udtf`` builds it, without that one check.
+    """
+    from pyspark.util import PythonEvalType
+
+    if spark is not None and _is_connect(spark):
+        from pyspark.sql.connect.udtf import UserDefinedTableFunction as ConnectUDTF
+
+        return ConnectUDTF(handler, None, evalType=PythonEvalType.SQL_ARROW_UDTF)
+    from pyspark.sql.udtf import UserDefinedTableFunction
+
+    return UserDefinedTableFunction(handler, None, evalType=PythonEvalType.SQL_ARROW_UDTF)
+
+
+def _is_connect(spark: Any) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")

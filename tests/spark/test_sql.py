@@ -229,3 +229,33 @@ def test_sql_errors_are_clear(spark: Any, redis_srv: RedisServer) -> None:
             schema="id long, v string",
             options={"connector": "http", "url": "http://h/{key}"},
         )
+
+
+def test_table_function_moves_arrow_batches_and_keeps_every_input_type(
+    spark: Any, redis_srv: RedisServer, redis_db: Any, prefix: str
+) -> None:
+    from pyspark.util import PythonEvalType
+
+    from lookup_source.plan import LookupPlan
+    from lookup_source.sql import lookup_table_function
+
+    options = {"connector": "redis", "url": redis_srv.url, "redis.key.pattern": f"{prefix}{{key}}"}
+    plan = LookupPlan.build(options, "user_id long, name string")
+    assert lookup_table_function(plan).evalType == PythonEvalType.SQL_ARROW_UDTF
+    redis_db.mset({f"{prefix}{i}": json.dumps({"name": f"u{i}"}) for i in range(3)})
+    register_lookup_table(spark, "typed_users", schema="user_id long, name string", options=options)
+    spark.sql(
+        """SELECT CAST(id AS int) AS user_id,
+                  TIMESTAMP '2024-05-01 10:00:00' + make_interval(0, 0, 0, 0, id) AS at,
+                  TIMESTAMP_NTZ '2024-05-01 10:00:00' AS local, DATE '2024-02-29' AS day,
+                  CAST(id AS decimal(10, 2)) / 3 AS amount, array(id, NULL) AS arr,
+                  named_struct('a', id, 'b', 'x') AS st, map('k', id) AS m,
+                  CAST('raw' AS binary) AS bin, CAST(NULL AS string) AS nothing
+           FROM range(5)"""
+    ).createOrReplaceTempView("typed_events")
+    want = spark.table("typed_events").orderBy("user_id").collect()
+    got = spark.sql("SELECT * FROM typed_users_lookup(TABLE(typed_events), 'user_id')")
+    assert got.columns == [*spark.table("typed_events").columns, "name"]
+    rows = got.orderBy("user_id").collect()
+    assert [tuple(r)[:-1] for r in rows] == [tuple(r) for r in want]
+    assert [r["name"] for r in rows] == ["u0", "u1", "u2", None, None]
