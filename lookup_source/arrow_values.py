@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lookup_source.errors import LookupFailedError, RecordError
+from lookup_source.errors import RecordError
 
 if TYPE_CHECKING:
     from lookup_source.connectors.base import Matches
@@ -277,20 +277,6 @@ def conform_matches(matches: Matches, fields: Sequence[pa.Field]) -> Matches:
     return Matches(matches.key_index, pa.RecordBatch.from_arrays(arrays, schema=schema), errors)
 
 
-def value_failure(
-    errors: dict[int, str], keys: Sequence[Any], *, connector: str, address: str | None
-) -> LookupFailedError:
-    """The ``on.error=fail`` error for values that could not be used."""
-    return LookupFailedError(
-        connector=connector,
-        address=address,
-        failed_keys=len(errors),
-        attempts=0,
-        reason=f"a value could not be used: {errors[min(errors)]}",
-        sample_keys=[keys[p] for p in sorted(errors)[:3]],
-    )
-
-
 def _needs_slow_path(values: Sequence[Any], arrow_type: pa.DataType) -> bool:
     # pa.array silently turns booleans into numbers, and numbers into booleans: not on our watch.
     if pa.types.is_integer(arrow_type):
@@ -300,11 +286,3 @@ def _needs_slow_path(values: Sequence[Any], arrow_type: pa.DataType) -> bool:
     if pa.types.is_boolean(arrow_type):
         return any(v is not None and not isinstance(v, bool) for v in values)
     return False
-
-
-def null_out(array: pa.Array, positions: set[int]) -> pa.Array:
-    """``array`` with the given positions set to null."""
-    if not positions:
-        return array
-    mask = pa.array([i in positions for i in range(len(array))], type=pa.bool_())
-    return pc.if_else(mask, pa.nulls(len(array), type=array.type), array)

@@ -12,7 +12,6 @@ columns), so two lookup tables never share entries. Both are thread-safe.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import threading
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Matches, Record
+from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Matches
 
 log = logging.getLogger("lookup_source")
 
@@ -43,6 +42,13 @@ class CachedRows:
     values: pa.RecordBatch
     start: int
     count: int
+
+
+@dataclass(frozen=True)
+class CachedError:
+    """A key whose stored value is malformed (full cache): reported each time it is asked."""
+
+    message: str
 
 
 def cache_rows(
@@ -71,21 +77,37 @@ def cache_rows(
     return items
 
 
-def cached_matches(hits: Sequence[tuple[int, CachedRows]], fields: Sequence[pa.Field]) -> Matches:
-    """The matches of cache hits ``(position, rows)``, as one :class:`Matches`."""
+def cached_matches(
+    hits: Sequence[tuple[int, CachedRows | CachedError]], fields: Sequence[pa.Field]
+) -> Matches:
+    """The matches of cache hits ``(position, entry)``, as one :class:`Matches`."""
     by_segment: dict[int, tuple[pa.RecordBatch, list[int], list[int]]] = {}
+    failed: list[tuple[int, str]] = []
     for position, cached in hits:
+        if isinstance(cached, CachedError):
+            failed.append((position, cached.message))
+            continue
         _, rows, positions = by_segment.setdefault(id(cached.values), (cached.values, [], []))
         rows.extend(range(cached.start, cached.start + cached.count))
         positions.extend([position] * cached.count)
     schema = pa.schema(list(fields))
     batches = [values.take(pa.array(rows)) for values, rows, _ in by_segment.values()]
+    if failed:
+        empty = pa.RecordBatch.from_pylist([], schema=schema)
+        batches.append(empty.take(pa.nulls(len(failed), pa.int64())))
     table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
     values = (
         table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=schema)
     )
-    index = np.concatenate([np.asarray(p, dtype=np.int64) for _, _, p in by_segment.values()])
-    return Matches(index, values)
+    index = np.asarray(
+        [p for _, _, positions in by_segment.values() for p in positions] + [p for p, _ in failed],
+        dtype=np.int64,
+    )
+    errors = None
+    if failed:
+        found = len(index) - len(failed)
+        errors = pa.array([None] * found + [m for _, m in failed], type=pa.string())
+    return Matches(index, values, errors)
 
 
 def cache_identity(config: ConnectorConfig) -> str:
@@ -147,7 +169,7 @@ class FullCache:
     def __init__(self, reload_s: float, *, clock: Clock = time.monotonic) -> None:
         self.reload_s = reload_s
         self._clock = clock
-        self._table: dict[Key, Record] | None = None
+        self._table: dict[Key, Any] | None = None
         self._loaded_at = 0.0
         self._lock = threading.Lock()
         self._reloading = False
@@ -162,7 +184,7 @@ class FullCache:
         table = self._table or {}
         return {key: table.get(key, MISSING) for key in keys}
 
-    def install(self, table: dict[Key, Record]) -> None:
+    def install(self, table: dict[Key, Any]) -> None:
         with self._lock:
             self._table = table
             self._loaded_at = self._clock()
@@ -186,41 +208,72 @@ class FullCache:
 
 
 async def load_table(
-    client: LookupClient, normalise: Callable[[Sequence[Key]], list[Key]]
-) -> dict[Key, Record]:
-    """Read the whole table through ``client.scan()``; keys typed as the key columns."""
-    keys: list[Key] = []
-    records: list[Record] = []
-    async for key, record in client.scan(0, 1):
-        if isinstance(record, dict):
-            keys.append(key)
-            records.append(record)
-    return dict(zip(normalise(keys), records))
+    client: LookupClient, key_fields: Sequence[pa.Field], value_fields: Sequence[pa.Field]
+) -> dict[Key, Any]:
+    """Read the whole table through ``client.scan_arrow()``: key -> :class:`CachedRows` (all
+    its rows, in one Arrow batch for the whole table) or :class:`CachedError` (a malformed
+    value, reported for the key each time it is looked up, until the next reload)."""
+    from lookup_source.keys import encode_rows, python_keys
+    from lookup_source.options import ERROR_COLUMN
+    from lookup_source.scan import scan_rows
+
+    chunks = []
+    async for keys, matches in client.scan_arrow(0, 1):
+        chunks.append(
+            scan_rows(
+                keys,
+                matches,
+                key_fields,
+                value_fields,
+                on_error="column",
+                connector=client.name,
+                address=client.config.url,
+                name_keys=False,  # the engine names the key as it is asked
+            )
+        )
+    if not chunks:
+        return {}
+    rows = pa.Table.from_batches(chunks).combine_chunks().to_batches()[0]
+    width = len(key_fields)
+    codes = encode_rows(rows.columns[:width])
+    order = np.argsort(codes, kind="stable")
+    order = order[codes[order] >= 0]  # a key that did not convert can never be asked
+    rows = rows.take(pa.array(order))
+    codes = codes[order]
+    _, starts, counts = np.unique(codes, return_index=True, return_counts=True)
+    keys = python_keys(rows.select(list(range(width))))
+    values = rows.select([f.name for f in value_fields])
+    errors = rows.column(ERROR_COLUMN).to_pylist()
+    table: dict[Key, Any] = {}
+    for start, count in zip(starts.tolist(), counts.tolist()):
+        failure = next((e for e in errors[start : start + count] if e), None)
+        table[keys[start]] = CachedError(failure) if failure else CachedRows(values, start, count)
+    return table
 
 
 def reload_in_background(
     cache: FullCache,
     factory: Callable[[], LookupClient],
-    normalise: Callable[[Sequence[Key]], list[Key]],
+    key_fields: Sequence[pa.Field],
+    value_fields: Sequence[pa.Field],
 ) -> None:
     """Reload ``cache`` in a daemon thread with its own event loop and client."""
+    from lookup_source.loop import TaskLoop
 
     def run() -> None:
-        loop = asyncio.new_event_loop()
-        client = factory()
-        try:
-            loop.run_until_complete(client.open())
-            cache.install(loop.run_until_complete(load_table(client, normalise)))
-        except Exception:
-            log.warning(
-                "asynclookup: reloading the full cache failed; keeping the old table", exc_info=True
-            )
-            cache.release_reload()
-        finally:
+        with TaskLoop() as loop:
+            client = factory()
             try:
-                loop.run_until_complete(client.close())
+                loop.run(client.open())
+                cache.install(loop.run(load_table(client, key_fields, value_fields)))
+            except Exception:
+                log.warning(
+                    "asynclookup: reloading the full cache failed; keeping the old table",
+                    exc_info=True,
+                )
+                cache.release_reload()
             finally:
-                loop.close()
+                loop.run(client.close())
 
     threading.Thread(target=run, name="asynclookup-cache-reload", daemon=True).start()
 

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.arrow_values import conform_matches, records_to_matches
-from lookup_source.cache import MISSING, CachedRows, cache_rows, cached_matches
+from lookup_source.cache import MISSING, CachedError, CachedRows, cache_rows, cached_matches
 from lookup_source.connectors.base import LookupClient, Matches
 from lookup_source.deadline import cancel_abandoned, with_deadline, with_timeout
 from lookup_source.errors import LookupFailedError, LookupTimeoutError
@@ -44,7 +44,7 @@ from lookup_source.keys import DistinctKeys, cast_key_column, distinct_keys, pyt
 from lookup_source.metrics import LookupMetrics
 from lookup_source.options import ERROR_COLUMN, LookupOptions
 from lookup_source.order import OutputQueue, output_queue
-from lookup_source.output import concat_matches, failed_keys, join_matches
+from lookup_source.output import concat_matches, join_matches, value_failure
 from lookup_source.rate_limit import RateLimiter
 from lookup_source.retry import RetryPolicy
 
@@ -282,7 +282,7 @@ class LookupEngine:
             self.stats.cache_misses += len(keys)
             return everything
         wanted: list[int] = []
-        columnar: list[tuple[int, CachedRows]] = []
+        columnar: list[tuple[int, CachedRows | CachedError]] = []
         records: dict[Any, Any] = {}
         record_positions: list[int] = []
         for position, key in enumerate(keys):
@@ -291,13 +291,14 @@ class LookupEngine:
                 wanted.append(position)
             elif value is MISSING:
                 self.stats.missing_keys += 1
-            elif isinstance(value, CachedRows):
+            elif isinstance(value, (CachedRows, CachedError)):
                 columnar.append((position, value))
             else:
                 records[key] = value
                 record_positions.append(position)
         if columnar:
-            job.parts.append(cached_matches(columnar, self._fields))
+            hits = cached_matches(columnar, self._fields)
+            job.parts.append(self._with_key_messages(hits, job.python_keys))
         if records:
             positions = np.asarray(record_positions, dtype=np.int64)
             job.record_parts.append(_RecordPart(positions, [keys[p] for p in positions], records))
@@ -585,9 +586,14 @@ class LookupEngine:
             parts.append(self._records_as_matches(job))
         matches = concat_matches(parts, self._fields)
         if spec.options.on_error == "fail":
-            bad = failed_keys(matches)
-            if len(bad):
-                raise self._value_failure(job, matches, bad)
+            failure = value_failure(
+                matches,
+                job.python_keys(),
+                connector=self.client.name,
+                address=self.client.config.url,
+            )
+            if failure is not None:
+                raise failure
         return join_matches(
             job.batch,
             job.distinct.indices,
@@ -596,22 +602,6 @@ class LookupEngine:
             how=spec.how,
             error_column=ERROR_COLUMN if spec.options.error_column else None,
             fields=self._fields,
-        )
-
-    def _value_failure(self, job: _Job, matches: Matches, bad: np.ndarray) -> LookupFailedError:
-        """The ``on.error=fail`` error for stored values that could not be used."""
-        assert matches.errors is not None
-        first = int(bad[0])
-        rows = np.flatnonzero(matches.key_index == first)
-        reason = next(m for m in matches.errors.take(pa.array(rows)).to_pylist() if m)
-        keys = job.python_keys()
-        return LookupFailedError(
-            connector=self.client.name,
-            address=self.client.config.url,
-            failed_keys=len(bad),
-            attempts=0,
-            reason=f"a value could not be used: {reason}",
-            sample_keys=[keys[p] for p in bad[:3]],
         )
 
     def _take_ready(self) -> list[pa.RecordBatch]:

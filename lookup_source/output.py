@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connectors.base import Matches
+from lookup_source.errors import LookupFailedError
 
 
 def concat_matches(parts: Sequence[Matches], fields: Sequence[pa.Field]) -> Matches:
@@ -49,6 +50,27 @@ def failed_keys(matches: Matches) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     bad = errors.is_valid().to_numpy(zero_copy_only=False)
     return np.unique(matches.key_index[bad])
+
+
+def value_failure(
+    matches: Matches, keys: Sequence[object], *, connector: str, address: str | None
+) -> LookupFailedError | None:
+    """The ``on.error=fail`` error for the keys of ``matches`` whose values could not be used
+    (their messages already name the key), or None if there is none."""
+    bad = failed_keys(matches)
+    if not len(bad):
+        return None
+    assert matches.errors is not None
+    rows = np.flatnonzero(matches.key_index == bad[0])
+    reason = next(m for m in matches.errors.take(pa.array(rows)).to_pylist() if m)
+    return LookupFailedError(
+        connector=connector,
+        address=address,
+        failed_keys=len(bad),
+        attempts=0,
+        reason=f"a value could not be used: {reason}",
+        sample_keys=[keys[p] for p in bad[:3]],
+    )
 
 
 def _without_extra_rows_of_failed_keys(matches: Matches) -> tuple[Matches, np.ndarray]:

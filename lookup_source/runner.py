@@ -9,9 +9,8 @@ when Spark stops reading early.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +24,7 @@ from lookup_source.cache import (
 )
 from lookup_source.connectors.base import ConnectorConfig, LookupClient
 from lookup_source.engine import EngineSpec, LookupEngine
-from lookup_source.keys import convert_keys
+from lookup_source.loop import TaskLoop
 from lookup_source.metrics import LookupMetrics
 
 log = logging.getLogger("lookup_source")
@@ -55,14 +54,14 @@ class LookupTask:
     ) -> None:
         self.config = config
         self._on_stats = on_stats
-        self._loop = asyncio.new_event_loop()
+        self._loop = TaskLoop()
         self._client: LookupClient | None = None
         self._engine: LookupEngine | None = None
         self._closed = False
         try:
             factory = client_factory or spec.options.connector_class()
             self._client = factory(config)
-            self._loop.run_until_complete(self._client.open())
+            self._loop.run(self._client.open())
             cache = self._worker_cache(spec, config, factory)
             self._engine = LookupEngine(self._client, spec, cache=cache)
         except BaseException:
@@ -73,22 +72,18 @@ class LookupTask:
         settings = spec.options.cache
         if settings.mode == "full":
             cache = worker_cache("full", config, lambda: FullCache(settings.reload_ms / 1000))
-
-            def normalise(keys: Sequence[Any]) -> list[Any]:
-                # keys that cannot be converted are dropped: no lookup could ever ask for them
-                typed, errors = convert_keys(
-                    keys, spec.key_types or [None] * len(config.key_columns), config.key_columns
-                )
-                return [key for position, key in enumerate(typed) if position not in errors]
-
+            key_fields = [
+                pa.field(name, kind) for name, kind in zip(config.key_columns, config.key_types)
+            ]
+            value_fields = list(spec.value_fields)
             assert self._client is not None
             with cache.load_lock:
                 if not cache.loaded:
                     cache.install(
-                        self._loop.run_until_complete(load_table(self._client, normalise))
+                        self._loop.run(load_table(self._client, key_fields, value_fields))
                     )
             if cache.claim_reload():
-                reload_in_background(cache, lambda: factory(config), normalise)
+                reload_in_background(cache, lambda: factory(config), key_fields, value_fields)
             return cache
         if settings.max_rows > 0:
             return worker_cache(
@@ -102,11 +97,11 @@ class LookupTask:
 
     def submit(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         assert self._engine is not None
-        return self._loop.run_until_complete(self._engine.submit(batch))
+        return self._loop.run(self._engine.submit(batch))
 
     def finish(self) -> list[pa.RecordBatch]:
         assert self._engine is not None
-        return self._loop.run_until_complete(self._engine.finish())
+        return self._loop.run(self._engine.finish())
 
     def close(self) -> None:
         """Cancel what is in flight, close the client and the loop. Safe to call twice."""
@@ -116,10 +111,9 @@ class LookupTask:
         loop = self._loop
         try:
             if self._engine is not None:
-                loop.run_until_complete(self._engine.aclose())
+                loop.run(self._engine.aclose())
             if self._client is not None:
-                loop.run_until_complete(self._client.close())
-            loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run(self._client.close())
         except Exception:  # never mask the task's own error with a failure to clean up
             log.warning(
                 "asynclookup: closing the %s client failed", self.config.connector, exc_info=True

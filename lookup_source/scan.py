@@ -1,54 +1,91 @@
-"""Read a whole table through a connector's scan, as typed Arrow batches."""
+"""Read a whole table through a connector's scan, as typed Arrow batches.
+
+Each chunk of a scan (``LookupClient.scan_arrow``: the keys it found and their matches) goes
+through the same output builder as lookups (:func:`lookup_source.output.join_matches`): key
+and value columns in the declared types, one row per match, malformed values reported per key
+as ``on.error`` asks.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 
-from lookup_source.arrow_values import null_out, typed_columns, value_failure
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Record
+from lookup_source.arrow_values import conform_matches, to_arrow_column
+from lookup_source.connectors.base import ConnectorConfig, LookupClient, Matches
+from lookup_source.keys import python_keys
+from lookup_source.loop import TaskLoop
 from lookup_source.options import ERROR_COLUMN, LookupOptions
+from lookup_source.output import concat_matches, join_matches, value_failure
 
-SCAN_BATCH_ROWS = 10_000
+
+def _typed_keys(
+    keys: pa.RecordBatch, key_fields: Sequence[pa.Field]
+) -> tuple[pa.RecordBatch, dict[int, str]]:
+    """The scanned keys in the declared key types, and why those that do not convert fail."""
+    arrays = []
+    reasons: dict[int, str] = {}
+    for column, field in zip(keys.columns, key_fields):
+        if column.type == field.type:
+            arrays.append(column)
+            continue
+        try:
+            arrays.append(column.cast(field.type, safe=True))
+            continue
+        except (pa.ArrowException, ValueError):
+            pass
+        array, bad = to_arrow_column(column.to_pylist(), field.type, column=field.name)
+        for row, message in bad.items():
+            reasons.setdefault(row, message)
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(list(key_fields))), reasons
 
 
-def _build_batch(
-    pairs: list[tuple[Key, Record]],
-    key_fields: tuple[pa.Field, ...],
-    value_fields: tuple[pa.Field, ...],
-    options: LookupOptions,
+def scan_rows(
+    keys: pa.RecordBatch,
+    matches: Matches,
+    key_fields: Sequence[pa.Field],
+    value_fields: Sequence[pa.Field],
+    *,
+    on_error: str,
     connector: str,
     address: str | None,
+    name_keys: bool = True,
 ) -> pa.RecordBatch:
-    keys = [key if isinstance(key, tuple) else (key,) for key, _ in pairs]
-    errors: dict[int, str] = {}
-    records: list[Record] = []
-    for position, (key, record) in enumerate(pairs):
-        if isinstance(record, Mapping):
-            records.append(record)
-        else:
-            errors[position] = f"key {key!r}: {record}"
-            records.append({})
-    names = [key for key, _ in pairs]
-    arrays = typed_columns(
-        [(field, [k[index] for k in keys]) for index, field in enumerate(key_fields)]
-        + [(field, [record.get(field.name) for record in records]) for field in value_fields],
-        names,
-        errors,
+    """One chunk of a scan as output rows: the key columns, then the value columns (and the
+    error column under ``on.error=column``); one row per match. Error messages name their key
+    (``key 7: ...``) unless ``name_keys`` is false."""
+    typed, key_reasons = _typed_keys(keys, key_fields)
+    matches = conform_matches(matches, value_fields)
+    if key_reasons:  # a key that does not convert fails, as one error row
+        rows = np.asarray(sorted(key_reasons), dtype=np.int64)
+        nulls = pa.RecordBatch.from_pylist([], schema=pa.schema(list(value_fields)))
+        errors = pa.array([key_reasons[r] for r in rows], type=pa.string())
+        failing = Matches(rows, nulls.take(pa.nulls(len(rows), pa.int64())), errors)
+        matches = concat_matches([matches, failing], value_fields)
+    if name_keys and matches.errors is not None and matches.errors.null_count < matches.num_rows:
+        scanned = python_keys(keys)
+        messages = [
+            None if text is None else f"key {scanned[position]!r}: {text}"
+            for position, text in zip(matches.key_index.tolist(), matches.errors.to_pylist())
+        ]
+        matches = Matches(matches.key_index, matches.values, pa.array(messages, pa.string()))
+        if on_error == "fail":
+            failure = value_failure(matches, scanned, connector=connector, address=address)
+            if failure is not None:
+                raise failure
+    n = keys.num_rows
+    return join_matches(
+        typed,
+        pa.array(np.arange(n, dtype=np.int32)),
+        n,
+        matches,
+        how="inner",  # a scanned key whose value vanished meanwhile has no row
+        error_column=ERROR_COLUMN if on_error == "column" else None,
+        fields=value_fields,
     )
-    if errors and options.on_error == "fail":
-        raise value_failure(errors, names, connector=connector, address=address)
-    failed = set(errors)
-    width = len(key_fields)
-    arrays = arrays[:width] + [null_out(a, failed) for a in arrays[width:]]
-    fields = list(key_fields) + list(value_fields)
-    if options.error_column:
-        arrays.append(pa.array([errors.get(i) for i in range(len(pairs))], type=pa.string()))
-        fields.append(pa.field(ERROR_COLUMN, pa.string()))
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def scan_batches(
@@ -61,32 +98,19 @@ def scan_batches(
     partitions: int,
 ) -> Iterator[pa.RecordBatch]:
     """Scan part ``partition`` of ``partitions``; one event loop and one client for the task."""
-    loop = asyncio.new_event_loop()
-    client = client_class(config)
-    rows = client.scan(partition, partitions)
-    try:
-        loop.run_until_complete(client.open())
-
-        async def fill(pairs: list[tuple[Key, Record]]) -> bool:
-            async for pair in rows:
-                pairs.append(pair)
-                if len(pairs) >= SCAN_BATCH_ROWS:
-                    return False
-            return True
-
-        done = False
-        while not done:
-            pairs: list[tuple[Key, Record]] = []
-            done = loop.run_until_complete(fill(pairs))
-            if pairs:
-                yield _build_batch(
-                    pairs, key_fields, value_fields, options, client.name, config.url
-                )
-    finally:
+    with TaskLoop() as loop:
+        client = client_class(config)
+        loop.run(client.open())
         try:
-            aclose: Any = getattr(rows, "aclose", None)
-            if aclose is not None:
-                loop.run_until_complete(aclose())
-            loop.run_until_complete(client.close())
+            for keys, matches in loop.iterate(client.scan_arrow(partition, partitions)):
+                yield scan_rows(
+                    keys,
+                    matches,
+                    key_fields,
+                    value_fields,
+                    on_error=options.on_error,
+                    connector=client.name,
+                    address=config.url,
+                )
         finally:
-            loop.close()
+            loop.run(client.close())

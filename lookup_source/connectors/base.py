@@ -38,6 +38,9 @@ from lookup_source.redaction import redact_url
 if TYPE_CHECKING:
     from lookup_source.options import LookupOptions, OptionSpec
 
+SCAN_CHUNK_ROWS = 10_000
+"""Rows per chunk of a scan."""
+
 Key = Hashable
 """A key: a scalar for a single key column, a tuple of scalars for a composite key."""
 
@@ -127,6 +130,14 @@ class ConnectorConfig:
             f"key_columns={self.key_columns!r}, value_columns={self.value_columns!r}, "
             f"capacity={self.capacity}, batch_size={self.batch_size})"
         )
+
+
+def _as_scanned(values: list[Any]) -> pa.Array:
+    """Scanned key values as an Arrow array of their own type (text if they are mixed)."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
 def secret_from_env(option: str, variable: str) -> str:
@@ -271,10 +282,51 @@ class LookupClient:
             "value columns, e.g. .schema('user_id long, name string, tier int')"
         )
 
-    def scan(self, partition: int = 0, partitions: int = 1) -> AsyncIterator[tuple[Key, Record]]:
+    async def scan(
+        self, partition: int = 0, partitions: int = 1
+    ) -> AsyncIterator[tuple[Key, Record]]:
         """Enumerate the (key, record) pairs of one of ``partitions`` disjoint parts of the
-        table, if ``supports_scan``. Each pair appears in exactly one part."""
-        raise NotImplementedError(f"the {self.name} connector cannot scan a whole table")
+        table, if ``supports_scan``. Each pair appears in exactly one part.
+
+        This is the simple record form; :meth:`scan_arrow` is the columnar one (this default
+        answers through it, for connectors that implement only that one)."""
+        if type(self).scan_arrow is LookupClient.scan_arrow:
+            raise NotImplementedError(f"the {self.name} connector cannot scan a whole table")
+        from lookup_source.arrow_values import records_from_matches
+        from lookup_source.keys import python_keys
+
+        async for keys, matches in self.scan_arrow(partition, partitions):
+            for pair in records_from_matches(python_keys(keys), matches).items():
+                yield pair
+
+    async def scan_arrow(
+        self, partition: int = 0, partitions: int = 1
+    ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
+        """The columnar scan: chunks ``(keys, matches)`` of one of ``partitions`` disjoint parts
+        of the table. ``keys`` holds the key columns of the keys the chunk found, as the store
+        gives them (the declared types, or text that converts to them: a key that does not is
+        reported), and ``matches`` their values, with ``key_index`` pointing into ``keys``.
+        The default reads :meth:`scan`."""
+        from lookup_source.arrow_values import records_to_matches
+
+        names = list(self.config.key_columns)
+        pairs: list[tuple[Key, Any]] = []
+
+        def chunk() -> tuple[pa.RecordBatch, Matches]:
+            parts = [key if isinstance(key, tuple) else (key,) for key, _ in pairs]
+            columns = [_as_scanned([p[i] for p in parts]) for i in range(len(names))]
+            keys = pa.RecordBatch.from_arrays(columns, names=names)
+            records = {i: record for i, (_, record) in enumerate(pairs)}
+            matches = records_to_matches(range(len(pairs)), records, self.value_fields)
+            pairs.clear()
+            return keys, matches
+
+        async for pair in self.scan(partition, partitions):
+            pairs.append(pair)
+            if len(pairs) >= SCAN_CHUNK_ROWS:
+                yield chunk()
+        if pairs:
+            yield chunk()
 
     def is_retryable(self, error: BaseException) -> bool:
         """Whether a failed attempt may succeed if tried again.

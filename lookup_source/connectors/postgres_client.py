@@ -30,11 +30,10 @@ import pyarrow as pa
 
 from lookup_source.arrow_values import to_arrow_column
 from lookup_source.connectors.base import (
+    SCAN_CHUNK_ROWS,
     ConnectorConfig,
-    Key,
     LookupClient,
     Matches,
-    Record,
     secret_from_env,
 )
 from lookup_source.errors import (
@@ -489,20 +488,11 @@ class PostgresLookupClient(LookupClient):
         finally:
             await pool.release(connection, timeout=limit)
 
-    def _record(self, row: Any) -> Record:
-        width = len(self._key_types)
-        record = {
-            name: row[position]
-            for position, name in enumerate(self.config.value_columns, start=width)
-        }
-        for position, name, convert in self._converters:
-            record[name] = _converted(row[position], convert)
-        return record
-
-    async def scan(
+    async def scan_arrow(
         self, partition: int = 0, partitions: int = 1
-    ) -> AsyncIterator[tuple[Key, Record]]:
-        """Every row of the table whose key hashes into ``partition`` of ``partitions``."""
+    ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
+        """Every row of the table whose key hashes into ``partition`` of ``partitions``, in
+        chunks of columns read from one cursor."""
         if self._table is None:
             raise PermanentError("a postgres.query cannot be scanned; use postgres.table")
         pool = await self._connect()
@@ -519,13 +509,23 @@ class PostgresLookupClient(LookupClient):
         if partitions > 1:
             query += f" WHERE mod(hashtext(({key_expression})::text)::bigint + 2147483648, $1) = $2"
             arguments = [partitions, partition]
+        names = list(self.config.key_columns)
         async with pool.acquire() as connection, connection.transaction(readonly=True):
-            async for row in connection.cursor(query, *arguments, prefetch=5_000):
-                key = row[0] if width == 1 else tuple(row[i] for i in range(width))
-                yield (
-                    _normal(key) if width == 1 else tuple(_normal(k) for k in key),
-                    self._record(row),
+            cursor = await connection.cursor(query, *arguments)
+            while True:
+                rows = await cursor.fetch(SCAN_CHUNK_ROWS)
+                if not rows:
+                    return
+                transposed = list(zip(*rows))
+                keys = pa.RecordBatch.from_arrays(
+                    [_scanned_keys(transposed[i], self._key_types[i]) for i in range(width)],
+                    names=names,
                 )
+                values, reasons = self._value_arrays(transposed[width:])
+                errors = None
+                if reasons:
+                    errors = pa.array([reasons.get(r) for r in range(len(rows))], pa.string())
+                yield keys, Matches(np.arange(len(rows)), values, errors)
 
     def is_retryable(self, error: BaseException) -> bool:
         import asyncpg
@@ -582,6 +582,16 @@ def _cast_type(pg_type: str) -> str:
     """The type to cast the key array to: ``character`` alone means char(1), which would cut
     every key to one letter; ``bpchar`` is blank-padded text of any length."""
     return "bpchar" if pg_type == "character" else pg_type
+
+
+def _scanned_keys(values: Sequence[Any], pg_type: str) -> pa.Array:
+    """A key column read by a scan, as Arrow (uuid as text, integral numerics as integers)."""
+    if pg_type not in _EXACT_KEY_TYPES:
+        values = [_normal(v) for v in values]
+    try:
+        return pa.array(list(values))
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
 def _converted(value: Any, convert: Callable[[Any], Any]) -> Any:

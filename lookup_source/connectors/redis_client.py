@@ -27,7 +27,6 @@ import pyarrow as pa
 from lookup_source.arrow_values import cast_strings, records_to_matches
 from lookup_source.connectors.base import (
     ConnectorConfig,
-    Key,
     LookupClient,
     LookupResult,
     Matches,
@@ -197,10 +196,6 @@ class RedisLookupClient(LookupClient):
         finally:
             await self._pool.release(connection)
 
-    def redis_key(self, key: Key) -> str:
-        """The Redis key for a lookup key (a scalar, or a tuple for composite keys)."""
-        return self._template.render(key)
-
     # -- lookups -------------------------------------------------------------------------------
 
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
@@ -358,26 +353,26 @@ class RedisLookupClient(LookupClient):
                 regex.append("(.*)" if last else "(.*?)")
         return "".join(glob), re.compile("".join(regex), re.DOTALL)
 
-    async def scan(self, partition: int = 0, partitions: int = 1) -> AsyncIterator[tuple[Key, Any]]:
-        """Every key matching ``redis.key.pattern`` whose hash falls in ``partition``."""
+    async def scan_arrow(
+        self, partition: int = 0, partitions: int = 1
+    ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
+        """Every key matching ``redis.key.pattern`` whose hash falls in ``partition``; the key
+        columns come back as the text the Redis key holds (the scan converts them)."""
         if self._redis is None:
-            raise RuntimeError("RedisLookupClient.scan() called before open()")
+            raise RuntimeError("RedisLookupClient.scan_arrow() called before open()")
         glob, regex = self._scan_pattern()
-        width = len(self.config.key_columns)
+        names = list(self.config.key_columns)
         seen: set[bytes] = set()
-        pending: list[tuple[Key, str]] = []
+        parts: list[tuple[str, ...]] = []
+        texts: list[str] = []
 
-        async def flush() -> list[tuple[Key, Any]]:
-            texts = [redis_key for _, redis_key in pending]
-            names = list(self.config.key_columns)
-            columns = list(zip(*[k if isinstance(k, tuple) else (k,) for k, _ in pending]))
-            batch = pa.RecordBatch.from_arrays(
-                [pa.array(list(c), type=pa.string()) for c in columns], names=names
-            )
-            found = await self._fetch(batch, texts)
-            keys = [key for key, _ in pending]
-            pending.clear()
-            return list(_records(found, keys))
+        async def flush() -> tuple[pa.RecordBatch, Matches]:
+            columns = [pa.array(list(c), type=pa.string()) for c in zip(*parts)]
+            keys = pa.RecordBatch.from_arrays(columns, names=names)
+            found = await self._fetch(keys, list(texts))
+            parts.clear()
+            texts.clear()
+            return keys, found
 
         async for raw in self._redis.scan_iter(match=glob, count=1_000):
             if raw in seen or (partitions > 1 and zlib.crc32(raw) % partitions != partition):
@@ -387,14 +382,12 @@ class RedisLookupClient(LookupClient):
             match = regex.fullmatch(text)
             if match is None:
                 continue
-            key: Key = match.group(1) if width == 1 else match.groups()
-            pending.append((key, text))
-            if len(pending) >= self.config.batch_size:
-                for pair in await flush():
-                    yield pair
-        if pending:
-            for pair in await flush():
-                yield pair
+            parts.append(match.groups())
+            texts.append(text)
+            if len(parts) >= self.config.batch_size:
+                yield await flush()
+        if parts:
+            yield await flush()
 
     def is_retryable(self, error: BaseException) -> bool:
         from redis import exceptions as rex
@@ -416,16 +409,6 @@ class RedisLookupClient(LookupClient):
         if isinstance(error, PermanentError):
             return False
         return super().is_retryable(error)
-
-
-def _records(found: Matches, keys: Sequence[Key]) -> list[tuple[Key, Any]]:
-    """(key, record or RecordError) pairs of a columnar answer, for the record-form scan."""
-    rows = found.values.to_pylist()
-    errors = found.errors.to_pylist() if found.errors is not None else [None] * len(rows)
-    return [
-        (keys[position], RecordError(error) if error else record)
-        for position, record, error in zip(found.key_index.tolist(), rows, errors)
-    ]
 
 
 __all__ = ["LookupResult", "RedisLookupClient"]

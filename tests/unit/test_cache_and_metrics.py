@@ -6,10 +6,11 @@ import dataclasses
 import pickle
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from lookup_source.cache import MISSING, FullCache, PartialCache, clear_worker_caches
-from lookup_source.errors import OptionError
+from lookup_source.errors import LookupFailedError, OptionError
 from lookup_source.metrics import LookupMetrics
 from lookup_source.options import CacheSettings, parse_options
 from lookup_source.plan import LookupPlan
@@ -209,3 +210,89 @@ def test_cache_options_parse() -> None:
     )
     assert options.cache == CacheSettings("partial", 5, 1000, False, 0)
     assert options.retry_on_miss
+
+
+def test_full_cache_reports_malformed_values_and_keeps_every_match() -> None:
+    from lookup_source.errors import RecordError
+
+    store = FakeStore(
+        {
+            1: {"name": "one", "n": 1},
+            2: RecordError("not valid JSON"),
+            3: {"name": "three", "n": "not a number"},
+            4: [{"name": "four-a", "n": 4}, {"name": "four-b", "n": 44}],
+        }
+    )
+    spec = make_spec(dataclasses.replace(cached(mode="full"), on_error="column"))
+    spec = dataclasses.replace(spec, key_types=(key_batch([1]).schema.field("k").type,))
+    out = [
+        row
+        for batch in run_lookups(
+            [key_batch([1, 2, 3, 4, 5])],
+            spec,
+            make_config(spec),
+            client_factory=lambda c: ScanningClient(c, store),
+        )
+        for row in batch.to_pylist()
+    ]
+    assert [(r["k"], r["name"], r["n"]) for r in out] == [
+        (1, "one", 1),
+        (2, None, None),
+        (3, None, None),
+        (4, "four-a", 4),
+        (4, "four-b", 44),
+        (5, None, None),
+    ]
+    errors = {r["k"]: r["_lookup_error"] for r in out}
+    assert errors[2] == "key 2: not valid JSON"  # named by the key as it was asked
+    assert errors[3].startswith("key 3: column 'n' expects bigint, got str 'not a number'")
+    assert errors[1] is errors[4] is errors[5] is None
+    assert store.requests == [["<scan>"]]
+
+
+def test_scanned_keys_that_do_not_convert_are_reported_by_the_scan() -> None:
+    from lookup_source.connectors.base import Matches
+    from lookup_source.scan import scan_rows
+
+    keys = pa.record_batch({"id": pa.array(["1", "abc", "3"])})  # Redis keys come back as text
+    values = pa.record_batch({"v": pa.array(["a", "b", "c"])})
+    fields = dict(
+        key_fields=[pa.field("id", pa.int64())], value_fields=[pa.field("v", pa.string())]
+    )
+    out = scan_rows(
+        keys, Matches([0, 1, 2], values), **fields, on_error="column", connector="c", address=None
+    )
+    assert out.to_pylist() == [
+        {"id": 1, "v": "a", "_lookup_error": None},
+        {"id": None, "v": None, "_lookup_error": out.column("_lookup_error")[1].as_py()},
+        {"id": 3, "v": "c", "_lookup_error": None},
+    ]
+    assert (
+        out.column("_lookup_error")[1]
+        .as_py()
+        .startswith("key 'abc': column 'id' expects bigint, got str 'abc'")
+    )
+    with pytest.raises(LookupFailedError, match="failed for 1 key .*'abc'"):
+        scan_rows(
+            keys, Matches([0, 1, 2], values), **fields, on_error="fail", connector="c", address=None
+        )
+
+
+def test_task_loop_closes_an_abandoned_async_iterator() -> None:
+    from lookup_source.loop import TaskLoop
+
+    closed = []
+
+    async def numbers():  # type: ignore[no-untyped-def]
+        try:
+            for i in range(10):
+                yield i
+        finally:
+            closed.append(True)
+
+    with TaskLoop() as loop:
+        items = loop.iterate(numbers())
+        assert [next(items), next(items)] == [0, 1]
+        items.close()
+        assert closed == [True]
+    assert loop.closed

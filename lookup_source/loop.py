@@ -1,0 +1,69 @@
+"""The event loop of one Spark task (or one background reload), owned from start to end.
+
+Spark calls our code synchronously, from an iterator: a :class:`TaskLoop` runs coroutines on a
+private event loop between those calls, turns an async iterator into a plain one, and closes
+everything it started, however the task ends::
+
+    with TaskLoop() as loop:
+        loop.run(client.open())
+        for batch in loop.iterate(client.scan_arrow()):
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class TaskLoop:
+    """A private asyncio event loop, driven synchronously."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self.closed = False
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        """Run ``awaitable`` to completion on this loop and return its result."""
+        return self._loop.run_until_complete(awaitable)
+
+    def iterate(self, items: AsyncIterator[T]) -> Iterator[T]:
+        """The items of an async iterator, pulled one by one on this loop; the iterator is
+        closed when the plain iterator is (also when it is abandoned early)."""
+        try:
+            while True:
+                try:
+                    yield self.run(items.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            close: Any = getattr(items, "aclose", None)
+            if close is not None and not self.closed:
+                with contextlib.suppress(Exception):
+                    self.run(close())
+
+    def close(self) -> None:
+        """Finish the loop's async generators and close it. Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> TaskLoop:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
