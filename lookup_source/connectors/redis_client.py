@@ -51,6 +51,29 @@ def _excerpt(raw: bytes) -> str:
     return text + ("..." if len(raw) > _EXCERPT else "")
 
 
+def _driver_info() -> dict[str, Any]:
+    """The client's name and version, known once: redis-py would otherwise read its package
+    metadata for every connection it opens."""
+    import redis
+
+    version = getattr(redis, "__version__", None)
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # redis-py < 7: the older keyword
+        return {"lib_version": version}
+    return {"driver_info": DriverInfo(lib_version=version)}
+
+
+def _arguments(texts: list[str]) -> list[str] | list[bytes]:
+    """Redis keys as command arguments: as they are, or as bytes when a binary key holds bytes
+    that are not UTF-8 (its text carries them as surrogate escapes)."""
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        return [t.encode("utf-8", "surrogateescape") for t in texts]
+    return texts
+
+
 def _present(replies: Sequence[Any]) -> np.ndarray:
     """Positions of the replies that are not nil."""
     return np.flatnonzero(np.fromiter((r is not None for r in replies), bool, len(replies)))
@@ -154,6 +177,7 @@ class RedisLookupClient(LookupClient):
         self._pool = BlockingConnectionPool.from_url(
             self.config.url,
             **extra,
+            **_driver_info(),
             max_connections=max(1, self.config.capacity),
             timeout=None,
             # the engine retries with the configured policy and counts it: no hidden retries
@@ -170,21 +194,27 @@ class RedisLookupClient(LookupClient):
 
     async def _execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Send ``commands`` in one round trip on a pooled connection; return their replies
-        (an error reply is returned as its exception, in its place). A connection whose
-        exchange failed or was cancelled is in doubt: it is disconnected, never reused."""
+        (an error reply is returned as its exception, in its place)."""
+        if _pack is not None:
+            return await self._send(b"".join(_pack(tuple(c)) for c in commands), len(commands))
+        return await self._send(None, len(commands), commands)  # pragma: no cover
+
+    async def _send(
+        self, packed: bytes | None, count: int, commands: Sequence[Sequence[Any]] = ()
+    ) -> list[Any]:
+        """Send commands already in the Redis protocol, read ``count`` replies. A connection
+        whose exchange failed or was cancelled is in doubt: it is disconnected, never reused."""
         from redis.exceptions import ResponseError
 
         if self._pool is None:
             raise RuntimeError("RedisLookupClient used before open()")
         connection = await self._pool.get_connection()
         try:
-            if _pack is not None:
-                packed: Any = b"".join(_pack(tuple(command)) for command in commands)
-            else:  # pragma: no cover - without hiredis
-                packed = connection.pack_commands(commands)
+            if packed is None:  # pragma: no cover - without hiredis
+                packed = b"".join(connection.pack_commands(commands))
             await connection.send_packed_command(packed, check_health=False)
             replies: list[Any] = []
-            for _ in commands:
+            for _ in range(count):
                 try:
                     replies.append(await connection.read_response())
                 except ResponseError as error:
@@ -202,9 +232,10 @@ class RedisLookupClient(LookupClient):
         return await self._fetch(keys, self._template.render_all(keys))
 
     async def _fetch(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
+        """Read the Redis keys ``redis_keys`` of the lookup keys ``keys``."""
         if self._format == "hash":
             return await self._fetch_hashes(keys, redis_keys)
-        (replies,) = await self._execute([("MGET", *redis_keys)])
+        (replies,) = await self._execute([("MGET", *_arguments(redis_keys))])
         if isinstance(replies, Exception):
             raise replies
         if self._format == "json":
@@ -237,10 +268,11 @@ class RedisLookupClient(LookupClient):
 
     async def _fetch_hashes(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
         fields = self._hmget_fields
-        replies = await self._execute([("HMGET", key, *fields) for key in redis_keys])
+        arguments = _arguments(redis_keys)
+        replies = await self._execute([("HMGET", key, *fields) for key in arguments])
         empty = [i for i, reply in enumerate(replies) if isinstance(reply, list) and not any(reply)]
         if empty:  # an existing hash without the value fields is found, with nulls
-            exists = await self._execute([("EXISTS", redis_keys[i]) for i in empty])
+            exists = await self._execute([("EXISTS", arguments[i]) for i in empty])
             for i, flag in zip(empty, exists):
                 if isinstance(flag, Exception):
                     raise flag

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lookup_source.connectors.base import Key
 from lookup_source.errors import OptionError
@@ -100,8 +99,8 @@ class KeyTemplate:
                 )
 
     def render_all(self, keys: pa.RecordBatch) -> list[str]:
-        """The text of every key of a batch of key columns, in order; built in Arrow for
-        integer and string keys."""
+        """The text of every key of a batch of key columns, in order (integer and string keys
+        are turned into text by Arrow, then joined to the template's literal parts)."""
         column = keys.column(0)
         if self._affixes is not None and (
             pa.types.is_integer(column.type)
@@ -109,13 +108,15 @@ class KeyTemplate:
             or pa.types.is_large_string(column.type)
         ):
             prefix, suffix = self._affixes
-            text = column.cast(pa.string())
-            if prefix or suffix:
-                text = pc.binary_join_element_wise(prefix, text, suffix, "")
-            return text.to_pylist()
+            texts: list[str] = column.cast(pa.string()).to_pylist()
+            if prefix and suffix:
+                return [prefix + t + suffix for t in texts]
+            if prefix:
+                return [prefix + t for t in texts]
+            return [t + suffix for t in texts] if suffix else texts
         from lookup_source.keys import python_keys
 
-        return [self.render(key) for key in python_keys(keys)]
+        return [self.render(k) for k in python_keys(keys)]
 
     def render(self, key: Key) -> str:
         """The text for one key (a scalar, or a tuple for a composite key)."""

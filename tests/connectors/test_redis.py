@@ -378,14 +378,14 @@ def test_values_of_ten_megabytes(redis_srv: RedisServer, redis_db: Any, prefix: 
 class ReferenceRedis(RedisLookupClient):
     """The Redis connector decoding every reply value by value: the reference path."""
 
-    def _json_matches(self, keys, redis_keys, replies):  # type: ignore[no-untyped-def]
-        return self._reference(keys, self._decode_json(keys, redis_keys, replies))
+    def _json_matches(self, keys, key_texts, replies):  # type: ignore[no-untyped-def]
+        return self._reference(keys, self._decode_json(keys, key_texts, replies))
 
-    def _string_matches(self, keys, redis_keys, replies):  # type: ignore[no-untyped-def]
-        return self._reference(keys, self._decode_strings(keys, redis_keys, replies))
+    def _string_matches(self, keys, key_texts, replies):  # type: ignore[no-untyped-def]
+        return self._reference(keys, self._decode_strings(keys, key_texts, replies))
 
-    def _hash_matches(self, keys, redis_keys, replies):  # type: ignore[no-untyped-def]
-        return self._reference(keys, self._decode_hashes(keys, redis_keys, replies))
+    def _hash_matches(self, keys, key_texts, replies):  # type: ignore[no-untyped-def]
+        return self._reference(keys, self._decode_hashes(keys, key_texts, replies))
 
 
 HASH_SCHEMA = (
@@ -506,3 +506,19 @@ def test_composite_keys_columnar_equals_reference(
     assert [r["name"] for r in fast] == [
         f"{t}/{u}" if t != "none" and u < 20 else None for t, u in keys
     ]
+
+
+def test_binary_keys_reach_redis_byte_for_byte(
+    redis_srv: RedisServer, redis_db: Any, prefix: str
+) -> None:
+    raw = [b"\xff\x00bin", b"plain", "ünï".encode()]
+    for i, key in enumerate(raw):
+        redis_db.set(prefix.encode() + key, json.dumps({"v": i}))
+    rows = lookup(
+        redis_srv.url,
+        "k binary, v int",
+        [*raw, b"\xfe"],
+        key_type=pa.binary(),
+        **{"redis.key.pattern": f"{prefix}{{key}}"},
+    )
+    assert [r["v"] for r in rows] == [0, 1, 2, None]
