@@ -21,7 +21,6 @@ import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 
 from lookup_source.arrow_values import cast_strings, records_to_matches
@@ -74,9 +73,9 @@ def _arguments(texts: list[str]) -> list[str] | list[bytes]:
     return texts
 
 
-def _present(replies: Sequence[Any]) -> np.ndarray:
+def _present(replies: Sequence[Any]) -> list[int]:
     """Positions of the replies that are not nil."""
-    return np.flatnonzero(np.fromiter((r is not None for r in replies), bool, len(replies)))
+    return [i for i, reply in enumerate(replies) if reply is not None]
 
 
 class RedisLookupClient(LookupClient):
