@@ -128,7 +128,7 @@ class _Request:
     def python_keys(self) -> list[Any]:
         if self._python_keys is None:
             everything = self.owner.python_keys()
-            self._python_keys = [everything[p] for p in self.positions]
+            self._python_keys = [everything[p] for p in self.positions.tolist()]
         return self._python_keys
 
 
@@ -424,6 +424,8 @@ class LookupEngine:
             else:
                 self.stats.record_latency(loop.time() - started)
                 result = self._checked(result)
+                if not retry.retry_on_miss and rows is None:  # the common case: one answer
+                    return self._merge([result]) if isinstance(result, Matches) else result
                 if isinstance(result, Matches):
                     if rows is not None:
                         result = Matches(rows[result.key_index], result.values, result.errors)

@@ -23,10 +23,13 @@ _GROWTH = 1.1
 _BUCKETS = 200  # up to 0.01 ms * 1.1**200 ≈ 19 hours
 
 
+_PER_BUCKET = 1 / math.log(_GROWTH)
+
+
 def _bucket(ms: float) -> int:
     if ms <= _BASE_MS:
         return 0
-    return min(_BUCKETS - 1, int(math.log(ms / _BASE_MS, _GROWTH)) + 1)
+    return min(_BUCKETS - 1, int(math.log(ms / _BASE_MS) * _PER_BUCKET) + 1)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The benchmark keeps working: a tiny run of every method (no speed is asserted)."""
+"""The benchmark keeps working: a tiny run of every scenario and method (no speed asserted)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lookup_source.bench.proxy import LatencyProxy
+
 
 def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     command = [
@@ -17,17 +19,23 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "lookup_source",
         "bench",
         "--scenarios",
-        "http-2,redis,postgres",
+        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory",
         "--rows",
         "3000",
+        "--http-rows",
+        "1000",
         "--sample-rows",
         "40",
         "--users",
         "300",
-        "--distributions",
-        "uniform",
         "--capacity",
         "20",
+        "--sweep-capacities",
+        "5,20",
+        "--sweep-latency-ms",
+        "20",
+        "--memory-rows",
+        "2000,4000",
         "--out",
         str(tmp_path),
         "--redis-url",
@@ -36,21 +44,61 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         postgres_srv.url,
     ]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "results.json").read_text())
-    methods = {(r["scenario"], r["method"]) for r in data["results"]}
-    for scenario in ("http-get-2ms", "redis", "postgres"):
-        assert (scenario, "asynclookup ordered") in methods
-        assert (scenario, "sync per-row UDF") in methods
-        assert (scenario, "thread pool of 20 in mapInArrow") in methods
+    results = data["results"]
+    methods = {(r["scenario"], r["method"]) for r in results}
+    for scenario in ("http-get-2ms", "http-batch-2ms", "redis", "redis, 0.5 ms each way"):
+        for method in (
+            "asynclookup ordered",
+            "asynclookup SQL table function",
+            "sync per-row UDF",
+            "thread pool of 20 in mapInArrow",
+            "Spark floor: mapInArrow, no I/O",
+        ):
+            assert (scenario, method) in methods, (scenario, method)
         assert any(m.startswith("raw async client") for s, m in methods if s == scenario)
-    assert ("redis", "scan + broadcast join") in methods
+    for scenario in ("redis", "postgres", "http-batch-2ms"):
+        assert any(m.startswith("sync batched loop") for s, m in methods if s == scenario)
+    assert ("redis", "asynclookup scan + broadcast join") in methods
+    assert ("postgres", "Spark JDBC read + broadcast join") in methods
     assert ("http-get-2ms", "Little's law bound") in methods
-    ours = [r for r in data["results"] if r["method"] == "asynclookup ordered"]
-    assert all(r["rows"] == 3000 and r["rows_per_s"] > 0 and r["requests"] != 0 for r in ours)
-    arrow = [r for r in data["results"] if r["method"].startswith("Arrow UDF")]
-    assert all(r["rows_per_s"] > 0 for r in arrow), arrow
+    ours = [r for r in results if r["method"] == "asynclookup ordered" and r["scenario"] != "sweep"]
+    assert all(r["rows"] > 0 and r["rows_per_s"] > 0 and r["requests"] != 0 for r in ours)
+    sweep = [r for r in results if r["scenario"].startswith("sweep")]
+    assert {(r["capacity"], r["method"].split(",")[0]) for r in sweep} >= {
+        (5, "asynclookup ordered"),
+        (20, "Arrow UDF"),
+    }
+    memory = [r for r in results if r["scenario"].startswith("memory")]
+    assert [r["rows"] for r in memory] == [2000, 4000] and all(r["peak_memory_mb"] for r in memory)
+    assert {t["scenario"] for t in data["targets"]} >= {"redis", "postgres", "memory"}
     table = (tmp_path / "results.md").read_text()
-    assert "| http-get-2ms | uniform | asynclookup ordered |" in table
+    assert "| redis | uniform | asynclookup ordered |" in table
+    assert "### capacity sweep" in table and "### targets" in table
+    assert "round trip" in table  # the -net scenario reports the round trip it measured
     assert (tmp_path / "throughput.png").stat().st_size > 1000
+    assert (tmp_path / "capacity.png").stat().st_size > 1000
+
+
+def test_latency_proxy_delays_each_way_and_keeps_data_intact(redis_srv: Any) -> None:
+    import time
+
+    import redis
+
+    direct = redis.Redis(host=redis_srv.host, port=redis_srv.port, password=redis_srv.password)
+    with LatencyProxy(redis_srv.host, redis_srv.port, delay_ms=5) as proxy:
+        client = redis.Redis(host="127.0.0.1", port=proxy.port, password=redis_srv.password)
+        value = os.urandom(300_000)
+        client.set("asynclookup:proxy:test", value)
+        assert direct.get("asynclookup:proxy:test") == value
+        assert client.get("asynclookup:proxy:test") == value
+        started = time.perf_counter()
+        for _ in range(20):
+            client.ping()
+        round_trip = (time.perf_counter() - started) / 20
+        assert 0.010 <= round_trip < 0.060  # 5 ms each way, plus the proxy's own hops
+        client.delete("asynclookup:proxy:test")
+        client.close()
+    direct.close()

@@ -256,7 +256,8 @@ class HttpLookupClient(LookupClient):
                 retry_after = response.headers.get("Retry-After")
             if status == 404:
                 continue
-            self._check_status(status, body, retry_after, f"GET {redact_url(url)}")
+            if not 200 <= status < 300:
+                self._check_status(status, body, retry_after, f"GET {redact_url(url)}")
             out[key] = self._record(key, body)
         return out
 

@@ -1,0 +1,306 @@
+"""Every way a Spark user could do the lookup join, each timed on the same input and store.
+
+Each method takes a :class:`Context` and returns a :class:`Result` (rows, seconds, requests).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from lookup_source.bench.clients import batched_fetcher, blocking_fetcher, raw_client
+from lookup_source.bench.stores import SCHEMA, TABLE, VALUE_COLUMNS, Store
+
+POSTGRES_THREADS = 40
+"""Threads (each with its own connection) for the blocking Postgres alternatives: 2 tasks x 40
+stays under Postgres' default max_connections of 100."""
+
+JDBC_JAR = "/usr/share/java/postgresql.jar"
+"""Debian's libpostgresql-jdbc-java: the JDBC driver Spark's own reader needs."""
+
+
+@dataclass
+class Result:
+    scenario: str
+    distribution: str
+    method: str
+    rows: int
+    seconds: float
+    requests: int = -1
+    peak_memory_mb: float = 0.0
+    note: str = ""
+    capacity: int = 0
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Context:
+    spark: Any
+    store: Store
+    df: Any  # the input: event_id, user_id
+    sample: Any  # a small input, for the synchronous per-row UDF
+    args: Any
+    capacity: int
+    distribution: str = ""
+
+    def result(self, method: str, rows: int, seconds: float, **extra: Any) -> Result:
+        return Result(self.store.name, self.distribution, method, rows, seconds, **extra)
+
+    @property
+    def threads(self) -> int:
+        kind = self.store.kind
+        return min(self.capacity, POSTGRES_THREADS) if kind == "postgres" else self.capacity
+
+
+Method = Callable[[Context], Result]
+
+
+def timed(df: Any) -> float:
+    """Seconds to compute every row of ``df`` (written nowhere)."""
+    started = time.monotonic()
+    df.write.format("noop").mode("overwrite").save()
+    return time.monotonic() - started
+
+
+def _blocking_target(store: Store) -> str:
+    if store.kind == "http" and store.batch:
+        return store.target.replace("/users/batch", "/users/{key}")
+    return store.target
+
+
+def sync_udf(ctx: Context) -> Result:
+    from pyspark.sql.functions import udf
+
+    kind, target = ctx.store.kind, _blocking_target(ctx.store)
+    holder: dict[str, Any] = {}
+
+    def name(user_id: int) -> str | None:
+        fetch = holder.get("fetch")
+        if fetch is None:
+            fetch = holder["fetch"] = blocking_fetcher(kind, target)
+        return fetch(user_id)
+
+    rows = ctx.sample.count()
+    seconds = timed(ctx.sample.withColumn("name", udf(lambda u: name(u), "string")("user_id")))
+    return ctx.result("sync per-row UDF", rows, seconds, note=f"on a {rows:,}-row sample")
+
+
+def arrow_udf(ctx: Context) -> Result:
+    """Spark's own thread pool: an Arrow UDF run at a concurrency level."""
+    from pyspark.sql.functions import udf
+
+    kind, target = ctx.store.kind, _blocking_target(ctx.store)
+    holder: dict[str, Any] = {}
+
+    def name(user_id: int) -> str | None:  # called per row, from Spark's thread pool
+        fetch = holder.get("fetch")
+        if fetch is None:
+            fetch = holder["fetch"] = blocking_fetcher(kind, target)
+        return fetch(user_id)
+
+    conf = "spark.sql.execution.pythonUDF.arrow.concurrency.level"
+    ctx.spark.conf.set(conf, str(ctx.threads))
+    label = f"Arrow UDF, concurrency level {ctx.threads}"
+    try:
+        seconds = timed(
+            ctx.df.withColumn("name", udf(lambda u: name(u), "string", useArrow=True)("user_id"))
+        )
+    except Exception as exc:  # older Spark: no concurrency level
+        first = str(exc).strip().splitlines()[-1][:80]
+        return ctx.result(label, 0, 0.0, note=first)
+    finally:
+        ctx.spark.conf.unset(conf)
+    return ctx.result(label, ctx.df.count(), seconds, capacity=ctx.threads)
+
+
+def thread_pool(ctx: Context) -> Result:
+    import pyarrow as pa
+
+    kind, target, threads = ctx.store.kind, _blocking_target(ctx.store), ctx.threads
+
+    def enrich(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        fetch = blocking_fetcher(kind, target)
+        with ThreadPoolExecutor(threads) as pool:
+            for batch in batches:
+                names = list(pool.map(fetch, batch.column("user_id").to_pylist()))
+                yield batch.append_column("name", pa.array(names, pa.string()))
+
+    seconds = timed(ctx.df.mapInArrow(enrich, "event_id long, user_id long, name string"))
+    return ctx.result(f"thread pool of {threads} in mapInArrow", ctx.df.count(), seconds)
+
+
+def batched_loop(ctx: Context) -> Result:
+    """The strongest hand-written synchronous code: per Arrow batch, its distinct keys in
+    requests of ``batch.size`` keys, values decoded into columns."""
+    import pyarrow as pa
+
+    store, size = ctx.store, int(ctx.store.options.get("batch.size", "100"))
+    kind, target = store.kind, store.target  # plain values: the closure goes to executors
+
+    def enrich(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        fetch = batched_fetcher(kind, target)
+        for batch in batches:
+            ids = batch.column("user_id").to_pylist()
+            distinct = list(dict.fromkeys(k for k in ids if k is not None))
+            found: dict[int, tuple[Any, ...]] = {}
+            for start in range(0, len(distinct), size):
+                found.update(fetch(distinct[start : start + size]))
+            values = [found.get(k, (None,) * len(VALUE_COLUMNS)) for k in ids]
+            for position, column in enumerate(VALUE_COLUMNS):
+                batch = batch.append_column(column, pa.array([v[position] for v in values]))
+            yield batch
+
+    request = {"redis": "MGET", "postgres": "= ANY", "http": "POST"}[store.kind]
+    decode = " + json.loads" if store.kind != "postgres" else ""
+    seconds = timed(ctx.df.mapInArrow(enrich, "event_id long, user_id long, " + _values()))
+    label = f"sync batched loop in mapInArrow ({request} {size}{decode})"
+    return ctx.result(label, ctx.df.count(), seconds)
+
+
+def _values() -> str:
+    return ", ".join(f"{c} string" for c in VALUE_COLUMNS)
+
+
+def floor(ctx: Context) -> Result:
+    """The Spark floor: the same mapInArrow appending computed columns, no I/O."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def enrich(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            text = batch.column("user_id").cast(pa.string())
+            name = pc.binary_join_element_wise("user-", text, "")
+            yield batch.append_column("name", name).append_column("tier", text)
+
+    seconds = timed(ctx.df.mapInArrow(enrich, "event_id long, user_id long, " + _values()))
+    return ctx.result("Spark floor: mapInArrow, no I/O", ctx.df.count(), seconds)
+
+
+def scan_broadcast(ctx: Context) -> Result:
+    from pyspark.sql import functions as F
+
+    table = (
+        ctx.spark.read.format("asynclookup")
+        .schema(SCHEMA)
+        .options(**ctx.store.options)
+        .option("partitions", str(ctx.args.tasks))
+        .load()
+    )
+    seconds = timed(ctx.df.join(F.broadcast(table), "user_id", "left"))
+    return ctx.result("asynclookup scan + broadcast join", ctx.df.count(), seconds)
+
+
+def jdbc_broadcast(ctx: Context) -> Result:
+    """Spark's own JDBC reader (Debian's PostgreSQL JDBC driver) and a broadcast join."""
+    from urllib.parse import urlsplit
+
+    from pyspark.sql import functions as F
+
+    label = "Spark JDBC read + broadcast join"
+    if not os.path.exists(JDBC_JAR):
+        return ctx.result(label, 0, 0.0, note=f"no JDBC driver at {JDBC_JAR}")
+    parts = urlsplit(ctx.store.target)
+    url = f"jdbc:postgresql://{parts.hostname}:{parts.port or 5432}{parts.path or '/postgres'}"
+    table = (
+        ctx.spark.read.format("jdbc")
+        .option("url", url)
+        .option("dbtable", TABLE)
+        .option("user", parts.username or "postgres")
+        .option("driver", "org.postgresql.Driver")
+        .option("partitionColumn", "user_id")
+        .option("lowerBound", "0")
+        .option("upperBound", str(ctx.args.users))
+        .option("numPartitions", str(ctx.args.tasks))
+        .load()
+    )
+    seconds = timed(ctx.df.join(F.broadcast(table), "user_id", "left"))
+    return ctx.result(label, ctx.df.count(), seconds)
+
+
+def asynclookup(mode: str = "ordered", cache: bool = False) -> Method:
+    def method(ctx: Context) -> Result:
+        from lookup_source import lookup_join, lookup_metrics
+
+        options = {
+            **ctx.store.options,
+            "capacity": str(ctx.capacity),
+            "output.mode": mode,
+        }
+        if cache:
+            options["cache.max-rows"] = "100000"
+        out = lookup_join(ctx.df, "user_id", schema=SCHEMA, options=options)
+        seconds = timed(out)
+        metrics = lookup_metrics(out)
+        return ctx.result(
+            f"asynclookup {mode}" + (" + cache" if cache else ""),
+            metrics.rows,
+            seconds,
+            requests=metrics.requests,
+            peak_memory_mb=metrics.peak_rss_mb,
+            capacity=ctx.capacity,
+            note=f"{metrics.shared_keys:,} keys shared with requests in flight"
+            if metrics.shared_keys
+            else "",
+        )
+
+    method.__name__ = f"asynclookup_{mode}" + ("_cache" if cache else "")
+    return method
+
+
+def sql_table_function(ctx: Context) -> Result:
+    from lookup_source import lookup_metrics, register_lookup_table
+
+    options = {**ctx.store.options, "capacity": str(ctx.capacity)}
+    register_lookup_table(ctx.spark, "bench_users", schema=SCHEMA, options=options)
+    ctx.df.createOrReplaceTempView("bench_events")
+    before = lookup_metrics("bench_users").requests
+    seconds = timed(
+        ctx.spark.sql("SELECT * FROM bench_users_lookup(TABLE(bench_events), 'user_id')")
+    )
+    requests = lookup_metrics("bench_users").requests - before
+    return ctx.result("asynclookup SQL table function", ctx.df.count(), seconds, requests=requests)
+
+
+SLOW_METHODS: tuple[Method, ...] = (sync_udf, arrow_udf, thread_pool)
+"""Methods that take minutes at full size, and are run once whatever ``--repeat`` says."""
+
+
+def _raw_process(store: Store, keys: list[int], capacity: int, queue: Any) -> None:
+    import asyncio
+
+    started = time.monotonic()
+    asyncio.run(raw_client(store, keys, capacity))
+    queue.put(time.monotonic() - started)
+
+
+def ceiling(ctx: Context, keys_per_task: list[list[int]], rows: int) -> Result:
+    """The raw async client alone, outside Spark, in as many processes as tasks, asking the
+    keys asynclookup asks (each batch's distinct keys)."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    started = time.monotonic()
+    processes = [
+        context.Process(target=_raw_process, args=(ctx.store, keys, ctx.capacity, queue))
+        for keys in keys_per_task
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    seconds = time.monotonic() - started
+    requests = sum(len(k) for k in keys_per_task)
+    decode = " + json.loads" if ctx.store.kind == "redis" else ""
+    return ctx.result(
+        f"raw async client alone{decode}, {len(processes)} processes",
+        rows,
+        seconds,
+        note=f"{requests:,} keys, as asynclookup sends them",
+    )
