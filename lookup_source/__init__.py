@@ -5,7 +5,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from lookup_source.connectors.base import ConnectorConfig, LookupClient
+from lookup_source.connectors.base import ConnectorConfig, LookupClient, Matches
 from lookup_source.errors import (
     AsyncLookupError,
     ConfigurationError,
@@ -41,6 +41,7 @@ __all__ = [
     "LookupMetrics",
     "LookupOptions",
     "LookupTimeoutError",
+    "Matches",
     "OptionError",
     "PermanentError",
     "RecordError",
