@@ -5,7 +5,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from lookup_source.connectors.base import ConnectorConfig, LookupClient, Matches
+from lookup_source.connector_api import ConnectorConfig, LookupClient, Matches
 from lookup_source.errors import (
     AsyncLookupError,
     ConfigurationError,

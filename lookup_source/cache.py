@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Matches
+from lookup_source.connector_api import ConnectorConfig, Key, LookupClient, Matches
 
 log = logging.getLogger("lookup_source")
 
@@ -213,7 +213,7 @@ async def load_table(
     """Read the whole table through ``client.scan_arrow()``: key -> :class:`CachedRows` (all
     its rows, in one Arrow batch for the whole table) or :class:`CachedError` (a malformed
     value, reported for the key each time it is looked up, until the next reload)."""
-    from lookup_source.keys import encode_rows, python_keys
+    from lookup_source.connector_api.keys import encode_rows, python_keys
     from lookup_source.options import ERROR_COLUMN
     from lookup_source.scan import scan_rows
 

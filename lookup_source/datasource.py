@@ -102,7 +102,8 @@ class AsyncLookupDataSource(DataSource):
 
     def schema(self) -> StructType | str:
         """Called only when no schema is given: ask the store (Postgres reads its catalog)."""
-        ddl, key_columns = self.lookup_options.connector_class().infer_schema(self.lookup_options)
+        options = self.lookup_options
+        ddl, key_columns = options.connector_class().infer_schema(options.for_connector())
         self.inferred_key_columns = key_columns
         return ddl
 

@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.keys import match_rows
+from lookup_source.connector_api.keys import match_rows
 
 R = TypeVar("R", bound=Hashable)
 

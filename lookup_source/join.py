@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from lookup_source.connectors.base import ConnectorConfig
+from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine import EngineSpec
 from lookup_source.errors import SchemaError
 from lookup_source.metrics import new_accumulator

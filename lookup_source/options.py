@@ -14,146 +14,28 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lookup_source.connector_api.client import ConnectorOptions
+from lookup_source.connector_api.options import (
+    OptionSpec,
+    choice,
+    parse_bool,
+    parse_column_list,
+    parse_keys,
+    parse_non_negative_int,
+    parse_positive_int,
+    parse_rate,
+    parse_required_text,
+    parse_text,
+)
 from lookup_source.errors import OptionError
 from lookup_source.redaction import redact_url
 
 if TYPE_CHECKING:
-    from lookup_source.connectors.base import LookupClient
-
-Parser = Callable[[str], Any]
-
-
-@dataclass(frozen=True)
-class OptionSpec:
-    """One option: its name, how to parse its string value, its default and its documentation.
-
-    ``prefix=True`` declares a family of options (``http.header.`` matches
-    ``http.header.Authorization``).
-    """
-
-    name: str
-    parse: Parser
-    default: Any
-    doc: str
-    prefix: bool = False
-    default_doc: str | None = None
-
-    def describe_default(self) -> str:
-        if self.default_doc is not None:
-            return self.default_doc
-        if self.default is None:
-            return "(none)"
-        if isinstance(self.default, bool):
-            return "true" if self.default else "false"
-        return str(self.default)
-
-
-# ---------------------------------------------------------------------------------------------
-# Value parsers: each raises ValueError with a message that completes "option 'x': ..."
-# ---------------------------------------------------------------------------------------------
-
-
-def parse_text(value: str) -> str:
-    return value
-
-
-def parse_required_text(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty")
-    return value
-
-
-def _int(value: str) -> int:
-    text = value.strip().replace("_", "")
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"expected a whole number, got {value!r}") from None
-
-
-def parse_positive_int(value: str) -> int:
-    number = _int(value)
-    if number < 1:
-        raise ValueError(f"must be at least 1, got {number}")
-    return number
-
-
-def parse_non_negative_int(value: str) -> int:
-    number = _int(value)
-    if number < 0:
-        raise ValueError(f"must be 0 or more, got {number}")
-    return number
-
-
-def parse_rate(value: str) -> float:
-    text = value.strip()
-    try:
-        rate = float(text)
-    except ValueError:
-        raise ValueError(f"expected a number of requests per second, got {value!r}") from None
-    if rate < 0 or rate != rate or rate == float("inf"):
-        raise ValueError(f"must be 0 (no limit) or a positive number, got {value!r}")
-    return rate
-
-
-def parse_bool(value: str) -> bool:
-    text = value.strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def choice(*choices: str) -> Parser:
-    """A parser that accepts one of ``choices`` (case-insensitive)."""
-
-    def parse(value: str) -> str:
-        text = value.strip().lower()
-        if text in choices:
-            return text
-        near = difflib.get_close_matches(text, choices, n=1)
-        hint = f" (did you mean '{near[0]}'?)" if near else ""
-        raise ValueError(f"expected one of {', '.join(choices)}; got {value!r}{hint}")
-
-    return parse
-
-
-def parse_column_list(value: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in value.split(","))
-    if not names or any(not name for name in names):
-        raise ValueError(f"expected a comma-separated list of column names, got {value!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"lists a column twice: {value!r}")
-    return names
-
-
-def parse_keys(value: str) -> tuple[Any, ...]:
-    """A JSON array of keys; for composite keys, an array of arrays."""
-    try:
-        keys = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f'expected a JSON array such as [1, 2, 3] or [["a", 1], ["b", 2]]: {exc}'
-        ) from None
-    if not isinstance(keys, list):
-        raise ValueError(f"expected a JSON array, got {type(keys).__name__}")
-    out: list[Any] = []
-    for position, key in enumerate(keys):
-        if isinstance(key, list):
-            if any(isinstance(part, (list, dict)) for part in key):
-                raise ValueError(f"key #{position} {key!r} nests arrays or objects")
-            out.append(tuple(key))
-        elif isinstance(key, dict):
-            raise ValueError(f"key #{position} is a JSON object; keys are scalars or arrays")
-        else:
-            out.append(key)
-    return tuple(out)
-
+    from lookup_source.connector_api.client import LookupClient
 
 # ---------------------------------------------------------------------------------------------
 # The core options
@@ -362,6 +244,18 @@ class LookupOptions:
         """The URL with credentials replaced by ``***``, for messages and logs."""
         return redact_url(self.url) if self.url else None
 
+    def for_connector(self) -> ConnectorOptions:
+        """What the connector is told before the lookup schema is known."""
+        return ConnectorOptions(
+            connector=self.connector,
+            url=self.url,
+            options=dict(self.connector_options),
+            key_columns=self.key_columns,
+            capacity=self.capacity,
+            batch_size=self.batch_size,
+            timeout_s=self.timeout_ms / 1000.0,
+        )
+
     def connector_class(self) -> type[LookupClient]:
         from lookup_source.connectors.registry import resolve_connector
 
@@ -474,7 +368,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         filter_pushdown=parsed.get("filter.pushdown", True),
         connector_options=connector_values,
     )
-    client_class.validate_options(options)
+    client_class.validate_options(options.for_connector())
     return options
 
 

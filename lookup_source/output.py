@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connectors.base import Matches
+from lookup_source.connector_api import Matches
 from lookup_source.errors import LookupFailedError
 
 

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from lookup_source.connectors.base import ConnectorConfig
+from lookup_source.connector_api import ConnectorConfig
 from lookup_source.ddl import DDLError, parse_ddl
 from lookup_source.engine import EngineSpec
 from lookup_source.errors import OptionError, SchemaError

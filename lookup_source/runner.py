@@ -22,7 +22,7 @@ from lookup_source.cache import (
     reload_in_background,
     worker_cache,
 )
-from lookup_source.connectors.base import ConnectorConfig, LookupClient
+from lookup_source.connector_api import ConnectorConfig, LookupClient
 from lookup_source.engine import EngineSpec, LookupEngine
 from lookup_source.loop import TaskLoop
 from lookup_source.metrics import LookupMetrics

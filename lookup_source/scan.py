@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.arrow_values import conform_matches, to_arrow_column
-from lookup_source.connectors.base import ConnectorConfig, LookupClient, Matches
-from lookup_source.keys import python_keys
+from lookup_source.connector_api import ConnectorConfig, LookupClient, Matches
+from lookup_source.connector_api.keys import python_keys
+from lookup_source.connector_api.values import conform_matches, to_arrow_column
 from lookup_source.loop import TaskLoop
 from lookup_source.options import ERROR_COLUMN, LookupOptions
 from lookup_source.output import concat_matches, join_matches, value_failure

@@ -69,7 +69,7 @@ def register_lookup_table(
         raw["filter.pushdown"] = "true" if pushdown else "false"
     lookup_options = parse_options(raw)
     if schema is None:
-        ddl, keys = lookup_options.connector_class().infer_schema(lookup_options)
+        ddl, keys = lookup_options.connector_class().infer_schema(lookup_options.for_connector())
         schema = ddl
         if lookup_options.key_columns is None:
             raw["key.column"] = ",".join(keys)

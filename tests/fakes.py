@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, LookupResult, Matches
+from lookup_source.connector_api import ConnectorConfig, Key, LookupClient, LookupResult, Matches
 from lookup_source.engine import EngineSpec
 from lookup_source.options import LookupOptions, RetrySettings
 
@@ -121,7 +121,7 @@ class FakeColumnarClient(FakeClient):
         raise AssertionError("the engine must call lookup_arrow on a columnar connector")
 
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
-        from lookup_source.keys import python_keys
+        from lookup_source.connector_api.keys import python_keys
 
         wanted = python_keys(keys)
         result = await FakeClient.lookup(self, wanted)

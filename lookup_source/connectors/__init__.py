@@ -1,6 +1,6 @@
 """Connectors: the clients that talk to a store, behind one small interface."""
 
-from lookup_source.connectors.base import ConnectorConfig, Key, LookupClient, Record
+from lookup_source.connector_api import ConnectorConfig, Key, LookupClient, Record
 from lookup_source.connectors.registry import ENTRY_POINT_GROUP, resolve_connector
 
 __all__ = [

@@ -26,20 +26,21 @@ from urllib.parse import quote
 import msgspec
 import pyarrow as pa
 
-from lookup_source.arrow_values import records_to_matches
-from lookup_source.connectors.base import (
+from lookup_source.connector_api import (
     ConnectorConfig,
+    ConnectorOptions,
     Key,
     LookupClient,
     LookupResult,
     Matches,
     secret_from_env,
 )
-from lookup_source.connectors.templates import KeyTemplate, key_text
+from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
+from lookup_source.connector_api.keys import match_rows, python_keys
+from lookup_source.connector_api.options import OptionSpec, parse_bool, parse_text
+from lookup_source.connector_api.templates import KeyTemplate, key_text
+from lookup_source.connector_api.values import records_to_matches
 from lookup_source.errors import OptionError, PermanentError, RecordError, TransientError
-from lookup_source.json_columns import DECODE_ERRORS, JsonColumns
-from lookup_source.keys import match_rows, python_keys
-from lookup_source.options import LookupOptions, OptionSpec, parse_bool, parse_text
 from lookup_source.redaction import redact_url
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -171,8 +172,8 @@ class HttpLookupClient(LookupClient):
         return 100 if connector_options.get("http.batch.url") else 1
 
     @classmethod
-    def validate_options(cls, options: LookupOptions) -> None:
-        batch_url = options.connector_options.get("http.batch.url")
+    def validate_options(cls, options: ConnectorOptions) -> None:
+        batch_url = options.options.get("http.batch.url")
         if not batch_url and options.batch_size > 1:
             raise OptionError(
                 "batch.size",

@@ -28,22 +28,23 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.arrow_values import to_arrow_column
-from lookup_source.connectors.base import (
+from lookup_source.connector_api import (
     SCAN_CHUNK_ROWS,
     ConnectorConfig,
+    ConnectorOptions,
     LookupClient,
     Matches,
     secret_from_env,
 )
+from lookup_source.connector_api.keys import match_rows
+from lookup_source.connector_api.options import OptionSpec, parse_positive_int, parse_text
+from lookup_source.connector_api.values import to_arrow_column
 from lookup_source.errors import (
     OptionError,
     PermanentError,
     SchemaError,
     TransientError,
 )
-from lookup_source.keys import match_rows
-from lookup_source.options import LookupOptions, OptionSpec, parse_positive_int, parse_text
 
 _TEXT_TYPES = frozenset({"text", "character varying", "character", "name", "citext", "bpchar"})
 _INT_TYPES = frozenset({"smallint", "integer", "bigint"})
@@ -246,7 +247,7 @@ class PostgresLookupClient(LookupClient):
     # -- validation ----------------------------------------------------------------------------
 
     @classmethod
-    def validate_options(cls, options: LookupOptions) -> None:
+    def validate_options(cls, options: ConnectorOptions) -> None:
         url = options.url
         if not url:
             raise OptionError(
@@ -254,8 +255,8 @@ class PostgresLookupClient(LookupClient):
             )
         if not url.startswith(("postgresql://", "postgres://")):
             raise OptionError("url", "must start with postgresql:// or postgres://")
-        table = options.connector_options.get("postgres.table")
-        query = options.connector_options.get("postgres.query")
+        table = options.options.get("postgres.table")
+        query = options.options.get("postgres.query")
         if bool(table) == bool(query):
             raise OptionError(
                 "postgres.table", "set exactly one of postgres.table and postgres.query"
@@ -268,7 +269,7 @@ class PostgresLookupClient(LookupClient):
         return bool(config.options.get("postgres.table"))
 
     @classmethod
-    def infer_schema(cls, options: LookupOptions) -> tuple[str, tuple[str, ...]]:
+    def infer_schema(cls, options: ConnectorOptions) -> tuple[str, tuple[str, ...]]:
         return infer_schema(options)
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -632,9 +633,9 @@ def spark_type_for(column: Column) -> str:
     return f"array<{spark}>" if array else spark
 
 
-def infer_schema(options: LookupOptions) -> tuple[str, tuple[str, ...]]:
+def infer_schema(options: ConnectorOptions) -> tuple[str, tuple[str, ...]]:
     """Read the table's columns: a Spark DDL schema (primary key first) and the key columns."""
-    table = options.connector_options.get("postgres.table")
+    table = options.options.get("postgres.table")
     if not table:
         raise SchemaError(
             "a schema can be inferred from postgres.table only; give one with "
@@ -647,8 +648,8 @@ def infer_schema(options: LookupOptions) -> tuple[str, tuple[str, ...]]:
 
         assert options.url is not None
         connection = await asyncpg.connect(
-            **PostgresLookupClient.connect_arguments(options.url, options.connector_options),
-            timeout=options.timeout_ms / 1000,
+            **PostgresLookupClient.connect_arguments(options.url, options.options),
+            timeout=options.timeout_s,
         )
         try:
             return await describe_table(connection, parts)

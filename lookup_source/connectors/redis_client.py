@@ -23,18 +23,18 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from lookup_source.arrow_values import cast_strings, records_to_matches
-from lookup_source.connectors.base import (
+from lookup_source.connector_api import (
     ConnectorConfig,
     LookupClient,
     LookupResult,
     Matches,
     secret_from_env,
 )
-from lookup_source.connectors.templates import KeyTemplate
+from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
+from lookup_source.connector_api.options import OptionSpec, choice, parse_required_text, parse_text
+from lookup_source.connector_api.templates import KeyTemplate
+from lookup_source.connector_api.values import cast_strings, records_to_matches
 from lookup_source.errors import OptionError, PermanentError, RecordError, SchemaError
-from lookup_source.json_columns import DECODE_ERRORS, JsonColumns
-from lookup_source.options import OptionSpec, choice, parse_required_text, parse_text
 
 _EXCERPT = 80
 

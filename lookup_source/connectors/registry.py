@@ -6,7 +6,7 @@ import difflib
 import importlib
 from importlib.metadata import entry_points
 
-from lookup_source.connectors.base import LookupClient
+from lookup_source.connector_api import LookupClient
 from lookup_source.errors import ConnectorNotFoundError
 
 ENTRY_POINT_GROUP = "asynclookup.connectors"

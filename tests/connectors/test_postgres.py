@@ -243,7 +243,7 @@ def test_schema_inference(postgres_srv: Any, users: str, pg: Any) -> None:
     options = parse_options(
         {"connector": "postgres", "url": postgres_srv.url, "postgres.table": users}
     )
-    ddl, keys = infer_schema(options)
+    ddl, keys = infer_schema(options.for_connector())
     assert keys == ("id",)
     assert ddl == (
         "`id` int, `big` bigint, `name` string, `ref` string, `amount` decimal(38,10), "
@@ -252,7 +252,7 @@ def test_schema_inference(postgres_srv: Any, users: str, pg: Any) -> None:
     )
     pg(f"ALTER TABLE {users} ADD COLUMN spot point")
     with pytest.raises(SchemaError, match="column 'spot' has Postgres type point"):
-        infer_schema(options)
+        infer_schema(options.for_connector())
 
 
 def test_unreachable_server_and_missing_password_variable(monkeypatch: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from lookup_source.connectors.base import Matches
+from lookup_source.connector_api import Matches
 from lookup_source.connectors.redis_client import RedisLookupClient
 from lookup_source.errors import PermanentError
 

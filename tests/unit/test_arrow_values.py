@@ -8,7 +8,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from lookup_source.arrow_values import to_arrow_column
+from lookup_source.connector_api.values import to_arrow_column
 from lookup_source.redaction import redact_url
 
 

@@ -251,7 +251,7 @@ def test_full_cache_reports_malformed_values_and_keeps_every_match() -> None:
 
 
 def test_scanned_keys_that_do_not_convert_are_reported_by_the_scan() -> None:
-    from lookup_source.connectors.base import Matches
+    from lookup_source.connector_api import Matches
     from lookup_source.scan import scan_rows
 
     keys = pa.record_batch({"id": pa.array(["1", "abc", "3"])})  # Redis keys come back as text

@@ -14,10 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lookup_source.connectors.base import Matches
+from lookup_source.connector_api import Matches
+from lookup_source.connector_api.keys import encode_rows, match_rows, python_keys
 from lookup_source.engine import LookupEngine
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError
-from lookup_source.keys import distinct_keys, encode_rows, match_rows, python_keys
+from lookup_source.keys import distinct_keys
 from lookup_source.output import join_matches
 from lookup_source.runner import run_lookups
 from tests.fakes import (

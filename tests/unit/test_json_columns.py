@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookup_source.arrow_values import to_arrow_column
-from lookup_source.json_columns import DECODE_ERRORS, JsonColumns
+from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
+from lookup_source.connector_api.values import to_arrow_column
 
 FIELDS = [
     pa.field("s", pa.string()),

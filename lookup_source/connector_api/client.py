@@ -5,7 +5,7 @@ task, calls :meth:`LookupClient.lookup` with batches of distinct, non-null keys 
 ``batch.size`` of them, at most ``capacity`` calls at once) and closes it at the end of the task,
 on success and on failure. The engine knows nothing of any backend::
 
-    from lookup_source.connectors import LookupClient
+    from lookup_source.connector_api import LookupClient
 
     class DictClient(LookupClient):
         name = "dict"
@@ -27,16 +27,16 @@ import asyncio
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 
+from lookup_source.connector_api.keys import python_keys
+from lookup_source.connector_api.matches import Matches
+from lookup_source.connector_api.options import OptionSpec
+from lookup_source.connector_api.values import records_from_matches, records_to_matches
 from lookup_source.errors import PermanentError, RecordError, SchemaError, TransientError
 from lookup_source.redaction import redact_url
-
-if TYPE_CHECKING:
-    from lookup_source.options import LookupOptions, OptionSpec
 
 SCAN_CHUNK_ROWS = 10_000
 """Rows per chunk of a scan."""
@@ -53,53 +53,28 @@ missing; a list of records is several matches; a :class:`RecordError` marks a ke
 value is malformed."""
 
 
-@dataclass(frozen=True, eq=False)
-class Matches:
-    """The columnar answer to a lookup: one row per match, as Arrow.
+@dataclass(frozen=True)
+class ConnectorOptions:
+    """What a connector is told before the lookup schema is known (to check its options, or to
+    describe the table): its options, parsed, and the core settings it may depend on."""
 
-    - ``key_index``: for each row, the position (0-based) in the requested keys of the key it
-      matches. A key that no row names is missing; a key that several rows name has several
-      matches (a one-to-many lookup), kept in the order of the rows.
-    - ``values``: the value columns, one row per match, found by name (a value column that is
-      absent is null; a column of another type is converted, and a value that does not fit is
-      reported for its key).
-    - ``errors``: optional, one string per row: why that key's stored value is unusable (null
-      where it is fine). A key with an error row fails, whatever its other rows hold.
-
-    >>> import pyarrow as pa
-    >>> m = Matches([0, 2], pa.record_batch({"name": ["Ada", "Bob"]}))  # keys 0 and 2 found
-    >>> m.num_rows
-    2
-    """
-
-    key_index: Any
-    values: pa.RecordBatch
-    errors: pa.Array | None = None
-
-    def __post_init__(self) -> None:
-        index = self.key_index
-        if isinstance(index, (pa.Array, pa.ChunkedArray)):
-            index = index.to_numpy(zero_copy_only=False)
-        index = np.asarray(index, dtype=np.int64)
-        if index.ndim != 1 or len(index) != self.values.num_rows:
-            raise ValueError(
-                f"Matches: key_index has {len(index)} entries for {self.values.num_rows} rows"
-            )
-        if self.errors is not None and len(self.errors) != len(index):
-            raise ValueError(
-                f"Matches: errors has {len(self.errors)} entries for {len(index)} rows"
-            )
-        object.__setattr__(self, "key_index", index)
+    connector: str
+    url: str | None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    key_columns: tuple[str, ...] | None = None
+    capacity: int = 100
+    batch_size: int = 500
+    timeout_s: float = 10.0
 
     @property
-    def num_rows(self) -> int:
-        return len(self.key_index)
+    def display_url(self) -> str | None:
+        return redact_url(self.url) if self.url else None
 
-    @classmethod
-    def none(cls, fields: Sequence[pa.Field] = ()) -> Matches:
-        """No match at all: every key is missing."""
-        empty = pa.RecordBatch.from_pylist([], schema=pa.schema(list(fields)))
-        return cls(np.zeros(0, dtype=np.int64), empty)
+    def __repr__(self) -> str:  # never show a password
+        return (
+            f"ConnectorOptions(connector={self.connector!r}, url={self.display_url!r}, "
+            f"key_columns={self.key_columns!r}, batch_size={self.batch_size})"
+        )
 
 
 @dataclass(frozen=True)
@@ -140,20 +115,6 @@ def _as_scanned(values: list[Any]) -> pa.Array:
         return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
-def secret_from_env(option: str, variable: str) -> str:
-    """The value of environment variable ``variable`` on this executor, for option ``option``
-    (``redis.password.env``, ``http.header.X.env``...), or a PermanentError naming both."""
-    import os
-
-    value = os.environ.get(variable)
-    if value is None:
-        raise PermanentError(
-            f"option '{option}' names environment variable {variable!r}, which is not set on "
-            "this executor (on a cluster: spark.executorEnv." + variable + ")"
-        )
-    return value
-
-
 class LookupClient:
     """Base class of connectors. Subclasses implement :meth:`lookup`, and usually
     :meth:`open` / :meth:`close`.
@@ -187,7 +148,7 @@ class LookupClient:
         return cls.default_batch_size
 
     @classmethod
-    def validate_options(cls, options: LookupOptions) -> None:
+    def validate_options(cls, options: ConnectorOptions) -> None:
         """Check the parsed options before any task runs. Raise ``OptionError``."""
 
     @classmethod
@@ -231,7 +192,6 @@ class LookupClient:
         default answers through it, for callers that want records)."""
         if not self.columnar:
             raise NotImplementedError(f"{type(self).__name__} implements neither lookup form")
-        from lookup_source.arrow_values import records_from_matches
 
         columns = list(zip(*[k if isinstance(k, tuple) else (k,) for k in keys])) or [
             () for _ in self.config.key_columns
@@ -249,8 +209,6 @@ class LookupClient:
         :class:`Matches`, whose ``key_index`` points into ``keys``.
 
         The default calls :meth:`lookup` and converts its records."""
-        from lookup_source.arrow_values import records_to_matches
-        from lookup_source.keys import python_keys
 
         wanted = python_keys(keys)
         return records_to_matches(wanted, await self.lookup(wanted) or {}, self.value_fields)
@@ -274,7 +232,7 @@ class LookupClient:
         return cls.supports_scan
 
     @classmethod
-    def infer_schema(cls, options: LookupOptions) -> tuple[str, tuple[str, ...]]:
+    def infer_schema(cls, options: ConnectorOptions) -> tuple[str, tuple[str, ...]]:
         """Read the store's own description of the table: a Spark DDL schema (key columns
         first) and the key column names. Connectors that cannot describe a table raise."""
         raise SchemaError(
@@ -292,8 +250,6 @@ class LookupClient:
         answers through it, for connectors that implement only that one)."""
         if type(self).scan_arrow is LookupClient.scan_arrow:
             raise NotImplementedError(f"the {self.name} connector cannot scan a whole table")
-        from lookup_source.arrow_values import records_from_matches
-        from lookup_source.keys import python_keys
 
         async for keys, matches in self.scan_arrow(partition, partitions):
             for pair in records_from_matches(python_keys(keys), matches).items():
@@ -307,7 +263,6 @@ class LookupClient:
         gives them (the declared types, or text that converts to them: a key that does not is
         reported), and ``matches`` their values, with ``key_index`` pointing into ``keys``.
         The default reads :meth:`scan`."""
-        from lookup_source.arrow_values import records_to_matches
 
         names = list(self.config.key_columns)
         pairs: list[tuple[Key, Any]] = []

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from lookup_source.arrow_values import cast_strings, to_arrow_column
+from lookup_source.connector_api.values import cast_strings, to_arrow_column
 
 DECODE_ERRORS = (
     msgspec.DecodeError,

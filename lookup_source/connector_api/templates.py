@@ -11,7 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from lookup_source.connectors.base import Key
+from lookup_source.connector_api.client import Key
+from lookup_source.connector_api.keys import python_keys
 from lookup_source.errors import OptionError
 
 
@@ -114,8 +115,6 @@ class KeyTemplate:
             if prefix:
                 return [prefix + t for t in texts]
             return [t + suffix for t in texts] if suffix else texts
-        from lookup_source.keys import python_keys
-
         return [self.render(k) for k in python_keys(keys)]
 
     def render(self, key: Key) -> str:

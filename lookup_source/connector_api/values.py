@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lookup_source.connector_api.matches import Matches
 from lookup_source.errors import RecordError
-
-if TYPE_CHECKING:
-    from lookup_source.connectors.base import Matches
 
 _CONVERSION_ERRORS = (
     pa.ArrowInvalid,
@@ -184,8 +182,6 @@ def records_to_matches(
     A key that is absent or maps to None is missing; a list of records is several matches; a
     :class:`RecordError`, or anything that is not a record, is an error for that key.
     """
-    from lookup_source.connectors.base import Matches
-
     positions: list[int] = []
     records: list[Mapping[str, Any] | None] = []
     reasons: dict[int, str] = {}
@@ -239,8 +235,6 @@ def conform_matches(matches: Matches, fields: Sequence[pa.Field]) -> Matches:
     """``matches`` with exactly the value columns ``fields``, in their types: a column the
     connector left out is null; one of another type is cast, and a value that does not fit is
     an error for its row (as it would be in the record form)."""
-    from lookup_source.connectors.base import Matches
-
     values = matches.values
     names = values.schema.names
     if names == [f.name for f in fields] and all(

@@ -1,0 +1,119 @@
+"""The public connector API: everything a connector is built on, and nothing else.
+
+A connector (built-in or third-party) imports only from here. It is a leaf of the package: it
+imports nothing of Spark, of the engine or of the options parser, only pyarrow, numpy,
+msgspec and the exception tree::
+
+    import pyarrow as pa
+
+    from lookup_source.connector_api import LookupClient, Matches, OptionSpec, parse_text
+
+
+    class DictClient(LookupClient):
+        name = "dict"
+        option_specs = (OptionSpec("dict.table", parse_text, None, "Which table."),)
+
+        async def lookup(self, keys):  # the record form: {key: record}
+            return {k: TABLE[k] for k in keys if k in TABLE}
+
+- :class:`LookupClient`: the base class (``lookup`` or ``lookup_arrow``, ``open``, ``close``,
+  ``scan`` or ``scan_arrow``), given a :class:`ConnectorConfig` (``ConnectorOptions`` before the
+  schema is known);
+- :class:`Matches`: the columnar answer; ``records_to_matches`` and ``to_arrow_column`` convert
+  Python values with the checks the engine applies; ``JsonColumns`` decodes JSON documents
+  into typed columns in native code; ``python_keys`` and ``match_rows`` handle keys;
+- :class:`OptionSpec` and its parsers; :class:`KeyTemplate`; :func:`secret_from_env`;
+- the errors a connector raises: :class:`TransientError` (retried), :class:`PermanentError`
+  (not retried), :class:`RecordError` (one key's value is malformed). Translate your library's
+  exceptions into these at the connector's boundary: the engine never sees them.
+"""
+
+from lookup_source.connector_api.client import (
+    SCAN_CHUNK_ROWS,
+    ConnectorConfig,
+    ConnectorOptions,
+    Key,
+    LookupClient,
+    LookupResult,
+    Record,
+)
+from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
+from lookup_source.connector_api.keys import encode_rows, match_rows, python_keys
+from lookup_source.connector_api.matches import Matches
+from lookup_source.connector_api.options import (
+    OptionSpec,
+    Parser,
+    choice,
+    parse_bool,
+    parse_column_list,
+    parse_keys,
+    parse_non_negative_int,
+    parse_positive_int,
+    parse_rate,
+    parse_required_text,
+    parse_text,
+)
+from lookup_source.connector_api.secrets import secret_from_env
+from lookup_source.connector_api.templates import KeyTemplate, key_text
+from lookup_source.connector_api.values import (
+    cast_strings,
+    conform_matches,
+    convert_columns,
+    describe_type,
+    records_from_matches,
+    records_to_matches,
+    to_arrow_column,
+)
+from lookup_source.errors import (
+    ConfigurationError,
+    LookupTimeoutError,
+    OptionError,
+    PermanentError,
+    RecordError,
+    SchemaError,
+    TransientError,
+)
+
+__all__ = [
+    "DECODE_ERRORS",
+    "SCAN_CHUNK_ROWS",
+    "ConfigurationError",
+    "ConnectorConfig",
+    "ConnectorOptions",
+    "JsonColumns",
+    "Key",
+    "KeyTemplate",
+    "LookupClient",
+    "LookupResult",
+    "LookupTimeoutError",
+    "Matches",
+    "OptionError",
+    "OptionSpec",
+    "Parser",
+    "PermanentError",
+    "Record",
+    "RecordError",
+    "SchemaError",
+    "TransientError",
+    "cast_strings",
+    "choice",
+    "conform_matches",
+    "convert_columns",
+    "describe_type",
+    "encode_rows",
+    "key_text",
+    "match_rows",
+    "parse_bool",
+    "parse_column_list",
+    "parse_keys",
+    "parse_non_negative_int",
+    "parse_positive_int",
+    "parse_rate",
+    "parse_required_text",
+    "parse_text",
+    "python_keys",
+    "records_from_matches",
+    "records_to_matches",
+    "secret_from_env",
+    "to_arrow_column",
+]
