@@ -19,13 +19,14 @@ from lookup_source.errors import (
     SchemaError,
     TransientError,
 )
-from lookup_source.metrics import LookupMetrics, log_metrics, lookup_metrics
-from lookup_source.options import LookupOptions, parse_options
 
 if TYPE_CHECKING:
-    from lookup_source.datasource import AsyncLookupDataSource
-    from lookup_source.join import lookup_join
-    from lookup_source.sql import register_lookup_table
+    from lookup_source.engine.metrics import LookupMetrics
+    from lookup_source.options import LookupOptions, parse_options
+    from lookup_source.spark.datasource import AsyncLookupDataSource
+    from lookup_source.spark.join import lookup_join
+    from lookup_source.spark.metrics import log_metrics, lookup_metrics
+    from lookup_source.spark.sql import register_lookup_table
 
 __version__ = "0.1.0"
 
@@ -56,18 +57,24 @@ __all__ = [
 ]
 
 
+_LAZY = {  # name -> the module that defines it, imported on first use
+    "LookupMetrics": "lookup_source.engine.metrics",
+    "LookupOptions": "lookup_source.options",
+    "parse_options": "lookup_source.options",
+    "AsyncLookupDataSource": "lookup_source.spark.datasource",
+    "lookup_join": "lookup_source.spark.join",
+    "register_lookup_table": "lookup_source.spark.sql",
+    "lookup_metrics": "lookup_source.spark.metrics",
+    "log_metrics": "lookup_source.spark.metrics",
+}
+
+
 def __getattr__(name: str) -> Any:
-    # The Spark-facing parts import pyspark; load them on first use only.
-    if name == "AsyncLookupDataSource":
-        from lookup_source.datasource import AsyncLookupDataSource
+    # The Spark layer imports pyspark, the engine the options parser: load each on first use
+    # only, so that the connector API and the engine import without what they do not need.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lookup_source' has no attribute {name!r}")
+    import importlib
 
-        return AsyncLookupDataSource
-    if name == "lookup_join":
-        from lookup_source.join import lookup_join
-
-        return lookup_join
-    if name == "register_lookup_table":
-        from lookup_source.sql import register_lookup_table
-
-        return register_lookup_table
-    raise AttributeError(f"module 'lookup_source' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

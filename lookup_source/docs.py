@@ -7,8 +7,8 @@ rewrites the README's section (``make docs``); a test checks the README against 
 from __future__ import annotations
 
 from lookup_source.connector_api.options import OptionSpec
-from lookup_source.connectors.registry import BUILTIN_CONNECTORS, resolve_connector
 from lookup_source.options import CORE_OPTIONS
+from lookup_source.registry import BUILTIN_CONNECTORS, resolve_connector
 
 
 def _default(spec: OptionSpec) -> str:

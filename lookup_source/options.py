@@ -257,7 +257,7 @@ class LookupOptions:
         )
 
     def connector_class(self) -> type[LookupClient]:
-        from lookup_source.connectors.registry import resolve_connector
+        from lookup_source.registry import resolve_connector
 
         return resolve_connector(self.connector)
 
@@ -307,7 +307,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
     if "connector" not in values:
         raise OptionError("connector", "is required: redis, http, postgres or package.module:Class")
     connector_name = parse_required_text(values["connector"]).strip()
-    from lookup_source.connectors.registry import resolve_connector
+    from lookup_source.registry import resolve_connector
 
     client_class = resolve_connector(connector_name)
     connector_specs = tuple(client_class.option_specs)

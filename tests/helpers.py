@@ -6,9 +6,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from lookup_source.metrics import LookupMetrics
-from lookup_source.plan import LookupPlan
-from lookup_source.runner import run_lookups
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.runner import run_lookups
+from lookup_source.spark.plan import LookupPlan
 
 INT64 = pa.int64()
 

@@ -14,9 +14,9 @@ from aiohttp import web
 
 from lookup_source.connectors.http_client import HttpLookupClient
 from lookup_source.demo.service import BackgroundHttpServer, UserService, user_record
+from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.errors import LookupFailedError, OptionError
-from lookup_source.metrics import LookupMetrics
-from lookup_source.plan import LookupPlan
+from lookup_source.spark.plan import LookupPlan
 from tests.helpers import INT64, run_keys
 from tests.servers import free_port
 

@@ -18,7 +18,7 @@ from lookup_source.connectors.postgres_client import (
 )
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
 from lookup_source.options import parse_options
-from lookup_source.plan import LookupPlan
+from lookup_source.spark.plan import LookupPlan
 from tests.helpers import INT64, run_keys
 from tests.servers import free_port
 

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.connectors.redis_client import RedisLookupClient
+from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
-from lookup_source.metrics import LookupMetrics
-from lookup_source.plan import LookupPlan
+from lookup_source.spark.plan import LookupPlan
 from tests.helpers import INT64, run_keys
 from tests.servers import RedisServer, free_port
 

@@ -17,10 +17,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError
-from lookup_source.metrics import LookupMetrics
-from lookup_source.plan import LookupPlan
-from lookup_source.runner import run_lookups
+from lookup_source.spark.plan import LookupPlan
 from tests.faults import FaultProxy
 
 KEYS: list[Any] = [*range(600), *range(2000, 2020), None, 5, 5]  # found, missing, null, dups

@@ -236,8 +236,8 @@ def test_table_function_moves_arrow_batches_and_keeps_every_input_type(
 ) -> None:
     from pyspark.util import PythonEvalType
 
-    from lookup_source.plan import LookupPlan
-    from lookup_source.sql import lookup_table_function
+    from lookup_source.spark.plan import LookupPlan
+    from lookup_source.spark.sql import lookup_table_function
 
     options = {"connector": "redis", "url": redis_srv.url, "redis.key.pattern": f"{prefix}{{key}}"}
     plan = LookupPlan.build(options, "user_id long, name string")

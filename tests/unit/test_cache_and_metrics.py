@@ -9,12 +9,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.cache import MISSING, FullCache, PartialCache, clear_worker_caches
+from lookup_source.engine.cache import MISSING, FullCache, PartialCache, clear_worker_caches
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, OptionError
-from lookup_source.metrics import LookupMetrics
 from lookup_source.options import CacheSettings, parse_options
-from lookup_source.plan import LookupPlan
-from lookup_source.runner import run_lookups
+from lookup_source.spark.plan import LookupPlan
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
 
 TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(100)}
@@ -252,7 +252,7 @@ def test_full_cache_reports_malformed_values_and_keeps_every_match() -> None:
 
 def test_scanned_keys_that_do_not_convert_are_reported_by_the_scan() -> None:
     from lookup_source.connector_api import Matches
-    from lookup_source.scan import scan_rows
+    from lookup_source.engine.scan import scan_rows
 
     keys = pa.record_batch({"id": pa.array(["1", "abc", "3"])})  # Redis keys come back as text
     values = pa.record_batch({"v": pa.array(["a", "b", "c"])})
@@ -279,7 +279,7 @@ def test_scanned_keys_that_do_not_convert_are_reported_by_the_scan() -> None:
 
 
 def test_task_loop_closes_an_abandoned_async_iterator() -> None:
-    from lookup_source.loop import TaskLoop
+    from lookup_source.engine.loop import TaskLoop
 
     closed = []
 

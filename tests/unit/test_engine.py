@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.engine import LookupEngine
+from lookup_source.engine.operator import LookupEngine
+from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError, TransientError
-from lookup_source.runner import run_lookups
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
 
 TABLE = {i: {"name": f"user-{i}", "n": i * 10} for i in range(1000)}

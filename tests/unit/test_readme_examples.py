@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lookup_source.connectors.registry import BUILTIN_CONNECTORS, resolve_connector
 from lookup_source.options import CORE_OPTIONS
+from lookup_source.registry import BUILTIN_CONNECTORS, resolve_connector
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)

@@ -6,7 +6,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from lookup_source.connectors import registry
+from lookup_source import registry
 from lookup_source.connectors.redis_client import RedisLookupClient
 from lookup_source.errors import ConnectorNotFoundError
 from lookup_source.options import parse_options

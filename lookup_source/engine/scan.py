@@ -16,9 +16,9 @@ import pyarrow as pa
 from lookup_source.connector_api import ConnectorConfig, LookupClient, Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_matches, to_arrow_column
-from lookup_source.loop import TaskLoop
+from lookup_source.engine.loop import TaskLoop
+from lookup_source.engine.output import concat_matches, join_matches, value_failure
 from lookup_source.options import ERROR_COLUMN, LookupOptions
-from lookup_source.output import concat_matches, join_matches, value_failure
 
 
 def _typed_keys(

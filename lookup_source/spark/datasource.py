@@ -39,12 +39,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from lookup_source.engine.keys import convert_keys
+from lookup_source.engine.runner import run_lookups
+from lookup_source.engine.scan import scan_batches
 from lookup_source.errors import OptionError, SchemaError
-from lookup_source.keys import convert_keys
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
-from lookup_source.plan import LookupPlan
-from lookup_source.runner import run_lookups
-from lookup_source.scan import scan_batches
+from lookup_source.spark.plan import LookupPlan
 
 KEYS_PER_PARTITION = 10_000
 """Default number of keys per read task when ``partitions`` is not set."""

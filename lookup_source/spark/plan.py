@@ -22,10 +22,10 @@ from pyspark.sql.types import (
 )
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.ddl import DDLError, parse_ddl
-from lookup_source.engine import EngineSpec
+from lookup_source.engine.operator import EngineSpec
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
+from lookup_source.spark.ddl import DDLError, parse_ddl
 
 
 def parse_schema(schema: StructType | str) -> StructType:

@@ -34,20 +34,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.cache import MISSING, CachedError, CachedRows, cache_rows, cached_matches
 from lookup_source.connector_api import LookupClient, Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_matches, records_to_matches
-from lookup_source.deadline import cancel_abandoned, with_deadline, with_timeout
+from lookup_source.engine.cache import MISSING, CachedError, CachedRows, cache_rows, cached_matches
+from lookup_source.engine.deadline import cancel_abandoned, with_deadline, with_timeout
+from lookup_source.engine.inflight import InFlightKeys
+from lookup_source.engine.keys import DistinctKeys, cast_key_column, distinct_keys
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.output import concat_matches, join_matches, value_failure
+from lookup_source.engine.queue import OutputQueue, output_queue
+from lookup_source.engine.rate_limit import RateLimiter
+from lookup_source.engine.retry import RetryPolicy
 from lookup_source.errors import LookupFailedError, LookupTimeoutError
-from lookup_source.inflight import InFlightKeys
-from lookup_source.keys import DistinctKeys, cast_key_column, distinct_keys
-from lookup_source.metrics import LookupMetrics
 from lookup_source.options import ERROR_COLUMN, LookupOptions
-from lookup_source.order import OutputQueue, output_queue
-from lookup_source.output import concat_matches, join_matches, value_failure
-from lookup_source.rate_limit import RateLimiter
-from lookup_source.retry import RetryPolicy
 
 Sleep = Callable[[float], Awaitable[Any]]
 

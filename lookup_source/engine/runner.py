@@ -15,17 +15,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from lookup_source.cache import (
+from lookup_source.connector_api import ConnectorConfig, LookupClient
+from lookup_source.engine.cache import (
     FullCache,
     PartialCache,
     load_table,
     reload_in_background,
     worker_cache,
 )
-from lookup_source.connector_api import ConnectorConfig, LookupClient
-from lookup_source.engine import EngineSpec, LookupEngine
-from lookup_source.loop import TaskLoop
-from lookup_source.metrics import LookupMetrics
+from lookup_source.engine.loop import TaskLoop
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.operator import EngineSpec, LookupEngine
 
 log = logging.getLogger("lookup_source")
 

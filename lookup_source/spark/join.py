@@ -18,12 +18,12 @@ from pyspark.sql.types import (
 )
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine import EngineSpec
+from lookup_source.engine.operator import EngineSpec
+from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import SchemaError
-from lookup_source.metrics import new_accumulator
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
-from lookup_source.plan import LookupPlan
-from lookup_source.runner import run_lookups
+from lookup_source.spark.metrics import new_accumulator
+from lookup_source.spark.plan import LookupPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

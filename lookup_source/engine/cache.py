@@ -214,8 +214,8 @@ async def load_table(
     its rows, in one Arrow batch for the whole table) or :class:`CachedError` (a malformed
     value, reported for the key each time it is looked up, until the next reload)."""
     from lookup_source.connector_api.keys import encode_rows, python_keys
+    from lookup_source.engine.scan import scan_rows
     from lookup_source.options import ERROR_COLUMN
-    from lookup_source.scan import scan_rows
 
     chunks = []
     async for keys, matches in client.scan_arrow(0, 1):
@@ -258,7 +258,7 @@ def reload_in_background(
     value_fields: Sequence[pa.Field],
 ) -> None:
     """Reload ``cache`` in a daemon thread with its own event loop and client."""
-    from lookup_source.loop import TaskLoop
+    from lookup_source.engine.loop import TaskLoop
 
     def run() -> None:
         with TaskLoop() as loop:

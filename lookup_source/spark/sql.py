@@ -28,12 +28,12 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult
 
+from lookup_source.engine.runner import LookupTask
 from lookup_source.errors import OptionError, SchemaError
-from lookup_source.join import output_schema, resolve_on
-from lookup_source.metrics import new_accumulator
 from lookup_source.options import LookupOptions, parse_options
-from lookup_source.plan import LookupPlan
-from lookup_source.runner import LookupTask
+from lookup_source.spark.join import output_schema, resolve_on
+from lookup_source.spark.metrics import new_accumulator
+from lookup_source.spark.plan import LookupPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,7 +62,7 @@ def register_lookup_table(
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise SchemaError(f"lookup table name {name!r} must be a plain SQL identifier")
-    from lookup_source.datasource import AsyncLookupDataSource
+    from lookup_source.spark.datasource import AsyncLookupDataSource
 
     raw = _raw_options(options)
     if not any(key.strip().lower() == "filter.pushdown" for key in raw):

@@ -1,0 +1,135 @@
+"""The package's layers: imports point one way, nothing imports in a circle, and the engine and
+the connector API load without Spark.
+
+The import graph is read from the source (every import, at module level or inside a function,
+except under ``if TYPE_CHECKING``): an import inside a function is still a dependency, and
+hiding a cycle there is what this test exists to prevent.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "lookup_source"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):  # what is imported only for type checkers
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(child) for child in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name for name in found if name.startswith("lookup_source")}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {
+        name: {target for target in _imports(path) if target in modules and target != name}
+        for name, path in modules.items()
+    }
+
+
+GRAPH = _graph()
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "<package>"
+
+
+def test_no_import_cycle() -> None:
+    # Tarjan's strongly connected components over every module of the package
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in GRAPH[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for node in GRAPH:
+        if node not in index:
+            visit(node)
+    assert cycles == [], f"import cycles: {cycles}"
+
+
+# layer -> the layers it may import (besides itself); the package root only re-exports
+ALLOWED = {
+    "errors": {"redaction"},
+    "redaction": set(),
+    "connector_api": {"errors", "redaction"},
+    "registry": {"connector_api", "errors"},
+    "options": {"connector_api", "errors", "redaction", "registry"},
+    "engine": {"connector_api", "errors", "redaction", "options"},
+    "spark": {"connector_api", "errors", "redaction", "options", "registry", "engine"},
+}
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_imports_point_one_way(layer: str) -> None:
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        if _layer(module) == layer
+        for target in targets
+        if _layer(target) not in ALLOWED[layer] | {layer, "<package>"}
+        or (_layer(target) == "<package>" and layer != "<package>")
+    )
+    assert wrong == [], f"{layer} imports what it must not: {wrong}"
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        (
+            "lookup_source.connector_api",
+            ("pyspark", "lookup_source.engine", "lookup_source.options"),
+        ),
+        ("lookup_source.engine", ("pyspark", "lookup_source.spark")),
+        ("lookup_source", ("pyspark", "lookup_source.spark")),
+    ],
+)
+def test_importing_loads_no_spark(module: str, forbidden: tuple[str, ...]) -> None:
+    code = (
+        f"import sys, {module}; "
+        f"print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", f"import {module} loaded {done.stdout.strip()}"
