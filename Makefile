@@ -7,10 +7,15 @@ PY := $(VENV)/bin/python
 
 .PHONY: install demo test lint unit docs clean
 
-$(VENV)/.installed: pyproject.toml
+CONNECTORS := connectors/redis connectors/http connectors/postgres
+
+# The built-in connectors are distributions of their own (asynclookup-redis, ...), which the
+# core's extras name. Installed editable in the same pip command as the core, they resolve to
+# these folders, not to an index: a clone needs nothing published.
+$(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS))
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test]" $(addprefix -e ,$(CONNECTORS))
 	touch $@
 
 install: $(VENV)/.installed

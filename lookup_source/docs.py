@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from lookup_source.connector_api.options import OptionSpec
 from lookup_source.options import CORE_OPTIONS
-from lookup_source.registry import BUILTIN_CONNECTORS, resolve_connector
+from lookup_source.registry import FIRST_PARTY, resolve_connector
 
 
 def _default(spec: OptionSpec) -> str:
@@ -25,9 +25,9 @@ def _table(specs: tuple[OptionSpec, ...]) -> list[str]:
 
 
 def options_markdown() -> str:
-    """The options section of the README: core options, then each built-in connector's."""
+    """The options section of the README: core options, then each first-party connector's."""
     lines = ["### Options of every connector", "", *_table(CORE_OPTIONS)]
-    for name in BUILTIN_CONNECTORS:
+    for name in FIRST_PARTY:
         client = resolve_connector(name)
         if client.option_specs:
             title = f"### Options of the `{name}` connector"

@@ -16,9 +16,9 @@ import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lookup_source.connector_api.client import ConnectorOptions
+from lookup_source.connector_api.client import ConnectorOptions, LookupClient
 from lookup_source.connector_api.options import (
     OptionSpec,
     choice,
@@ -33,9 +33,7 @@ from lookup_source.connector_api.options import (
 )
 from lookup_source.errors import OptionError
 from lookup_source.redaction import redact_url
-
-if TYPE_CHECKING:
-    from lookup_source.connector_api.client import LookupClient
+from lookup_source.registry import available_connectors, resolve_connector
 
 # ---------------------------------------------------------------------------------------------
 # The core options
@@ -175,9 +173,6 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
 
 ERROR_COLUMN = "_lookup_error"
 
-CONNECTOR_NAMESPACES = ("redis", "http", "postgres")
-"""Option prefixes of the built-in connectors."""
-
 # Options Spark itself may add to a data source's options; they mean nothing to us.
 _SPARK_ADDED_OPTIONS = frozenset({"path"})
 
@@ -257,8 +252,6 @@ class LookupOptions:
         )
 
     def connector_class(self) -> type[LookupClient]:
-        from lookup_source.registry import resolve_connector
-
         return resolve_connector(self.connector)
 
     def __repr__(self) -> str:  # never show secrets in plans or logs
@@ -307,8 +300,6 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
     if "connector" not in values:
         raise OptionError("connector", "is required: redis, http, postgres or package.module:Class")
     connector_name = parse_required_text(values["connector"]).strip()
-    from lookup_source.registry import resolve_connector
-
     client_class = resolve_connector(connector_name)
     connector_specs = tuple(client_class.option_specs)
     all_specs = CORE_OPTIONS + connector_specs
@@ -374,7 +365,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
 
 def _unknown_option(name: str, connector: str, specs: tuple[OptionSpec, ...]) -> OptionError:
     prefix = name.split(".", 1)[0]
-    if prefix in CONNECTOR_NAMESPACES and prefix != connector.lower():
+    if prefix in available_connectors() and prefix != connector.lower():
         return OptionError(
             name, f"belongs to the {prefix} connector, but connector is '{connector}'"
         )

@@ -1,39 +1,64 @@
-"""Find a connector class by name: built-ins, entry points, or ``package.module:Class``."""
+"""Find a connector class by name: installed entry points, or ``package.module:Class``.
+
+Every connector, the built-in ones included, is a distribution that registers its client class
+under the ``asynclookup.connectors`` entry-point group::
+
+    [project.entry-points."asynclookup.connectors"]
+    redis = "asynclookup_redis:RedisLookupClient"
+
+The first-party connectors are also found by their module when their distribution's metadata is
+not visible (a package shipped to executors as a zip with ``--py-files``), and a missing one
+names the extra that installs it.
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+from dataclasses import dataclass
+from functools import lru_cache
 from importlib.metadata import entry_points
 
 from lookup_source.connector_api import LookupClient
 from lookup_source.errors import ConnectorNotFoundError
 
 ENTRY_POINT_GROUP = "asynclookup.connectors"
-"""The entry-point group through which third-party packages ship connectors."""
+"""The entry-point group through which connector distributions register their client class."""
 
-BUILTIN_CONNECTORS: dict[str, tuple[str, str]] = {
-    # name: (module:Class, the extra that installs its client library)
-    "redis": ("lookup_source.connectors.redis_client:RedisLookupClient", "redis"),
-    "http": ("lookup_source.connectors.http_client:HttpLookupClient", "http"),
-    "postgres": ("lookup_source.connectors.postgres_client:PostgresLookupClient", "postgres"),
+
+@dataclass(frozen=True)
+class FirstParty:
+    """A connector maintained in this repository (``connectors/<name>``)."""
+
+    name: str
+    target: str  # module:Class
+    distribution: str
+
+    @property
+    def install(self) -> str:
+        return f"pip install 'asynclookup[{self.name}]'"
+
+
+FIRST_PARTY: dict[str, FirstParty] = {
+    c.name: c
+    for c in (
+        FirstParty("redis", "asynclookup_redis:RedisLookupClient", "asynclookup-redis"),
+        FirstParty("http", "asynclookup_http:HttpLookupClient", "asynclookup-http"),
+        FirstParty("postgres", "asynclookup_postgres:PostgresLookupClient", "asynclookup-postgres"),
+    )
 }
-_EXTRA_LIBRARIES = {"redis": "redis", "http": "aiohttp", "postgres": "asyncpg"}
 
 
-def _load(target: str, *, what: str, extra: str | None = None) -> type[LookupClient]:
+def _load(target: str, *, what: str, first_party: FirstParty | None = None) -> type[LookupClient]:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise ConnectorNotFoundError(f"'{target}' is not of the form package.module:Class")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        missing = (getattr(exc, "name", None) or "").split(".")[0]
-        hint = (
-            f"; install it with pip install 'asynclookup[{extra}]'"
-            if extra and missing == _EXTRA_LIBRARIES.get(extra)
-            else ""
-        )
+        hint = ""
+        if first_party is not None:
+            hint = f"; install it with {first_party.install}"
         raise ConnectorNotFoundError(f"cannot load {what}: {exc}{hint}") from exc
     try:
         obj = module
@@ -45,18 +70,25 @@ def _load(target: str, *, what: str, extra: str | None = None) -> type[LookupCli
         ) from None
     if not (isinstance(obj, type) and issubclass(obj, LookupClient)):
         raise ConnectorNotFoundError(
-            f"{what} ('{target}') is not a subclass of lookup_source.connectors.LookupClient"
+            f"{what} ('{target}') is not a subclass of lookup_source.connector_api.LookupClient"
         )
     return obj
 
 
-def _entry_points() -> dict[str, str]:
+@lru_cache(maxsize=1)
+def _installed() -> dict[str, str]:
+    """name -> module:Class of the connectors registered by installed distributions."""
     return {ep.name.lower(): ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+def installed_connectors() -> list[str]:
+    """Names of the connectors whose distributions are installed."""
+    return sorted(_installed())
+
+
 def available_connectors() -> list[str]:
-    """Names accepted by the ``connector`` option (built-ins and installed entry points)."""
-    return sorted(set(BUILTIN_CONNECTORS) | set(_entry_points()))
+    """Names the ``connector`` option accepts: installed ones and the first-party ones."""
+    return sorted(set(FIRST_PARTY) | set(_installed()))
 
 
 def resolve_connector(name: str) -> type[LookupClient]:
@@ -68,12 +100,16 @@ def resolve_connector(name: str) -> type[LookupClient]:
     if ":" in name:
         return _load(name, what=f"connector class '{name}'")
     key = name.lower()
-    if key in BUILTIN_CONNECTORS:
-        target, extra = BUILTIN_CONNECTORS[key]
-        return _load(target, what=f"the {key} connector", extra=extra)
-    installed = _entry_points()
+    first_party = FIRST_PARTY.get(key)
+    installed = _installed()
     if key in installed:
-        return _load(installed[key], what=f"connector '{key}' (entry point {ENTRY_POINT_GROUP})")
+        return _load(
+            installed[key],
+            what=f"connector '{key}' (entry point {ENTRY_POINT_GROUP})",
+            first_party=first_party,
+        )
+    if first_party is not None:
+        return _load(first_party.target, what=f"the {key} connector", first_party=first_party)
     names = available_connectors()
     near = difflib.get_close_matches(key, names, n=1)
     raise ConnectorNotFoundError(

@@ -25,9 +25,11 @@ msgspec and the exception tree::
 - :class:`OptionSpec` and its parsers; :class:`KeyTemplate`; :func:`secret_from_env`;
 - the errors a connector raises: :class:`TransientError` (retried), :class:`PermanentError`
   (not retried), :class:`RecordError` (one key's value is malformed). Translate your library's
-  exceptions into these at the connector's boundary: the engine never sees them.
+  exceptions into these at the connector's boundary (:func:`translated_errors`): the engine
+  never sees them; :func:`redact_url` hides a password in a URL you put in a message.
 """
 
+from lookup_source.connector_api.boundary import Classifier, translate_error, translated_errors
 from lookup_source.connector_api.client import (
     SCAN_CHUNK_ROWS,
     ConnectorConfig,
@@ -66,6 +68,7 @@ from lookup_source.connector_api.values import (
 )
 from lookup_source.errors import (
     ConfigurationError,
+    ConnectorError,
     LookupTimeoutError,
     OptionError,
     PermanentError,
@@ -73,12 +76,15 @@ from lookup_source.errors import (
     SchemaError,
     TransientError,
 )
+from lookup_source.redaction import redact_url
 
 __all__ = [
     "DECODE_ERRORS",
     "SCAN_CHUNK_ROWS",
+    "Classifier",
     "ConfigurationError",
     "ConnectorConfig",
+    "ConnectorError",
     "ConnectorOptions",
     "JsonColumns",
     "Key",
@@ -114,6 +120,9 @@ __all__ = [
     "python_keys",
     "records_from_matches",
     "records_to_matches",
+    "redact_url",
     "secret_from_env",
     "to_arrow_column",
+    "translate_error",
+    "translated_errors",
 ]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pyarrow as pa
+from asynclookup_redis import RedisLookupClient
 
 from lookup_source.connector_api import Matches
-from lookup_source.connectors.redis_client import RedisLookupClient
 from lookup_source.errors import PermanentError
 
 

@@ -1,4 +1,4 @@
-"""Spark-level reliability: task re-execution, leaks across jobs, secrets, TLS."""
+"""Spark-level reliability: task re-execution, leaks across jobs, secrets."""
 
 from __future__ import annotations
 
@@ -151,81 +151,3 @@ def test_passwords_never_reach_plans_errors_or_logs(
     assert "user:***@127.0.0.1:1" in str(info.value)
     for text in (captured.getvalue(), str(info.value), caplog.text):
         assert secret not in text
-
-
-def test_https_verifies_certificates_unless_told_not_to(tmp_path: Any) -> None:
-    import shutil
-    import ssl
-    import subprocess
-
-    from aiohttp import web
-
-    from lookup_source.demo.service import BackgroundHttpServer
-    from lookup_source.errors import LookupFailedError
-    from tests.connectors.test_http import lookup
-
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a self-signed certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.json_response({"v": "secure"})
-
-    app = web.Application()
-    app.router.add_get("/{key}", handler)
-    server = BackgroundHttpServer(app)
-    server.ssl_context = context  # type: ignore[attr-defined]
-    with server:
-        url = f"https://127.0.0.1:{server.port}/{{key}}"
-        with pytest.raises(LookupFailedError, match="(?i)certificate") as info:
-            lookup("id long, v string", [1], url=url, **{"retry.initial-delay.ms": "10"})
-        assert info.value.attempts == 1  # a certificate failure is not retried
-        rows = lookup("id long, v string", [1], url=url, **{"http.tls.verify": "false"})
-        assert rows == [{"id": 1, "v": "secure"}]
-
-
-def test_redis_password_from_the_environment(
-    redis_srv: RedisServer, redis_db: Any, prefix: str, monkeypatch: Any
-) -> None:
-    from tests.connectors.test_redis import lookup
-
-    user = f"env{prefix.rstrip(':')}"
-    redis_db.execute_command("ACL", "SETUSER", user, "on", ">from-env-pw", "~*", "+@all")
-    try:
-        redis_db.set(f"{prefix}1", json.dumps({"name": "via env"}))
-        monkeypatch.setenv("TEST_REDIS_PASSWORD", "from-env-pw")
-        url = f"redis://{user}@{redis_srv.host}:{redis_srv.port}/{redis_srv.db}"
-        rows = lookup(
-            url,
-            "id long, name string",
-            [1],
-            **{
-                "redis.key.pattern": f"{prefix}{{key}}",
-                "redis.password.env": "TEST_REDIS_PASSWORD",
-            },
-        )
-        assert rows[0]["name"] == "via env"
-    finally:
-        redis_db.execute_command("ACL", "DELUSER", user)

@@ -133,3 +133,29 @@ def test_importing_loads_no_spark(module: str, forbidden: tuple[str, ...]) -> No
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", f"import {module} loaded {done.stdout.strip()}"
+
+
+CONNECTORS = PACKAGE.parent / "connectors"
+
+
+@pytest.mark.parametrize("name", ["redis", "http", "postgres"])
+def test_connectors_use_the_public_api_only(name: str) -> None:
+    """A built-in connector is built exactly as a third party's: on lookup_source.connector_api
+    (the package itself), nothing internal, not even a submodule of the API."""
+    sources = sorted((CONNECTORS / name / f"asynclookup_{name}").rglob("*.py"))
+    assert sources, f"no sources for the {name} connector"
+    used = {target for path in sources for target in _imports(path)}
+    wrong = sorted(t for t in used if not t.startswith("lookup_source.connector_api"))
+    wrong += sorted(
+        t
+        for t in used
+        if t.startswith("lookup_source.connector_api.")
+        and t.removeprefix("lookup_source.connector_api.") not in _public_names()
+    )
+    assert wrong == [], f"the {name} connector imports internals: {wrong}"
+
+
+def _public_names() -> set[str]:
+    import lookup_source.connector_api as api
+
+    return set(api.__all__)

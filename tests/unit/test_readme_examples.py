@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from lookup_source.options import CORE_OPTIONS
-from lookup_source.registry import BUILTIN_CONNECTORS, resolve_connector
+from lookup_source.registry import FIRST_PARTY, resolve_connector
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
 KNOWN = {spec.name for spec in CORE_OPTIONS}
 PREFIXES = ["http.header."]
-for name in BUILTIN_CONNECTORS:
+for name in FIRST_PARTY:
     for spec in resolve_connector(name).option_specs:
         if spec.prefix:
             PREFIXES.append(spec.name)

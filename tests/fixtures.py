@@ -1,4 +1,5 @@
-"""Session-wide fixtures: one SparkSession, one real Redis server."""
+"""The fixtures every suite shares (a pytest plugin, loaded by the root ``conftest.py``): one
+SparkSession, one real Redis server and one real Postgres server for the whole session."""
 
 from __future__ import annotations
 

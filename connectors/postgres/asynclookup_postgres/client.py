@@ -31,19 +31,21 @@ import pyarrow as pa
 from lookup_source.connector_api import (
     SCAN_CHUNK_ROWS,
     ConnectorConfig,
+    ConnectorError,
     ConnectorOptions,
     LookupClient,
     Matches,
-    secret_from_env,
-)
-from lookup_source.connector_api.keys import match_rows
-from lookup_source.connector_api.options import OptionSpec, parse_positive_int, parse_text
-from lookup_source.connector_api.values import to_arrow_column
-from lookup_source.errors import (
     OptionError,
+    OptionSpec,
     PermanentError,
     SchemaError,
     TransientError,
+    match_rows,
+    parse_positive_int,
+    parse_text,
+    secret_from_env,
+    to_arrow_column,
+    translated_errors,
 )
 
 _TEXT_TYPES = frozenset({"text", "character varying", "character", "name", "citext", "bpchar"})
@@ -54,6 +56,37 @@ _FLOAT_TYPES = frozenset({"real", "double precision"})
 # on the client. Others (citext, char(n) padding, uuid case, numeric scale...) get their
 # position from the server.
 _EXACT_KEY_TYPES = _INT_TYPES | frozenset({"text", "character varying", "name"})
+
+
+def classify(error: Exception) -> type[ConnectorError] | None:
+    """What an asyncpg exception means to the engine (see ``translated_errors``)."""
+    import asyncpg
+    from asyncpg import exceptions as pgx
+
+    if isinstance(
+        error, (asyncpg.InvalidPasswordError, pgx.InvalidAuthorizationSpecificationError)
+    ):
+        return PermanentError  # a wrong password or role does not get better by retrying
+    if isinstance(
+        error,
+        (
+            asyncpg.ConnectionDoesNotExistError,
+            asyncpg.CannotConnectNowError,
+            asyncpg.TooManyConnectionsError,
+            pgx.ConnectionFailureError,
+            pgx.SerializationError,
+            pgx.DeadlockDetectedError,
+            pgx.AdminShutdownError,
+            asyncpg.InterfaceError,  # "connection is closed", "another operation in progress"
+        ),
+    ):
+        return TransientError
+    if isinstance(error, asyncpg.PostgresError):
+        return PermanentError  # the server refused the query: a type, a permission, a syntax
+    return None
+
+
+_ASYNCPG_ERRORS = translated_errors("asyncpg", classify)
 
 # Postgres type (format_type without modifiers) -> Spark DDL type, for schema inference.
 SPARK_TYPES: dict[str, str] = {
@@ -408,8 +441,9 @@ class PostgresLookupClient(LookupClient):
     # -- lookups -------------------------------------------------------------------------------
 
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
-        pool = await self._connect()
-        rows = await self._fetch(pool, self._arguments(keys))
+        with _ASYNCPG_ERRORS:
+            pool = await self._connect()
+            rows = await self._fetch(pool, self._arguments(keys))
         if not rows:
             return Matches.none(self.value_fields)
         columns = list(zip(*rows))  # one tuple per column: asyncpg's records, transposed
@@ -494,66 +528,42 @@ class PostgresLookupClient(LookupClient):
     ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
         """Every row of the table whose key hashes into ``partition`` of ``partitions``, in
         chunks of columns read from one cursor."""
-        if self._table is None:
-            raise PermanentError("a postgres.query cannot be scanned; use postgres.table")
-        pool = await self._connect()
-        table = ".".join(quote_identifier(part) for part in self._table)
-        columns = ", ".join(quote_identifier(c) for c in self._columns)
-        width = len(self._key_types)
-        key_expression = (
-            quote_identifier(self._columns[0])
-            if width == 1
-            else "row(" + ", ".join(quote_identifier(c) for c in self._columns[:width]) + ")"
-        )
-        query = f"SELECT {columns} FROM {table}"
-        arguments: list[Any] = []
-        if partitions > 1:
-            query += f" WHERE mod(hashtext(({key_expression})::text)::bigint + 2147483648, $1) = $2"
-            arguments = [partitions, partition]
-        names = list(self.config.key_columns)
-        async with pool.acquire() as connection, connection.transaction(readonly=True):
-            cursor = await connection.cursor(query, *arguments)
-            while True:
-                rows = await cursor.fetch(SCAN_CHUNK_ROWS)
-                if not rows:
-                    return
-                transposed = list(zip(*rows))
-                keys = pa.RecordBatch.from_arrays(
-                    [_scanned_keys(transposed[i], self._key_types[i]) for i in range(width)],
-                    names=names,
+        with _ASYNCPG_ERRORS:
+            if self._table is None:
+                raise PermanentError("a postgres.query cannot be scanned; use postgres.table")
+            pool = await self._connect()
+            table = ".".join(quote_identifier(part) for part in self._table)
+            columns = ", ".join(quote_identifier(c) for c in self._columns)
+            width = len(self._key_types)
+            key_expression = (
+                quote_identifier(self._columns[0])
+                if width == 1
+                else "row(" + ", ".join(quote_identifier(c) for c in self._columns[:width]) + ")"
+            )
+            query = f"SELECT {columns} FROM {table}"
+            arguments: list[Any] = []
+            if partitions > 1:
+                query += (
+                    f" WHERE mod(hashtext(({key_expression})::text)::bigint + 2147483648, $1) = $2"
                 )
-                values, reasons = self._value_arrays(transposed[width:])
-                errors = None
-                if reasons:
-                    errors = pa.array([reasons.get(r) for r in range(len(rows))], pa.string())
-                yield keys, Matches(np.arange(len(rows)), values, errors)
-
-    def is_retryable(self, error: BaseException) -> bool:
-        import asyncpg
-
-        if isinstance(
-            error, (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)
-        ):
-            return False
-        if isinstance(
-            error,
-            (
-                asyncpg.ConnectionDoesNotExistError,
-                asyncpg.CannotConnectNowError,
-                asyncpg.TooManyConnectionsError,
-                asyncpg.exceptions.ConnectionFailureError,
-                asyncpg.exceptions.SerializationError,
-                asyncpg.exceptions.DeadlockDetectedError,
-                asyncpg.exceptions.AdminShutdownError,
-                asyncpg.InterfaceError,
-                OSError,
-                TransientError,
-            ),
-        ):
-            return not isinstance(error, asyncpg.exceptions.InterfaceWarning)
-        if isinstance(error, asyncpg.PostgresError):
-            return False
-        return super().is_retryable(error)
+                arguments = [partitions, partition]
+            names = list(self.config.key_columns)
+            async with pool.acquire() as connection, connection.transaction(readonly=True):
+                cursor = await connection.cursor(query, *arguments)
+                while True:
+                    rows = await cursor.fetch(SCAN_CHUNK_ROWS)
+                    if not rows:
+                        return
+                    transposed = list(zip(*rows))
+                    keys = pa.RecordBatch.from_arrays(
+                        [_scanned_keys(transposed[i], self._key_types[i]) for i in range(width)],
+                        names=names,
+                    )
+                    values, reasons = self._value_arrays(transposed[width:])
+                    errors = None
+                    if reasons:
+                        errors = pa.array([reasons.get(r) for r in range(len(rows))], pa.string())
+                    yield keys, Matches(np.arange(len(rows)), values, errors)
 
 
 def _type_name(pg_type: Any) -> str:
@@ -656,7 +666,8 @@ def infer_schema(options: ConnectorOptions) -> tuple[str, tuple[str, ...]]:
         finally:
             await connection.close()
 
-    columns = asyncio.run(read())
+    with _ASYNCPG_ERRORS:
+        columns = asyncio.run(read())
     if options.key_columns:
         lower = {c.lower() for c in options.key_columns}
         keys = [c for c in columns if c.name.lower() in lower]

@@ -10,12 +10,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-
-from lookup_source.connectors.postgres_client import (
+from asynclookup_postgres.client import (
     PostgresLookupClient,
     infer_schema,
     split_table_name,
 )
+
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
 from lookup_source.options import parse_options
 from lookup_source.spark.plan import LookupPlan

@@ -24,17 +24,27 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from lookup_source.connector_api import (
+    DECODE_ERRORS,
     ConnectorConfig,
+    ConnectorError,
+    JsonColumns,
+    KeyTemplate,
     LookupClient,
-    LookupResult,
     Matches,
+    OptionError,
+    OptionSpec,
+    PermanentError,
+    RecordError,
+    SchemaError,
+    TransientError,
+    cast_strings,
+    choice,
+    parse_required_text,
+    parse_text,
+    records_to_matches,
     secret_from_env,
+    translated_errors,
 )
-from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
-from lookup_source.connector_api.options import OptionSpec, choice, parse_required_text, parse_text
-from lookup_source.connector_api.templates import KeyTemplate
-from lookup_source.connector_api.values import cast_strings, records_to_matches
-from lookup_source.errors import OptionError, PermanentError, RecordError, SchemaError
 
 _EXCERPT = 80
 
@@ -76,6 +86,25 @@ def _arguments(texts: list[str]) -> list[str] | list[bytes]:
 def _present(replies: Sequence[Any]) -> list[int]:
     """Positions of the replies that are not nil."""
     return [i for i, reply in enumerate(replies) if reply is not None]
+
+
+def classify(error: Exception) -> type[ConnectorError] | None:
+    """What a redis-py exception means to the engine (see ``translated_errors``)."""
+    from redis import exceptions as rex
+
+    if isinstance(error, (rex.BusyLoadingError, rex.TryAgainError)):
+        return TransientError  # the server is still loading its data set, or busy
+    if isinstance(
+        error,
+        (rex.AuthenticationError, rex.AuthorizationError, rex.NoPermissionError, rex.ResponseError),
+    ):
+        return PermanentError  # a wrong password, a missing ACL or a bad command
+    if isinstance(error, (rex.ConnectionError, rex.TimeoutError)):
+        return TransientError
+    return None
+
+
+_REDIS_ERRORS = translated_errors("redis", classify)
 
 
 class RedisLookupClient(LookupClient):
@@ -164,6 +193,10 @@ class RedisLookupClient(LookupClient):
     # -- life cycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
+        with _REDIS_ERRORS:
+            self._open()
+
+    def _open(self) -> None:
         from redis.asyncio import BlockingConnectionPool, Redis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
@@ -228,7 +261,8 @@ class RedisLookupClient(LookupClient):
     # -- lookups -------------------------------------------------------------------------------
 
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
-        return await self._fetch(keys, self._template.render_all(keys))
+        with _REDIS_ERRORS:
+            return await self._fetch(keys, self._template.render_all(keys))
 
     async def _fetch(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
         """Read the Redis keys ``redis_keys`` of the lookup keys ``keys``."""
@@ -278,7 +312,7 @@ class RedisLookupClient(LookupClient):
                 if not flag:
                     replies[i] = None
         for reply in replies:
-            if isinstance(reply, Exception) and self.is_retryable(reply):
+            if isinstance(reply, Exception) and classify(reply) is TransientError:
                 raise reply
         return self._hash_matches(keys, redis_keys, replies)
 
@@ -389,57 +423,37 @@ class RedisLookupClient(LookupClient):
     ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
         """Every key matching ``redis.key.pattern`` whose hash falls in ``partition``; the key
         columns come back as the text the Redis key holds (the scan converts them)."""
-        if self._redis is None:
-            raise RuntimeError("RedisLookupClient.scan_arrow() called before open()")
-        glob, regex = self._scan_pattern()
-        names = list(self.config.key_columns)
-        seen: set[bytes] = set()
-        parts: list[tuple[str, ...]] = []
-        texts: list[str] = []
+        with _REDIS_ERRORS:
+            if self._redis is None:
+                raise RuntimeError("RedisLookupClient.scan_arrow() called before open()")
+            glob, regex = self._scan_pattern()
+            names = list(self.config.key_columns)
+            seen: set[bytes] = set()
+            parts: list[tuple[str, ...]] = []
+            texts: list[str] = []
 
-        async def flush() -> tuple[pa.RecordBatch, Matches]:
-            columns = [pa.array(list(c), type=pa.string()) for c in zip(*parts)]
-            keys = pa.RecordBatch.from_arrays(columns, names=names)
-            found = await self._fetch(keys, list(texts))
-            parts.clear()
-            texts.clear()
-            return keys, found
+            async def flush() -> tuple[pa.RecordBatch, Matches]:
+                columns = [pa.array(list(c), type=pa.string()) for c in zip(*parts)]
+                keys = pa.RecordBatch.from_arrays(columns, names=names)
+                found = await self._fetch(keys, list(texts))
+                parts.clear()
+                texts.clear()
+                return keys, found
 
-        async for raw in self._redis.scan_iter(match=glob, count=1_000):
-            if raw in seen or (partitions > 1 and zlib.crc32(raw) % partitions != partition):
-                continue
-            seen.add(raw)
-            text = raw.decode("utf-8", errors="surrogateescape")
-            match = regex.fullmatch(text)
-            if match is None:
-                continue
-            parts.append(match.groups())
-            texts.append(text)
-            if len(parts) >= self.config.batch_size:
+            async for raw in self._redis.scan_iter(match=glob, count=1_000):
+                if raw in seen or (partitions > 1 and zlib.crc32(raw) % partitions != partition):
+                    continue
+                seen.add(raw)
+                text = raw.decode("utf-8", errors="surrogateescape")
+                match = regex.fullmatch(text)
+                if match is None:
+                    continue
+                parts.append(match.groups())
+                texts.append(text)
+                if len(parts) >= self.config.batch_size:
+                    yield await flush()
+            if parts:
                 yield await flush()
-        if parts:
-            yield await flush()
-
-    def is_retryable(self, error: BaseException) -> bool:
-        from redis import exceptions as rex
-
-        if isinstance(
-            error,
-            (
-                rex.AuthenticationError,
-                rex.AuthorizationError,
-                rex.NoPermissionError,
-                rex.ResponseError,
-            ),
-        ):
-            # a wrong password, missing ACL or bad command will not get better by retrying;
-            # BUSY / LOADING (server still starting) will.
-            return isinstance(error, (rex.BusyLoadingError, rex.TryAgainError))
-        if isinstance(error, (rex.ConnectionError, rex.TimeoutError, OSError)):
-            return True
-        if isinstance(error, PermanentError):
-            return False
-        return super().is_retryable(error)
 
 
-__all__ = ["LookupResult", "RedisLookupClient"]
+__all__ = ["RedisLookupClient", "classify"]

@@ -27,24 +27,48 @@ import msgspec
 import pyarrow as pa
 
 from lookup_source.connector_api import (
+    DECODE_ERRORS,
     ConnectorConfig,
+    ConnectorError,
     ConnectorOptions,
+    JsonColumns,
     Key,
+    KeyTemplate,
     LookupClient,
     LookupResult,
     Matches,
+    OptionError,
+    OptionSpec,
+    PermanentError,
+    RecordError,
+    TransientError,
+    key_text,
+    match_rows,
+    parse_bool,
+    parse_text,
+    python_keys,
+    records_to_matches,
+    redact_url,
     secret_from_env,
+    translated_errors,
 )
-from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
-from lookup_source.connector_api.keys import match_rows, python_keys
-from lookup_source.connector_api.options import OptionSpec, parse_bool, parse_text
-from lookup_source.connector_api.templates import KeyTemplate, key_text
-from lookup_source.connector_api.values import records_to_matches
-from lookup_source.errors import OptionError, PermanentError, RecordError, TransientError
-from lookup_source.redaction import redact_url
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _EXCERPT = 120
+
+
+def classify(error: Exception) -> type[ConnectorError] | None:
+    """What an aiohttp exception means to the engine (see ``translated_errors``)."""
+    import aiohttp
+
+    if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
+        return PermanentError  # a certificate that does not verify will not start to
+    if isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
+        return TransientError  # refused, reset, dropped mid-answer
+    return None
+
+
+_AIOHTTP_ERRORS = translated_errors("aiohttp", classify)
 
 
 def _excerpt(body: bytes) -> str:
@@ -243,6 +267,10 @@ class HttpLookupClient(LookupClient):
         return self._batch_url is not None
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        with _AIOHTTP_ERRORS:
+            return await self._get(keys)
+
+    async def _get(self, keys: Sequence[Key]) -> LookupResult:
         if self._session is None:
             raise RuntimeError("HttpLookupClient.lookup() called before open()")
         if self._batch_url:
@@ -290,6 +318,11 @@ class HttpLookupClient(LookupClient):
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         if not self._batch_url:
             return await super().lookup_arrow(keys)
+        with _AIOHTTP_ERRORS:
+            return await self._post(keys)
+
+    async def _post(self, keys: pa.RecordBatch) -> Matches:
+        assert self._batch_url is not None
         if self._session is None:
             raise RuntimeError("HttpLookupClient.lookup_arrow() called before open()")
         columns = self.config.key_columns
@@ -419,15 +452,6 @@ class HttpLookupClient(LookupClient):
             f"the response to {what} holds a JSON {type(records).__name__}; expected an object "
             "(key -> record) or an array of records"
         )
-
-    def is_retryable(self, error: BaseException) -> bool:
-        import aiohttp
-
-        if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
-            return False
-        if isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
-            return True
-        return super().is_retryable(error)
 
 
 def _answer_shape(record: Any, keyed: Any) -> Any:

@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from aiohttp import web
+from asynclookup_http import HttpLookupClient
 
-from lookup_source.connectors.http_client import HttpLookupClient
 from lookup_source.demo.service import BackgroundHttpServer, UserService, user_record
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.errors import LookupFailedError, OptionError
@@ -455,3 +455,55 @@ def test_a_well_formed_batch_answer_takes_the_columnar_path(srv: ScriptedServer)
         client_factory=NoReference,
     )
     assert [r["tier"] for r in rows] == [None, -3, 2**31 - 1]
+
+
+def test_https_verifies_certificates_unless_told_not_to(tmp_path: Any) -> None:
+    import shutil
+    import ssl
+    import subprocess
+
+    from aiohttp import web
+
+    from lookup_source.demo.service import BackgroundHttpServer
+    from lookup_source.errors import LookupFailedError
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a self-signed certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"v": "secure"})
+
+    app = web.Application()
+    app.router.add_get("/{key}", handler)
+    server = BackgroundHttpServer(app)
+    server.ssl_context = context  # type: ignore[attr-defined]
+    with server:
+        url = f"https://127.0.0.1:{server.port}/{{key}}"
+        with pytest.raises(LookupFailedError, match="(?i)certificate") as info:
+            lookup("id long, v string", [1], url=url, **{"retry.initial-delay.ms": "10"})
+        assert info.value.attempts == 1  # a certificate failure is not retried
+        rows = lookup("id long, v string", [1], url=url, **{"http.tls.verify": "false"})
+        assert rows == [{"id": 1, "v": "secure"}]

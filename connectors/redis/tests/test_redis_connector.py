@@ -10,8 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from asynclookup_redis import RedisLookupClient
 
-from lookup_source.connectors.redis_client import RedisLookupClient
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
 from lookup_source.spark.plan import LookupPlan
@@ -522,3 +522,26 @@ def test_binary_keys_reach_redis_byte_for_byte(
         **{"redis.key.pattern": f"{prefix}{{key}}"},
     )
     assert [r["v"] for r in rows] == [0, 1, 2, None]
+
+
+def test_redis_password_from_the_environment(
+    redis_srv: RedisServer, redis_db: Any, prefix: str, monkeypatch: Any
+) -> None:
+    user = f"env{prefix.rstrip(':')}"
+    redis_db.execute_command("ACL", "SETUSER", user, "on", ">from-env-pw", "~*", "+@all")
+    try:
+        redis_db.set(f"{prefix}1", json.dumps({"name": "via env"}))
+        monkeypatch.setenv("TEST_REDIS_PASSWORD", "from-env-pw")
+        url = f"redis://{user}@{redis_srv.host}:{redis_srv.port}/{redis_srv.db}"
+        rows = lookup(
+            url,
+            "id long, name string",
+            [1],
+            **{
+                "redis.key.pattern": f"{prefix}{{key}}",
+                "redis.password.env": "TEST_REDIS_PASSWORD",
+            },
+        )
+        assert rows[0]["name"] == "via env"
+    finally:
+        redis_db.execute_command("ACL", "DELUSER", user)

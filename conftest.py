@@ -1,0 +1,3 @@
+"""Load the shared fixtures for every suite: ``tests/`` and each ``connectors/<name>/tests``."""
+
+pytest_plugins = ["tests.fixtures"]

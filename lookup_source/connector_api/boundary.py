@@ -1,0 +1,89 @@
+"""Translate a client library's exceptions into asynclookup's, at a connector's boundary.
+
+The engine decides what to retry from the exception tree alone (:class:`TransientError` is
+retried, :class:`PermanentError` is not); it never sees a redis, aiohttp or asyncpg exception.
+A connector wraps each method that talks to its store::
+
+    from lookup_source.connector_api import PermanentError, TransientError, translated_errors
+
+
+    def classify(error: Exception) -> type[ConnectorError] | None:
+        if isinstance(error, mylib.AuthError):
+            return PermanentError  # a wrong password does not get better by retrying
+        if isinstance(error, mylib.Unavailable):
+            return TransientError
+        return None  # let the defaults decide
+
+
+    async def lookup_arrow(self, keys):
+        with translated_errors("mylib", classify):
+            ...
+
+An exception the classifier does not place is translated by default: a timeout or an
+``OSError`` (refused, reset or dropped connections) becomes a :class:`TransientError`, any other
+exception defined by the library (its top-level module is ``library``) a
+:class:`PermanentError`. asynclookup's own errors pass through; other exceptions (a bug in the
+connector) are not touched. The translated error keeps the original as its ``__cause__`` and
+names it in its message: ``redis ConnectionError: Error 111 connecting to ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from types import TracebackType
+from typing import Literal
+
+from lookup_source.errors import AsyncLookupError, ConnectorError, PermanentError, TransientError
+
+Classifier = Callable[[Exception], "type[ConnectorError] | None"]
+"""Given a library's exception, the class to translate it into, or None for the default."""
+
+
+def translate_error(
+    library: str, classify: Classifier, error: Exception
+) -> AsyncLookupError | Exception:
+    """``error`` as asynclookup sees it (see the module docstring); ``error`` itself if it is
+    already one of ours or foreign to ``library``."""
+    if isinstance(error, AsyncLookupError):
+        return error
+    kind = classify(error)
+    if kind is None:
+        if isinstance(error, (TimeoutError, asyncio.TimeoutError, OSError)):
+            kind = TransientError
+        elif type(error).__module__.partition(".")[0] == library:
+            kind = PermanentError
+        else:
+            return error
+    text = str(error).strip()
+    name = f"{library} {type(error).__name__}"
+    translated = kind(f"{name}: {text}" if text else name)
+    translated.__cause__ = error
+    return translated
+
+
+class translated_errors:
+    """Raise what the body raises translated by :func:`translate_error` (a class, not a
+    generator: it is entered on every request of a hot path)."""
+
+    __slots__ = ("classify", "library")
+
+    def __init__(self, library: str, classify: Classifier) -> None:
+        self.library = library
+        self.classify = classify
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
+        if not isinstance(error, Exception):
+            return False  # no error, or a cancellation, KeyboardInterrupt, GeneratorExit
+        translated = translate_error(self.library, self.classify, error)
+        if translated is error:
+            return False
+        raise translated from error
