@@ -8,14 +8,16 @@ PY := $(VENV)/bin/python
 .PHONY: install demo test lint unit docs clean
 
 CONNECTORS := connectors/redis connectors/http connectors/postgres
+# a third-party connector, installed as a user would install one, so its tests run too
+EXAMPLES := examples/sqlite
 
 # The built-in connectors are distributions of their own (asynclookup-redis, ...), which the
 # core's extras name. Installed editable in the same pip command as the core, they resolve to
 # these folders, not to an index: a clone needs nothing published.
-$(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS))
+$(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS) $(EXAMPLES))
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]" $(addprefix -e ,$(CONNECTORS))
+	$(PY) -m pip install --quiet -e ".[test]" $(addprefix -e ,$(CONNECTORS) $(EXAMPLES))
 	touch $@
 
 install: $(VENV)/.installed
