@@ -1,30 +1,35 @@
-"""The ``asynclookup`` command (also ``python -m lookup_source``)."""
+"""The ``asynclookup`` command (also ``python -m lookup_source``).
+
+``--version`` and ``--help`` (of the command and of every subcommand) answer on any install:
+building the parser imports no extra. A subcommand whose extra is missing says, in one line,
+which extra to install.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from lookup_source import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lookup_source.bench.arguments import add_arguments as add_bench_arguments
+    from lookup_source.demo.run import add_arguments as add_demo_arguments
+
     parser = argparse.ArgumentParser(
         prog="asynclookup", description="Asynchronous I/O lookup joins for Apache Spark."
     )
     parser.add_argument("--version", action="version", version=f"asynclookup {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from lookup_source.demo.run import add_arguments
-
     demo = commands.add_parser(
         "demo",
         help="enrich events through an embedded HTTP service and compare with a per-row UDF",
         description="Enrich a DataFrame of events through an HTTP user service (embedded, or "
         "yours) with lookup_join, and compare with a synchronous per-row UDF on the same service.",
     )
-    add_arguments(demo)
-    from lookup_source.bench.run import add_arguments as add_bench_arguments
-
+    add_demo_arguments(demo)
     bench = commands.add_parser(
         "bench",
         help="benchmark asynclookup against the other ways of doing a lookup join",
@@ -35,45 +40,100 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="run the demo user-profile HTTP service (for docker compose and examples)",
+        description="Serve the demo's user profiles over HTTP: GET /users/{id} and POST "
+        "/users/batch.",
     )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--users", type=int, default=10_000)
-    serve.add_argument("--latency-ms", type=float, default=5.0)
+    serve.add_argument("--host", default="127.0.0.1", help="(default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
+    serve.add_argument(
+        "--users", type=int, default=10_000, help="user ids 0..N-1 (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--latency-ms",
+        type=float,
+        default=5.0,
+        help="delay before each answer (default: %(default)s)",
+    )
     return parser
+
+
+def required_modules(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The extra a subcommand needs, and the modules of it that this run imports."""
+    if args.command == "serve":
+        return "http", ["aiohttp"]
+    if args.command == "demo":
+        if getattr(args, "redis_url", None):  # the demo's service reads its users from Redis
+            return "http,redis", ["aiohttp", "asynclookup_http", "redis", "asynclookup_redis"]
+        return "http", ["aiohttp", "asynclookup_http"]
+    if args.command == "bench":
+        scenarios = str(args.scenarios)
+        modules = ["aiohttp", "asynclookup_http"]
+        if "redis" in scenarios:
+            modules += ["redis", "asynclookup_redis"]
+        if "postgres" in scenarios:
+            modules += ["asyncpg", "asynclookup_postgres"]
+        if not args.no_plot:
+            modules.append("matplotlib")
+        return "bench", modules
+    return "", []
+
+
+def _missing(modules: list[str]) -> list[str]:
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ImportError:
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    extra, modules = required_modules(args)
+    missing = _missing(modules)
+    if missing:
+        print(
+            f"asynclookup {args.command} needs {', '.join(missing)}: "
+            f"pip install 'asynclookup[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "demo":
         from lookup_source.demo.run import run_demo
 
         return run_demo(args)
     if args.command == "serve":
-        import time
+        return _serve(args)
+    from lookup_source.bench.run import run_bench
 
-        from lookup_source.demo.service import UserService
+    return run_bench(args)
 
-        service = UserService(users=args.users, latency_ms=args.latency_ms, port=args.port)
-        service.host = args.host
-        with service:
-            print(
-                f"serving {args.users:,} users at {service.url} "
-                f"(batch: {service.batch_url}), {args.latency_ms:g} ms latency",
-                flush=True,
-            )
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                return 0
-    if args.command == "bench":
-        from lookup_source.bench.run import run_bench
 
-        return run_bench(args)
-    parser.print_help()
-    return 2
+def _serve(args: argparse.Namespace) -> int:
+    import time
+
+    from lookup_source.demo.service import UserService
+
+    service = UserService(users=args.users, latency_ms=args.latency_ms, port=args.port)
+    service.host = args.host
+    with service:
+        print(
+            f"serving {args.users:,} users at {service.url} "
+            f"(batch: {service.batch_url}), {args.latency_ms:g} ms latency",
+            flush=True,
+        )
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ from lookup_source.registry import FIRST_PARTY, resolve_connector
 
 
 def _default(spec: OptionSpec) -> str:
+    if spec.name == "batch.size":  # each connector's own, stated by the connector
+        return "the connector's: " + ", ".join(
+            f"{name} {resolve_connector(name).describe_batch_size_default()}"
+            for name in FIRST_PARTY
+        )
     text = spec.describe_default()
     return text if text.startswith("(") or " " in text else f"`{text}`"
 

@@ -67,7 +67,7 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         parse_positive_int,
         None,
         "Most keys per request (MGET, `= ANY($1)`, batch POST).",
-        default_doc="connector default (redis 500, http 1, postgres 500)",
+        default_doc="the connector's",
     ),
     OptionSpec("timeout.ms", parse_positive_int, 10_000, "Time limit of each attempt, in ms."),
     OptionSpec(
@@ -171,6 +171,9 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
     ),
 )
 
+DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in CORE_OPTIONS if not spec.prefix}
+"""Each core option's default, from its spec: the one place it is written."""
+
 ERROR_COLUMN = "_lookup_error"
 
 # Options Spark itself may add to a data source's options; they mean nothing to us.
@@ -181,21 +184,21 @@ _SPARK_ADDED_OPTIONS = frozenset({"path"})
 class RetrySettings:
     """How failed attempts are retried."""
 
-    max_attempts: int = 3
-    backoff: str = "exponential"
-    initial_delay_ms: int = 100
-    max_delay_ms: int = 5_000
+    max_attempts: int = DEFAULTS["retry.max-attempts"]
+    backoff: str = DEFAULTS["retry.backoff"]
+    initial_delay_ms: int = DEFAULTS["retry.initial-delay.ms"]
+    max_delay_ms: int = DEFAULTS["retry.max-delay.ms"]
 
 
 @dataclass(frozen=True)
 class CacheSettings:
     """The lookup cache: ``mode`` partial (LRU, on when ``max_rows`` > 0) or full."""
 
-    mode: str = "partial"
-    max_rows: int = 0
-    ttl_ms: int = 0
-    missing_keys: bool = True
-    reload_ms: int = 0
+    mode: str = DEFAULTS["cache.mode"]
+    max_rows: int = DEFAULTS["cache.max-rows"]
+    ttl_ms: int = DEFAULTS["cache.ttl.ms"]
+    missing_keys: bool = DEFAULTS["cache.missing-keys"]
+    reload_ms: int = DEFAULTS["cache.reload.ms"]
 
     @property
     def enabled(self) -> bool:
@@ -212,18 +215,18 @@ class LookupOptions:
     connector: str
     url: str | None = None
     key_columns: tuple[str, ...] | None = None
-    capacity: int = 100
-    batch_size: int = 500
-    timeout_ms: int = 10_000
+    capacity: int = DEFAULTS["capacity"]
+    batch_size: int = LookupClient.default_batch_size  # the connector decides: parse_options
+    timeout_ms: int = DEFAULTS["timeout.ms"]
     retry: RetrySettings = field(default_factory=RetrySettings)
-    output_mode: str = "ordered"
-    on_error: str = "fail"
-    rate_limit: float = 0.0
-    retry_on_miss: bool = False
+    output_mode: str = DEFAULTS["output.mode"]
+    on_error: str = DEFAULTS["on.error"]
+    rate_limit: float = DEFAULTS["rate.limit"]
+    retry_on_miss: bool = DEFAULTS["retry.on-miss"]
     cache: CacheSettings = field(default_factory=CacheSettings)
     keys: tuple[Any, ...] | None = None
     partitions: int | None = None
-    filter_pushdown: bool = True
+    filter_pushdown: bool = DEFAULTS["filter.pushdown"]
     connector_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -323,11 +326,12 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         if not spec.prefix and spec.name not in connector_values:
             connector_values[spec.name] = spec.default
 
+    given = {**DEFAULTS, **parsed}  # every core option, its default where it was not set
     retry = RetrySettings(
-        max_attempts=parsed.get("retry.max-attempts", 3),
-        backoff=parsed.get("retry.backoff", "exponential"),
-        initial_delay_ms=parsed.get("retry.initial-delay.ms", 100),
-        max_delay_ms=parsed.get("retry.max-delay.ms", 5_000),
+        max_attempts=given["retry.max-attempts"],
+        backoff=given["retry.backoff"],
+        initial_delay_ms=given["retry.initial-delay.ms"],
+        max_delay_ms=given["retry.max-delay.ms"],
     )
     if retry.max_delay_ms < retry.initial_delay_ms:
         raise OptionError(
@@ -337,26 +341,26 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         )
     options = LookupOptions(
         connector=connector_name,
-        url=parsed.get("url"),
-        key_columns=parsed.get("key.column"),
-        capacity=parsed.get("capacity", 100),
-        batch_size=parsed.get("batch.size") or client_class.batch_size_default(connector_values),
-        timeout_ms=parsed.get("timeout.ms", 10_000),
+        url=given["url"],
+        key_columns=given["key.column"],
+        capacity=given["capacity"],
+        batch_size=given["batch.size"] or client_class.batch_size_default(connector_values),
+        timeout_ms=given["timeout.ms"],
         retry=retry,
-        output_mode=parsed.get("output.mode", "ordered"),
-        on_error=parsed.get("on.error", "fail"),
-        rate_limit=parsed.get("rate.limit", 0.0),
-        retry_on_miss=parsed.get("retry.on-miss", False),
+        output_mode=given["output.mode"],
+        on_error=given["on.error"],
+        rate_limit=given["rate.limit"],
+        retry_on_miss=given["retry.on-miss"],
         cache=CacheSettings(
-            mode=parsed.get("cache.mode", "partial"),
-            max_rows=parsed.get("cache.max-rows", 0),
-            ttl_ms=parsed.get("cache.ttl.ms", 0),
-            missing_keys=parsed.get("cache.missing-keys", True),
-            reload_ms=parsed.get("cache.reload.ms", 0),
+            mode=given["cache.mode"],
+            max_rows=given["cache.max-rows"],
+            ttl_ms=given["cache.ttl.ms"],
+            missing_keys=given["cache.missing-keys"],
+            reload_ms=given["cache.reload.ms"],
         ),
-        keys=parsed.get("keys"),
-        partitions=parsed.get("partitions"),
-        filter_pushdown=parsed.get("filter.pushdown", True),
+        keys=given["keys"],
+        partitions=given["partitions"],
+        filter_pushdown=given["filter.pushdown"],
         connector_options=connector_values,
     )
     client_class.validate_options(options.for_connector())

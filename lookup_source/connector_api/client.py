@@ -148,6 +148,11 @@ class LookupClient:
         return cls.default_batch_size
 
     @classmethod
+    def describe_batch_size_default(cls) -> str:
+        """How the docs state :meth:`batch_size_default` (override with it)."""
+        return str(cls.default_batch_size)
+
+    @classmethod
     def validate_options(cls, options: ConnectorOptions) -> None:
         """Check the parsed options before any task runs. Raise ``OptionError``."""
 

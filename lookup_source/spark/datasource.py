@@ -117,10 +117,12 @@ class AsyncLookupDataSource(DataSource):
                 f"on.error=column needs a '{ERROR_COLUMN} string' column in the reader's schema",
                 column=ERROR_COLUMN,
             )
-        # PySpark refuses to plan a read whose reader overrides pushFilters while
-        # spark.sql.python.filterPushdown.enabled is false (DATA_SOURCE_PUSHDOWN_DISABLED).
-        # Only PySpark's filter-pushdown worker, which runs only when that setting is true,
-        # gets the reader that accepts filters; every other caller gets the plain one.
+        # Why the call stack, not a setting: PySpark refuses to plan a read whose reader
+        # overrides pushFilters while spark.sql.python.filterPushdown.enabled is false
+        # (DATA_SOURCE_PUSHDOWN_DISABLED), yet never tells the data source that setting (it is
+        # not in the options, and reader() runs in a Python worker with no SparkSession). Its
+        # filter-pushdown worker runs only when the setting is true, so only that caller gets
+        # the reader that accepts filters; every other caller gets the plain one.
         if options.filter_pushdown and _called_from(_PUSHDOWN_MODULE):
             return FilteringLookupReader(plan)
         return AsyncLookupReader(plan)

@@ -22,7 +22,7 @@ from lookup_source.engine.operator import EngineSpec
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
-from lookup_source.spark.metrics import new_accumulator
+from lookup_source.spark.metrics import name_lookup, new_accumulator
 from lookup_source.spark.plan import LookupPlan
 
 if TYPE_CHECKING:
@@ -68,11 +68,10 @@ def lookup_join(
     function = functools.partial(
         _lookup_partition, spec=spec, config=plan.connector_config(), metrics=accumulator
     )
-    result = df.mapInArrow(function, out_schema)
-    if accumulator is not None:
-        # read it with lookup_metrics(result)
-        result._asynclookup_metrics = accumulator  # type: ignore[attr-defined]
-    return result
+    # the function's name appears in the plan of every DataFrame derived from the result:
+    # lookup_metrics finds the accumulator by it
+    function.__name__ = name_lookup(accumulator)  # type: ignore[attr-defined]
+    return df.mapInArrow(function, out_schema)
 
 
 def _lookup_partition(

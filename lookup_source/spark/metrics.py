@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import logging
+import re
+import uuid
 from typing import Any
 
 from lookup_source.engine.metrics import LookupMetrics
@@ -34,7 +36,18 @@ class MetricsAccumulatorParam(AccumulatorParam):
         return value1.merge(value2)
 
 
-_NAMED: dict[str, Any] = {}
+_NAMED: dict[str, Any] = {}  # registered lookup table -> its accumulator
+_BY_FUNCTION: dict[str, Any] = {}  # name of a lookup_join's function in plans -> accumulator
+_FUNCTION_NAME = re.compile(r"\basynclookup_[0-9a-f]{16}\b")
+
+
+def name_lookup(accumulator: Any) -> str:
+    """A name, unique in this driver, for the function of one ``lookup_join``; remembered with
+    its accumulator so that :func:`lookup_metrics` finds it in a DataFrame's plan."""
+    name = f"asynclookup_{uuid.uuid4().hex[:16]}"
+    if accumulator is not None:
+        _BY_FUNCTION[name] = accumulator
+    return name
 
 
 def new_accumulator(spark: Any, name: str | None = None) -> Any:
@@ -51,23 +64,39 @@ def new_accumulator(spark: Any, name: str | None = None) -> Any:
 
 
 def lookup_metrics(source: Any) -> LookupMetrics:
-    """The metrics of a DataFrame returned by ``lookup_join`` (or of anything derived from it),
-    or of a table registered with ``register_lookup_table`` (by name: its table function),
-    summed over every action run so far."""
+    """The metrics of a DataFrame returned by ``lookup_join``, or of any DataFrame derived from
+    it (those of every lookup_join in its plan, merged), or of a table registered with
+    ``register_lookup_table`` (by name: its table function), summed over every action run so
+    far. Metrics are Spark accumulators: they need a classic SparkSession, not Spark Connect."""
     if isinstance(source, str):
         accumulator = _NAMED.get(source.lower())
         if accumulator is None:
             raise KeyError(f"no lookup table named {source!r} was registered in this session")
-    else:
-        accumulator = getattr(source, "_asynclookup_metrics", None)
-        if accumulator is None:
-            raise ValueError(
-                "this DataFrame was not returned by lookup_join (or metrics are not "
-                "available over Spark Connect)"
-            )
-    value = accumulator.value
-    assert isinstance(value, LookupMetrics)
-    return value
+        value = accumulator.value
+        assert isinstance(value, LookupMetrics)
+        return value
+    plan = _analyzed_plan(source)
+    names = sorted(set(_FUNCTION_NAME.findall(plan)))
+    accumulators = [_BY_FUNCTION[n] for n in names if n in _BY_FUNCTION]
+    if not accumulators:
+        raise ValueError("this DataFrame has no lookup_join in its plan")
+    merged = LookupMetrics()
+    for accumulator in accumulators:
+        merged = merged.merge(accumulator.value)
+    return merged
+
+
+def _analyzed_plan(source: Any) -> str:
+    java = getattr(source, "_jdf", None)
+    if java is None:
+        raise ValueError(
+            "lookup_metrics needs a classic SparkSession: Spark Connect has no Python "
+            "accumulators, so the lookups of a Connect session are not counted"
+            if type(source).__module__.startswith("pyspark.sql.connect")
+            else f"lookup_metrics takes a DataFrame or a lookup table's name, not "
+            f"{type(source).__name__}"
+        )
+    return str(java.queryExecution().analyzed().toString())
 
 
 def log_metrics(source: Any) -> LookupMetrics:

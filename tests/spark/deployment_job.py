@@ -45,6 +45,12 @@ def main() -> None:
     )
     read_rows = sorted((r.user_id, r.name) for r in read.collect())
     table_rows: list[tuple[object, ...]] = []
+    from lookup_source import lookup_metrics
+
+    try:
+        metrics: object = lookup_metrics(joined).rows
+    except ValueError as error:  # Spark Connect: no accumulators
+        metrics = str(error)
     if not where.startswith(("sc://", "connect:")):
         from lookup_source import register_lookup_table
 
@@ -55,7 +61,15 @@ def main() -> None:
             for r in spark.sql("SELECT * FROM users_lookup(TABLE(events), 'user_id')").collect()
         )
     print(
-        json.dumps({"join": join_rows, "read": read_rows, "table": table_rows, "pid": os.getpid()})
+        json.dumps(
+            {
+                "join": join_rows,
+                "read": read_rows,
+                "table": table_rows,
+                "metrics": metrics,
+                "pid": os.getpid(),
+            }
+        )
     )
     spark.stop()
 

@@ -53,6 +53,7 @@ def test_local_cluster_matches_local(redis_srv: Any, prefix: str, loaded: None) 
     assert result["join"] == want["join"]
     assert result["read"] == want["read"]
     assert result["table"] == want["join"]
+    assert result["metrics"] == 5_000  # the accumulator crossed the executors
 
 
 def test_spark_connect(redis_srv: Any, prefix: str, loaded: None) -> None:
@@ -61,3 +62,7 @@ def test_spark_connect(redis_srv: Any, prefix: str, loaded: None) -> None:
     want = expected()
     assert result["join"] == want["join"]
     assert result["read"] == want["read"]
+    assert result["metrics"] == (
+        "lookup_metrics needs a classic SparkSession: Spark Connect has no Python "
+        "accumulators, so the lookups of a Connect session are not counted"
+    )

@@ -162,3 +162,32 @@ def test_http_lookup_join_through_the_user_service(spark: Any, style: str) -> No
         known = row.user_id is not None and row.user_id < 3000
         assert row.name == (user_record(row.user_id)["name"] if known else None)
         assert row.tier == (user_record(row.user_id)["tier"] if known else None)
+
+
+def test_metrics_of_the_result_and_of_what_is_derived_from_it(
+    spark: Any, users: dict, options: dict
+) -> None:
+    from lookup_source import lookup_metrics
+
+    df = spark.range(3000, numPartitions=2).select((F.col("id") % 1000).alias("user_id"))
+    out = lookup_join(df, "user_id", schema=SCHEMA, options=options)
+    derived = out.filter(F.col("tier") == 1).select("name")
+    assert derived.count() == 750
+    # one action ran: counted once, whichever DataFrame of the lineage is asked
+    for frame in (out, derived):
+        metrics = lookup_metrics(frame)
+        assert metrics.rows == 3000
+        assert metrics.keys == 2000  # 1000 distinct keys in each of the two tasks
+    second = lookup_join(
+        derived.withColumn("user_id", F.lit(7).cast("long")),
+        "user_id",
+        schema="user_id long, tier int",
+        options=options,
+    ).select("name", F.col("tier").alias("tier_of_7"))
+    assert {r.tier_of_7 for r in second.collect()} == {3}
+    both = lookup_metrics(second)  # both lookup_joins in its plan, merged
+    assert both.rows == 3000 * 2 + 750
+    with pytest.raises(ValueError, match="no lookup_join in its plan"):
+        lookup_metrics(df)
+    with pytest.raises(ValueError, match="takes a DataFrame or a lookup table's name"):
+        lookup_metrics(42)

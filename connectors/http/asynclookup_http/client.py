@@ -54,6 +54,8 @@ from lookup_source.connector_api import (
 )
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+BATCH_POST_SIZE = 100
+"""Keys per batch POST unless ``batch.size`` says otherwise."""
 _EXCERPT = 120
 
 
@@ -193,7 +195,11 @@ class HttpLookupClient(LookupClient):
 
     @classmethod
     def batch_size_default(cls, connector_options: Mapping[str, Any]) -> int:
-        return 100 if connector_options.get("http.batch.url") else 1
+        return BATCH_POST_SIZE if connector_options.get("http.batch.url") else 1
+
+    @classmethod
+    def describe_batch_size_default(cls) -> str:
+        return f"1 per GET, {BATCH_POST_SIZE} per batch POST"
 
     @classmethod
     def validate_options(cls, options: ConnectorOptions) -> None:

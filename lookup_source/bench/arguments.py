@@ -1,0 +1,95 @@
+"""The arguments of ``asynclookup bench``: importable without any extra, so that
+``asynclookup bench --help`` answers on any install."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scenarios",
+        default="http-1,http-5,http-20,http-batch-5,redis,redis-net,postgres,postgres-net",
+        help="comma-separated: http-<ms>, http-batch-<ms>, redis, redis-net, postgres, "
+        "postgres-net, sweep, memory (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rows", type=int, default=1_000_000, help="input rows per method (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--http-rows",
+        type=int,
+        default=200_000,
+        help="input rows per method for HTTP per-key scenarios (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--sample-rows",
+        type=int,
+        default=2_000,
+        help="rows for the synchronous per-row UDF, extrapolated (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--users",
+        type=int,
+        default=100_000,
+        help="distinct keys in the store (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        default=100,
+        help="requests in flight per task, and threads of the threaded methods "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tasks", type=int, default=2, help="Spark tasks and processes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--distributions",
+        default="uniform",
+        help="key distributions, comma-separated: uniform, zipf (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--net-delay-ms",
+        type=float,
+        default=0.5,
+        help="latency added each way by the proxy of the -net scenarios (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--sweep-latency-ms",
+        type=float,
+        default=100.0,
+        help="service latency of the capacity sweep (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--sweep-capacities",
+        default="10,50,100,250,500,1000,2000",
+        help="capacities (requests in flight per task) of the sweep (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--memory-rows",
+        default="1000000,10000000",
+        help="input sizes of the memory scenario (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--redis-url", default="redis://127.0.0.1:6379/0", help="(default: %(default)s)"
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        help="(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out", default="benchmarks/results", help="output directory (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of each fast method, the best kept (the per-row and threaded methods run "
+        "once) (default: %(default)s)",
+    )
+    parser.add_argument("--no-plot", action="store_true", help="write no PNG plots")
+
+
+# -- input -------------------------------------------------------------------------------------
