@@ -118,6 +118,13 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         "rows that arrive after the facts).",
     ),
     OptionSpec(
+        "lookup.max-matches",
+        parse_non_negative_int,
+        10_000,
+        "Most matches one key may have (a one-to-many lookup emits a row per match); a key "
+        "with more is an error naming it, handled by on.error. 0 = no limit.",
+    ),
+    OptionSpec(
         "cache.mode",
         choice("partial", "full"),
         "partial",
@@ -223,6 +230,7 @@ class LookupOptions:
     on_error: str = DEFAULTS["on.error"]
     rate_limit: float = DEFAULTS["rate.limit"]
     retry_on_miss: bool = DEFAULTS["retry.on-miss"]
+    max_matches: int = DEFAULTS["lookup.max-matches"]
     cache: CacheSettings = field(default_factory=CacheSettings)
     keys: tuple[Any, ...] | None = None
     partitions: int | None = None
@@ -351,6 +359,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         on_error=given["on.error"],
         rate_limit=given["rate.limit"],
         retry_on_miss=given["retry.on-miss"],
+        max_matches=given["lookup.max-matches"],
         cache=CacheSettings(
             mode=given["cache.mode"],
             max_rows=given["cache.max-rows"],

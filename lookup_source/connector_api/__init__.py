@@ -58,6 +58,7 @@ from lookup_source.connector_api.options import (
 from lookup_source.connector_api.secrets import secret_from_env
 from lookup_source.connector_api.templates import KeyTemplate, key_text
 from lookup_source.connector_api.values import (
+    as_records,
     cast_strings,
     conform_matches,
     convert_columns,
@@ -101,6 +102,7 @@ __all__ = [
     "RecordError",
     "SchemaError",
     "TransientError",
+    "as_records",
     "cast_strings",
     "choice",
     "conform_matches",

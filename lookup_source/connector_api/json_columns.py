@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api.values import cast_strings, to_arrow_column
@@ -98,6 +99,9 @@ class JsonColumns:
             rename=dict(zip(attributes + others, [f.name for f in self.fields] + list(extra))),
         )
         self._decode: Callable[[bytes], Any] = msgspec.json.Decoder(self.record_type).decode
+        self._decode_many: Callable[[bytes], Any] = msgspec.json.Decoder(
+            self.record_type | list[self.record_type]  # type: ignore[name-defined]
+        ).decode
         self._getters = [operator.attrgetter(a) for a in attributes]
         self.extra_getters = [operator.attrgetter(a) for a in others]
         """Read the ``extra`` fields of a decoded record, in the order given."""
@@ -106,6 +110,22 @@ class JsonColumns:
         """The columns of ``documents`` (each one JSON object); raises one of
         :data:`DECODE_ERRORS` if any document is not taken as it is."""
         return self.columns([self._decode(document) for document in documents])
+
+    def decode_matches(self, documents: Sequence[bytes]) -> tuple[np.ndarray, pa.RecordBatch]:
+        """Documents that are each an object or an array of objects (one per match): the
+        position of its document for each record, and the records' columns. Raises one of
+        :data:`DECODE_ERRORS` as :meth:`decode` does."""
+        index: list[int] = []
+        records: list[Any] = []
+        for position, document in enumerate(documents):
+            value = self._decode_many(document)
+            if isinstance(value, list):
+                records += value
+                index += [position] * len(value)
+            else:
+                records.append(value)
+                index.append(position)
+        return np.asarray(index, dtype=np.int64), self.columns(records)
 
     def columns(self, records: Sequence[Any]) -> pa.RecordBatch:
         """The columns of records decoded as :attr:`record_type`."""

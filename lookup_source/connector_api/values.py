@@ -173,6 +173,37 @@ def _error_array(reasons: dict[int, str], rows: int) -> pa.Array | None:
     return pa.array([reasons.get(row) for row in range(rows)], type=pa.string())
 
 
+def as_records(document: Any, what: str) -> Any:
+    """A decoded JSON ``document`` as the record form of one key's answer: an object is its
+    record, an array of objects its several matches, null or ``[]`` no match; anything else
+    a :class:`RecordError` saying that ``what`` holds the wrong thing.
+
+    >>> as_records([{"item": 1}, {"item": 2}], "key 7")
+    [{'item': 1}, {'item': 2}]
+    """
+    if document is None or isinstance(document, dict):
+        return document
+    if isinstance(document, list):
+        if not document:
+            return None
+        wrong = next((item for item in document if not isinstance(item, dict)), document)
+        if wrong is document:
+            return document
+        return RecordError(
+            f"{what} holds a JSON array with a {_json_name(wrong)} in it; expected an object "
+            "or an array of objects (one per match)"
+        )
+    return RecordError(
+        f"{what} holds a JSON {_json_name(document)}; expected an object or an array of "
+        "objects (one per match)"
+    )
+
+
+def _json_name(value: Any) -> str:
+    names = {str: "string", int: "number", float: "number", bool: "boolean", list: "array"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
 def records_to_matches(
     keys: Sequence[Any], result: Mapping[Any, Any], fields: Sequence[pa.Field]
 ) -> Matches:

@@ -582,12 +582,43 @@ class LookupEngine:
         matches = self._with_key_messages(matches, lambda: keys)
         return Matches(positions[matches.key_index], matches.values, matches.errors)
 
+    def _bounded(self, matches: Matches, job: _Job) -> Matches:
+        """``matches`` with each key that has more than ``lookup.max-matches`` replaced by one
+        error naming it (then handled by on.error)."""
+        limit = self.spec.options.max_matches
+        if len(matches.key_index) <= limit:
+            return matches
+        counts = np.bincount(matches.key_index, minlength=len(job.distinct))
+        over = np.flatnonzero(counts > limit)
+        if not len(over):
+            return matches
+        keys = job.python_keys()
+        rows = pa.array(np.flatnonzero(~np.isin(matches.key_index, over)))
+        errors = matches.errors
+        kept = Matches(
+            matches.key_index[rows.to_numpy()],
+            matches.values.take(rows),
+            errors.take(rows) if errors is not None else None,
+        )
+        messages = [
+            f"key {keys[k]!r}: {counts[k]:,} matches, more than lookup.max-matches={limit} "
+            "(raise it, or set it to 0 for no limit)"
+            for k in over
+        ]
+        nulls = pa.RecordBatch.from_arrays(
+            [pa.nulls(len(over), f.type) for f in self._fields], schema=pa.schema(self._fields)
+        )
+        failed = Matches(over.astype(np.int64), nulls, pa.array(messages, pa.string()))
+        return concat_matches([kept, failed], self._fields)
+
     def _build_output(self, job: _Job) -> pa.RecordBatch:
         spec = self.spec
         parts = [conform_matches(part, self._fields) for part in job.parts]
         if job.record_parts:
             parts.append(self._records_as_matches(job))
         matches = concat_matches(parts, self._fields)
+        if spec.options.max_matches:
+            matches = self._bounded(matches, job)
         if spec.options.on_error == "fail":
             failure = value_failure(
                 matches,

@@ -341,6 +341,15 @@ class ConnectorContract:
         assert [r["id"] for r in left] == [2, 1, 1, 1, 77]
         assert left[0] == {"id": 2, **user(4)} and left[-1] == {"id": 77, **dict.fromkeys(user(1))}
         assert [r["id"] for r in inner] == [2, 1, 1, 1]
+        # the guard: a key with more matches than lookup.max-matches is an error naming it
+        guarded = {**contract_store.options(), "lookup.max-matches": "2"}
+        with pytest.raises(LookupFailedError, match=r"key 1: 3 matches, more than lookup\.max"):
+            lookup_rows(guarded, self.schema, keys)
+        kept = lookup_rows({**guarded, "on.error": "null"}, self.schema, keys)
+        assert kept == [
+            {"id": 2, **user(4)},
+            *[{"id": k, **dict.fromkeys(user(1))} for k in (1, 77)],
+        ]
 
     def test_the_client_answers_directly(
         self, contract_store: ContractStore, users: dict[int, dict[str, Any]]

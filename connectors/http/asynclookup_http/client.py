@@ -42,6 +42,7 @@ from lookup_source.connector_api import (
     PermanentError,
     RecordError,
     TransientError,
+    as_records,
     key_text,
     match_rows,
     parse_bool,
@@ -309,15 +310,8 @@ class HttpLookupClient(LookupClient):
             document = _loads(body)
         except (ValueError, UnicodeDecodeError):
             return RecordError(f"the response is not valid JSON: {_excerpt(body)!r}")
-        record = _select(document, self._path)
-        if record is None:
-            return None
-        if not isinstance(record, dict):
-            where = f" at {'.'.join(self._path)}" if self._path else ""
-            return RecordError(
-                f"the response holds a JSON {type(record).__name__}{where}, expected an object"
-            )
-        return record
+        where = f"the response at {'.'.join(self._path)}" if self._path else "the response"
+        return as_records(_select(document, self._path), where)
 
     # -- batch style ---------------------------------------------------------------------------
 

@@ -256,7 +256,39 @@ def test_invalid_json_names_the_key_with_an_excerpt(srv: ScriptedServer) -> None
     assert rows[1]["_lookup_error"] == (
         "key 2: the response is not valid JSON: '<html>oops</html>'"
     )
-    assert rows[2]["_lookup_error"] == "key 3: the response holds a JSON list, expected an object"
+    assert rows[2]["_lookup_error"] == (
+        "key 3: the response holds a JSON array with a number in it; expected an object or an "
+        "array of objects (one per match)"
+    )
+
+
+def test_a_json_array_at_the_path_is_several_matches(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        user = int(request.path.rsplit("/", 1)[1])
+        orders = {
+            1: [{"item": "pen"}, {"item": "ink"}, {"item": "pad"}],
+            2: [],
+            3: {"item": "one"},
+            4: "text",
+        }
+        return web.json_response({"data": {"orders": orders[user]}})
+
+    srv.handler = handler
+    options = {"url": f"{srv.base_url}/{{key}}", "http.json.path": "data.orders"}
+    rows = lookup("uid long, item string", [1, 2, 3, 4], **options, **{"on.error": "column"})
+    assert [(r["uid"], r["item"]) for r in rows] == [
+        (1, "pen"),
+        (1, "ink"),
+        (1, "pad"),
+        (2, None),
+        (3, "one"),
+        (4, None),
+    ]
+    assert "key 4: the response at data.orders holds a JSON string" in rows[-1]["_lookup_error"]
+    nulls = run_keys(
+        {"connector": "http", **options, "on.error": "null"}, "uid long, item string", [1, 2, 4]
+    )
+    assert [r["item"] for r in nulls] == ["pen", "ink", "pad", None, None]
 
 
 def test_headers_plain_and_from_the_environment(

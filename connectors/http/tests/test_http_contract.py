@@ -15,7 +15,8 @@ from lookup_source.testing.contract import ConnectorContract, ContractStore, Rec
 
 
 class RecordsService:
-    """Serves what ``put`` stored: GET /u/{id}, GET /c/{tenant}/{id} (404 when absent),
+    """Serves what ``put`` stored: GET /u/{id}, GET /c/{tenant}/{id} (404 when absent, an
+    array when a key has several records),
     POST /batch with {"keys": [...]} answered by an array of records carrying their key; any
     request with the header ``X-Refuse`` is refused with 403."""
 
@@ -38,7 +39,7 @@ class RecordsService:
         found = self.records.get(key)
         if not found:
             return web.json_response({"error": "not found"}, status=404)
-        return web.json_response(found[0])
+        return web.json_response(found[0] if len(found) == 1 else found)  # several: an array
 
     async def get_one(self, request: web.Request) -> web.Response:
         return self._answer(int(request.match_info["id"]))
@@ -62,7 +63,7 @@ class HttpStore(ContractStore):
     def __init__(self, service: RecordsService, *, batch: bool) -> None:
         self.service = service
         self.batch = batch
-        self.supports_one_to_many = batch  # a batch answer may carry several records per key
+        self.supports_one_to_many = True  # an array per key (GET), several records (POST)
         self.max_batch_size = None if batch else 1  # a GET carries one key
 
     @property

@@ -21,6 +21,7 @@ import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import (
@@ -37,6 +38,7 @@ from lookup_source.connector_api import (
     RecordError,
     SchemaError,
     TransientError,
+    as_records,
     cast_strings,
     choice,
     parse_required_text,
@@ -280,10 +282,15 @@ class RedisLookupClient(LookupClient):
     ) -> Matches:
         present = _present(replies)
         assert self._json is not None
+        documents = [replies[i] for i in present]
         try:
-            values = self._json.decode([replies[i] for i in present])
+            values = self._json.decode(documents)
         except DECODE_ERRORS:
-            return self._reference(keys, self._decode_json(keys, redis_keys, replies))
+            try:  # values that are arrays of objects: several matches for their key
+                index, values = self._json.decode_matches(documents)
+            except DECODE_ERRORS:
+                return self._reference(keys, self._decode_json(keys, redis_keys, replies))
+            return Matches(np.asarray(present, dtype=np.int64)[index], values)
         return Matches(present, values)
 
     def _string_matches(
@@ -355,13 +362,7 @@ class RedisLookupClient(LookupClient):
                     f"Redis key {redis_key!r} does not hold valid JSON: {_excerpt(raw)!r}"
                 )
                 continue
-            if not isinstance(record, dict):
-                out[position] = RecordError(
-                    f"Redis key {redis_key!r} holds a JSON {type(record).__name__}, "
-                    "expected an object with the value columns as fields"
-                )
-                continue
-            out[position] = record
+            out[position] = as_records(record, f"Redis key {redis_key!r}")
         return out
 
     def _decode_strings(

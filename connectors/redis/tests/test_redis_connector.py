@@ -161,7 +161,10 @@ def test_malformed_values_are_reported_per_key(
     assert rows[2]["_lookup_error"] == (
         f"key 2: Redis key '{prefix}2' does not hold valid JSON: '{{not json'"
     )
-    assert "holds a JSON list, expected an object" in rows[3]["_lookup_error"]
+    assert rows[3]["_lookup_error"] == (
+        f"key 3: Redis key '{prefix}3' holds a JSON array with a number in it; expected an "
+        "object or an array of objects (one per match)"
+    )
     assert "key 4: column 'tier' expects int, got str 'high'" in rows[4]["_lookup_error"]
     assert rows[4]["name"] is None
     # MGET answers nil for a key that holds a hash: it is missing, not an error
@@ -173,6 +176,36 @@ def test_malformed_values_are_reported_per_key(
             [1, 2],
             **{"redis.key.pattern": f"{prefix}{{key}}"},
         )
+
+
+def test_a_json_array_of_objects_is_several_matches(
+    redis_srv: RedisServer, redis_db: Any, prefix: str
+) -> None:
+    redis_db.set(f"{prefix}1", json.dumps([{"name": "a", "tier": 1}, {"name": "b", "tier": 2}]))
+    redis_db.set(f"{prefix}2", json.dumps([]))  # no match
+    redis_db.set(f"{prefix}3", json.dumps({"name": "c", "tier": 3}))
+    redis_db.set(f"{prefix}4", json.dumps("text"))
+    redis_db.set(f"{prefix}5", json.dumps([{"name": "d"}, None]))
+    options = {"redis.key.pattern": f"{prefix}{{key}}", "on.error": "column"}
+    schema = "id long, name string, tier int"
+    rows = lookup(redis_srv.url, schema, [3, 1, 2, 4, 5, 1], **options)
+    assert [(r["id"], r["name"], r["tier"]) for r in rows] == [
+        (3, "c", 3),
+        (1, "a", 1),
+        (1, "b", 2),
+        (2, None, None),
+        (4, None, None),
+        (5, None, None),
+        (1, "a", 1),
+        (1, "b", 2),
+    ]
+    errors = {r["id"]: r["_lookup_error"] for r in rows}
+    assert errors[1] is None and errors[2] is None and errors[3] is None
+    assert "holds a JSON string; expected an object or an array of objects" in errors[4]
+    assert "holds a JSON array with a null in it" in errors[5]
+    # the fast path (all objects or arrays of objects) gives the same rows as the reference
+    fast = lookup(redis_srv.url, schema, [3, 1, 2, 1], **options)
+    assert fast == [r for r in rows if r["id"] in (1, 2, 3)]
 
 
 def test_wrong_redis_type_in_hash_mode_is_a_per_key_error(

@@ -13,7 +13,10 @@ from tests.servers import RedisServer
 
 
 class RedisStore(ContractStore):
-    """JSON values under ``<prefix>{id}`` (``<prefix>{tenant}:{id}`` for composite keys)."""
+    """JSON values under ``<prefix>{id}`` (``<prefix>{tenant}:{id}`` for composite keys); a
+    key with several records holds a JSON array of them."""
+
+    supports_one_to_many = True
 
     def __init__(self, server: RedisServer, client: Any, prefix: str) -> None:
         self.server = server
@@ -29,9 +32,10 @@ class RedisStore(ContractStore):
 
     def put(self, records: Mapping[Any, Sequence[Record]]) -> None:
         values = {}
-        for key, (record,) in records.items():
+        for key, many in records.items():
             name = ":".join(map(str, key)) if isinstance(key, tuple) else str(key)
-            values[f"{self.prefix}{name}"] = json.dumps(json_ready(record))
+            value: Any = [json_ready(r) for r in many]
+            values[f"{self.prefix}{name}"] = json.dumps(value[0] if len(value) == 1 else value)
         self.client.mset(values)
 
     def refused_options(self) -> dict[str, str]:
