@@ -71,6 +71,14 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec("timeout.ms", parse_positive_int, 10_000, "Time limit of each attempt, in ms."),
     OptionSpec(
+        "deadline.ms",
+        parse_non_negative_int,
+        0,
+        "Time limit of a key's lookup across all its attempts and the backoff between them, "
+        "from its first attempt, in ms; past it the lookup fails and on.error applies "
+        "(Flink's async timeout). 0 = bounded by timeout.ms and retry.max-attempts only.",
+    ),
+    OptionSpec(
         "retry.max-attempts",
         parse_positive_int,
         3,
@@ -225,6 +233,7 @@ class LookupOptions:
     capacity: int = DEFAULTS["capacity"]
     batch_size: int = LookupClient.default_batch_size  # the connector decides: parse_options
     timeout_ms: int = DEFAULTS["timeout.ms"]
+    deadline_ms: int = DEFAULTS["deadline.ms"]
     retry: RetrySettings = field(default_factory=RetrySettings)
     output_mode: str = DEFAULTS["output.mode"]
     on_error: str = DEFAULTS["on.error"]
@@ -354,6 +363,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         capacity=given["capacity"],
         batch_size=given["batch.size"] or client_class.batch_size_default(connector_values),
         timeout_ms=given["timeout.ms"],
+        deadline_ms=given["deadline.ms"],
         retry=retry,
         output_mode=given["output.mode"],
         on_error=given["on.error"],

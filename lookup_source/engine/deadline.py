@@ -1,4 +1,5 @@
-"""One attempt of a request, bounded by ``timeout.ms`` even when the client ignores it."""
+"""Time limits of a request: each attempt bounded by ``timeout.ms`` even when the client
+ignores it, and all its attempts and backoff bounded by ``deadline.ms``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import contextlib
 import sys
 from collections.abc import Awaitable
 from typing import Any
+
+from lookup_source.errors import LookupTimeoutError
 
 GRACE_S = 1.0
 """How long a timed-out request may take to honour its cancellation before it is abandoned."""
@@ -60,3 +63,30 @@ async def cancel_abandoned(abandoned: set[asyncio.Future[Any]]) -> None:
         future.cancel()
     if stuck:  # requests that ignored their cancellation: do not wait for them forever
         await asyncio.wait(stuck, timeout=GRACE_S)
+
+
+class RequestDeadline:
+    """The ``deadline.ms`` of one request, from its first attempt: how long the next attempt
+    may take, and whether a retry after a delay would still start in time."""
+
+    __slots__ = ("ends", "timeout_s", "total_s")
+
+    def __init__(self, timeout_s: float, total_s: float, now: float) -> None:
+        self.timeout_s = timeout_s
+        self.total_s = total_s
+        self.ends = now + total_s if total_s else float("inf")
+
+    def limit_s(self, now: float) -> float:
+        """The time limit of an attempt starting ``now``: ``timeout.ms``, or less near the end."""
+        return min(self.timeout_s, self.ends - now)
+
+    def allows(self, when: float) -> bool:
+        """Whether an attempt may still start at ``when``."""
+        return when < self.ends
+
+    def error(self, attempts: int, cause: BaseException | None = None) -> LookupTimeoutError:
+        last = f"; the last attempt failed with {type(cause).__name__}: {cause}" if cause else ""
+        return LookupTimeoutError(
+            f"no answer within deadline.ms={round(self.total_s * 1000)} "
+            f"({attempts} attempt{'s' if attempts != 1 else ''}){last}"
+        )

@@ -38,7 +38,12 @@ from lookup_source.connector_api import LookupClient, Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_matches, records_to_matches
 from lookup_source.engine.cache import MISSING, CachedError, CachedRows, cache_rows, cached_matches
-from lookup_source.engine.deadline import cancel_abandoned, with_deadline, with_timeout
+from lookup_source.engine.deadline import (
+    RequestDeadline,
+    cancel_abandoned,
+    with_deadline,
+    with_timeout,
+)
 from lookup_source.engine.inflight import InFlightKeys
 from lookup_source.engine.keys import DistinctKeys, cast_key_column, distinct_keys
 from lookup_source.engine.metrics import LookupMetrics
@@ -167,6 +172,7 @@ class LookupEngine:
         self._capacity = options.capacity
         self._batch_size = options.batch_size
         self._timeout_s = options.timeout_ms / 1000.0
+        self._deadline_s = options.deadline_ms / 1000.0
         self._retry = RetryPolicy(options.retry, retry_on_miss=options.retry_on_miss)
         self._sleep = sleep
         self._rng = rng
@@ -364,8 +370,9 @@ class LookupEngine:
                     self._complete(job)
             self._notify()
 
-    async def _attempt(self, request: _Request, rows: np.ndarray | None) -> Any:
-        """One call to the client for the request's keys (or the given rows of them)."""
+    async def _attempt(self, request: _Request, rows: np.ndarray | None, limit_s: float) -> Any:
+        """One call to the client for the request's keys (or the given rows of them), for at
+        most ``limit_s`` seconds."""
         if self._columnar:
             keys = request.keys if rows is None else request.keys.take(pa.array(rows))
             call: Awaitable[Any] = self.client.lookup_arrow(keys)
@@ -373,8 +380,8 @@ class LookupEngine:
             everything = request.python_keys()
             call = self.client.lookup(everything if rows is None else [everything[r] for r in rows])
         if self._cheap_deadline:
-            return await with_timeout(call, self._timeout_s)
-        return await with_deadline(call, self._timeout_s, self._abandoned)
+            return await with_timeout(call, limit_s)
+        return await with_deadline(call, limit_s, self._abandoned)
 
     def _checked(self, result: Any) -> _Answer:
         """The client's answer, or a TypeError that fails the task (a connector bug)."""
@@ -401,19 +408,25 @@ class LookupEngine:
         merged: dict[Any, Any] = {}
         rows: np.ndarray | None = None  # None: every key of the request
         attempt = 0
+        deadline = RequestDeadline(self._timeout_s, self._deadline_s, loop.time())
         while True:
             attempt += 1
             if self._limiter is not None:
                 await self._limiter.acquire()
+            limit_s = deadline.limit_s(loop.time())
+            if limit_s <= 0:  # the rate limiter held the attempt past the deadline
+                raise _FinalFailure(deadline.error(attempt - 1), attempt - 1)
             self.stats.requests += 1
             started = loop.time()
             try:
-                result = await self._attempt(request, rows)
+                result = await self._attempt(request, rows, limit_s)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 self.stats.timeouts += 1
                 error: BaseException = (
                     exc
                     if isinstance(exc, LookupTimeoutError)
+                    else deadline.error(attempt)
+                    if limit_s < self._timeout_s
                     else LookupTimeoutError(
                         f"no answer within timeout.ms={self.spec.options.timeout_ms}"
                     )
@@ -438,17 +451,23 @@ class LookupEngine:
                         [r for r, k in enumerate(request.python_keys()) if _absent(merged.get(k))],
                         dtype=np.int64,
                     )
-                if not retry.retry_missing(attempt, len(missing)):
+                delay = retry.delay_s(attempt, rng=self._rng)
+                if not retry.retry_missing(attempt, len(missing)) or not deadline.allows(
+                    loop.time() + delay
+                ):
                     return self._merge(answers) if self._columnar else merged
                 rows = missing  # late dimension rows: ask again for the missing keys only
                 self.stats.retries += 1
-                await self._sleep(retry.delay_s(attempt, rng=self._rng))
+                await self._sleep(delay)
                 continue
             if not retry.retry_error(attempt, self.client.is_retryable(error)):
                 raise _FinalFailure(error, attempt)
-            self.stats.retries += 1
             retry_after = getattr(error, "retry_after", None)
-            await self._sleep(retry.delay_s(attempt, retry_after_s=retry_after, rng=self._rng))
+            delay = retry.delay_s(attempt, retry_after_s=retry_after, rng=self._rng)
+            if not deadline.allows(loop.time() + delay):
+                raise _FinalFailure(deadline.error(attempt, error), attempt)
+            self.stats.retries += 1
+            await self._sleep(delay)
 
     def _missing_rows(self, request: _Request, answers: list[Matches]) -> np.ndarray:
         found = np.zeros(request.keys.num_rows, dtype=bool)

@@ -195,6 +195,45 @@ def test_timeouts_are_retried_then_fail_naming_connector_and_keys() -> None:
     assert store.opened == 1 and store.closed == 1  # closed on failure too
 
 
+def test_the_deadline_bounds_every_attempt_and_backoff_of_a_key() -> None:
+    """Slow answers and a retry policy that would take ~2 s: deadline.ms=250 ends it."""
+    import time
+
+    store = FakeStore(TABLE)
+    store.latency = lambda keys: 0.12
+    options = make_options(
+        timeout_ms=100, max_attempts=10, initial_delay_ms=50, max_delay_ms=50, deadline_ms=250
+    )
+    started = time.monotonic()
+    with pytest.raises(LookupFailedError) as info:
+        run(make_spec(options), [key_batch([1, 2])], store)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.0, elapsed  # without the deadline: 10 x (100 + 50) ms
+    assert "no answer within deadline.ms=250 (2 attempts)" in str(info.value)
+    assert info.value.attempts == 2 and len(store.requests) == 2  # 100 + 50 + 100 ms: no third
+    # the last attempt is cut short to end at the deadline, and on.error applies
+    store.requests.clear()
+    store.latency = lambda keys: 0.12 if len(store.requests) < 3 else 0.0
+    options = make_options(
+        timeout_ms=100, max_attempts=10, initial_delay_ms=10, max_delay_ms=10, deadline_ms=250
+    )
+    out = rows(run(make_spec(options), [key_batch([1])], store))
+    assert out[0]["name"] == "user-1" and len(store.requests) == 3  # 100+10+100+10+answer
+    failed = make_options(
+        timeout_ms=100,
+        max_attempts=10,
+        initial_delay_ms=10,
+        max_delay_ms=10,
+        deadline_ms=150,
+        on_error="column",
+    )
+    store.requests.clear()
+    store.latency = lambda keys: 0.12
+    out = rows(run(make_spec(failed), [key_batch([1])], store))
+    assert out[0]["name"] is None
+    assert "deadline.ms=150 (2 attempts)" in out[0]["_lookup_error"]
+
+
 def test_transient_errors_are_retried_until_success() -> None:
     store = FakeStore(TABLE)
     store.failures = [ConnectionResetError("reset by peer"), TransientError("503")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -539,3 +540,24 @@ def test_https_verifies_certificates_unless_told_not_to(tmp_path: Any) -> None:
         assert info.value.attempts == 1  # a certificate failure is not retried
         rows = lookup("id long, v string", [1], url=url, **{"http.tls.verify": "false"})
         assert rows == [{"id": 1, "v": "secure"}]
+
+
+def test_the_deadline_ends_retries_against_a_slow_server(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        await asyncio.sleep(0.5)
+        return web.json_response({"v": "late"})
+
+    srv.handler = handler
+    options = {
+        "url": f"{srv.base_url}/{{key}}",
+        "timeout.ms": "200",
+        "retry.max-attempts": "10",  # ~10 x 0.3 s without the deadline
+        "retry.backoff": "fixed",
+        "retry.initial-delay.ms": "100",
+        "deadline.ms": "600",
+    }
+    started = time.monotonic()
+    with pytest.raises(LookupFailedError, match=r"deadline\.ms=600 \((2|3) attempts\)"):
+        lookup("id long, v string", [1], **options)
+    assert time.monotonic() - started < 1.5
+    assert 2 <= len(srv.seen) <= 3  # the server saw each attempt; none after the deadline
