@@ -12,6 +12,7 @@ the connector's name (``redis.key.pattern``) and declared by the connector class
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from collections.abc import Mapping
@@ -116,6 +117,15 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         0.0,
         "Most requests per second per task, retries included (0 = no limit); for "
         "third-party APIs with a quota.",
+        default_doc="0",
+    ),
+    OptionSpec(
+        "rate.limit.total",
+        parse_rate,
+        0.0,
+        "Most requests per second for the whole lookup (your API quota), retries included; "
+        "split evenly over the most tasks of the lookup that can run at once (0 = no limit). "
+        "See the README for what it cannot promise.",
         default_doc="0",
     ),
     OptionSpec(
@@ -238,6 +248,7 @@ class LookupOptions:
     output_mode: str = DEFAULTS["output.mode"]
     on_error: str = DEFAULTS["on.error"]
     rate_limit: float = DEFAULTS["rate.limit"]
+    rate_limit_total: float = DEFAULTS["rate.limit.total"]
     retry_on_miss: bool = DEFAULTS["retry.on-miss"]
     max_matches: int = DEFAULTS["lookup.max-matches"]
     cache: CacheSettings = field(default_factory=CacheSettings)
@@ -245,6 +256,15 @@ class LookupOptions:
     partitions: int | None = None
     filter_pushdown: bool = DEFAULTS["filter.pushdown"]
     connector_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def split_rate(self, tasks: int) -> LookupOptions:
+        """These options for one of ``tasks`` tasks that may run at once: ``rate.limit.total``
+        becomes its even share of a per-task ``rate.limit`` (the smaller, if both are set)."""
+        if not self.rate_limit_total:
+            return self
+        share = self.rate_limit_total / max(1, tasks)
+        rate = min(self.rate_limit, share) if self.rate_limit else share
+        return dataclasses.replace(self, rate_limit=rate, rate_limit_total=0.0)
 
     @property
     def ordered(self) -> bool:
@@ -368,6 +388,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         output_mode=given["output.mode"],
         on_error=given["on.error"],
         rate_limit=given["rate.limit"],
+        rate_limit_total=given["rate.limit.total"],
         retry_on_miss=given["retry.on-miss"],
         max_matches=given["lookup.max-matches"],
         cache=CacheSettings(

@@ -64,10 +64,11 @@ DEFAULT_SCAN_PARTITIONS = 4
 class KeyPartition(InputPartition):
     """The keys one read task fetches."""
 
-    def __init__(self, index: int, keys: list[Any]) -> None:
+    def __init__(self, index: int, keys: list[Any], count: int = 1) -> None:
         super().__init__(index)
         self.index = index
         self.keys = keys
+        self.count = count  # the read's tasks, which share rate.limit.total
 
 
 class ScanPartition(InputPartition):
@@ -187,7 +188,8 @@ class AsyncLookupReader(DataSourceReader):
         count = max(1, min(wanted, len(typed)))
         size = math.ceil(len(typed) / count) if typed else 0
         return [
-            KeyPartition(index, typed[index * size : (index + 1) * size]) for index in range(count)
+            KeyPartition(index, typed[index * size : (index + 1) * size], count)
+            for index in range(count)
         ]
 
     def _scan_partitions(self) -> list[InputPartition]:
@@ -216,6 +218,9 @@ class AsyncLookupReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         plan = self.plan
+        if plan.options.rate_limit_total:  # an even share for each of the read's tasks
+            count = getattr(partition, "count", 1)
+            plan = dataclasses.replace(plan, options=plan.options.split_rate(count))
         output_names = [f.name for f in plan.schema.fields]
         if isinstance(partition, ScanPartition):
             key_fields = tuple(

@@ -20,7 +20,7 @@ from pyspark.sql.types import (
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.operator import EngineSpec
 from lookup_source.engine.runner import run_lookups
-from lookup_source.errors import SchemaError
+from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.metrics import name_lookup, new_accumulator
 from lookup_source.spark.plan import LookupPlan
@@ -60,6 +60,8 @@ def lookup_join(
         if isinstance(options, LookupOptions)
         else parse_options({str(k): v for k, v in options.items()})
     )
+    if lookup_options.rate_limit_total:
+        lookup_options = lookup_options.split_rate(concurrent_tasks(df))
     plan = LookupPlan.build(lookup_options, schema)
     on_columns = resolve_on(df.schema, on, plan)
     out_schema = output_schema(df.schema, plan)
@@ -72,6 +74,24 @@ def lookup_join(
     # lookup_metrics finds the accumulator by it
     function.__name__ = name_lookup(accumulator)  # type: ignore[attr-defined]
     return df.mapInArrow(function, out_schema)
+
+
+def concurrent_tasks(df: DataFrame) -> int:
+    """The most tasks of a lookup over ``df`` that can run at once: its partitions, at most
+    the cores of the cluster (what ``rate.limit.total`` is split over)."""
+    try:
+        cores = int(df.sparkSession.sparkContext.defaultParallelism)
+    except Exception as exc:  # Spark Connect: no SparkContext
+        raise OptionError(
+            "rate.limit.total",
+            "needs a classic SparkSession to know how many tasks run at once; over Spark "
+            "Connect, set rate.limit (per task) instead",
+        ) from exc
+    try:
+        partitions = int(df.rdd.getNumPartitions())
+    except Exception:  # a streaming DataFrame: its micro-batches run on every core
+        return cores
+    return max(1, min(partitions, cores))
 
 
 def _lookup_partition(

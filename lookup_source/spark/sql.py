@@ -74,6 +74,8 @@ def register_lookup_table(
         if lookup_options.key_columns is None:
             raw["key.column"] = ",".join(keys)
             lookup_options = parse_options(raw)
+    if lookup_options.rate_limit_total:  # the table function's tasks: at most every core
+        lookup_options = lookup_options.split_rate(spark.sparkContext.defaultParallelism)
     plan = LookupPlan.build(lookup_options, schema)
     spark.dataSource.register(AsyncLookupDataSource)
     reader = spark.read.format("asynclookup").options(**raw).schema(plan.schema)
