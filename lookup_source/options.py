@@ -143,6 +143,14 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         "with more is an error naming it, handled by on.error. 0 = no limit.",
     ),
     OptionSpec(
+        "partition.by-key",
+        parse_bool,
+        False,
+        "lookup_join only: hash-partition the input by the key columns before the lookup, so "
+        "each worker sees (and caches) a disjoint share of the keys; costs a shuffle. The "
+        "table function does it with TABLE(t) PARTITION BY key.",
+    ),
+    OptionSpec(
         "cache.mode",
         choice("partial", "full"),
         "partial",
@@ -255,6 +263,7 @@ class LookupOptions:
     keys: tuple[Any, ...] | None = None
     partitions: int | None = None
     filter_pushdown: bool = DEFAULTS["filter.pushdown"]
+    partition_by_key: bool = DEFAULTS["partition.by-key"]
     connector_options: Mapping[str, Any] = field(default_factory=dict)
 
     def split_rate(self, tasks: int) -> LookupOptions:
@@ -401,6 +410,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         keys=given["keys"],
         partitions=given["partitions"],
         filter_pushdown=given["filter.pushdown"],
+        partition_by_key=given["partition.by-key"],
         connector_options=connector_values,
     )
     client_class.validate_options(options.for_connector())

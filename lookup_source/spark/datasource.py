@@ -112,6 +112,12 @@ class AsyncLookupDataSource(DataSource):
         options = self.lookup_options
         if options.key_columns is None and self.inferred_key_columns:
             options = dataclasses.replace(options, key_columns=self.inferred_key_columns)
+        if options.partition_by_key:
+            raise OptionError(
+                "partition.by-key",
+                "applies to lookup_join only; in SQL, partition the table function's input "
+                "with TABLE(t) PARTITION BY <key column>",
+            )
         plan = LookupPlan.build(options, schema)
         if plan.options.error_column and ERROR_COLUMN not in schema.fieldNames():
             raise SchemaError(

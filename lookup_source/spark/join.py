@@ -64,6 +64,8 @@ def lookup_join(
         lookup_options = lookup_options.split_rate(concurrent_tasks(df))
     plan = LookupPlan.build(lookup_options, schema)
     on_columns = resolve_on(df.schema, on, plan)
+    if lookup_options.partition_by_key:
+        df = partitioned_by_key(df, on_columns)
     out_schema = output_schema(df.schema, plan)
     spec = plan.engine_spec(tuple(on_columns), how=how)
     accumulator = new_accumulator(df.sparkSession)
@@ -74,6 +76,16 @@ def lookup_join(
     # lookup_metrics finds the accumulator by it
     function.__name__ = name_lookup(accumulator)  # type: ignore[attr-defined]
     return df.mapInArrow(function, out_schema)
+
+
+def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """``df`` hash-partitioned by its key columns: a key's rows all go to one task, so the
+    per-worker caches hold disjoint shares of the keys. Keeps the number of partitions of a
+    batch DataFrame (a streaming one takes spark.sql.shuffle.partitions)."""
+    try:
+        return df.repartition(df.rdd.getNumPartitions(), *columns)
+    except Exception:  # streaming (no rdd), or Spark Connect
+        return df.repartition(*columns)
 
 
 def concurrent_tasks(df: DataFrame) -> int:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.types import StructType
-from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult
+from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
 from lookup_source.engine.runner import LookupTask
 from lookup_source.errors import OptionError, SchemaError
@@ -78,7 +78,9 @@ def register_lookup_table(
         lookup_options = lookup_options.split_rate(spark.sparkContext.defaultParallelism)
     plan = LookupPlan.build(lookup_options, schema)
     spark.dataSource.register(AsyncLookupDataSource)
-    reader = spark.read.format("asynclookup").options(**raw).schema(plan.schema)
+    # partition.by-key shapes the table function's input; the view is a scan
+    view_options = {k: v for k, v in raw.items() if k.strip().lower() != "partition.by-key"}
+    reader = spark.read.format("asynclookup").options(**view_options).schema(plan.schema)
     reader.load().createOrReplaceTempView(name)
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
     spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics, spark))
@@ -133,8 +135,12 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = No
             if join not in ("left", "inner"):
                 raise SchemaError(f"how must be 'left' or 'inner', got {join!r}")
             on = tuple(resolve_on(table.dataType, on_text, plan))
+            # partition.by-key: Spark hash-partitions TABLE(t) by the key, as if the call said
+            # TABLE(t) PARTITION BY <key>
+            by_key = plan.options.partition_by_key
             return LookupAnalyzeResult(
                 schema=output_schema(table.dataType, plan),
+                partitionBy=tuple(PartitioningColumn(_quoted(c)) for c in on) if by_key else (),
                 on=on,
                 how=join,
                 input_schema=table.dataType,
@@ -184,6 +190,10 @@ def _arrow_table_function(handler: type, spark: Any = None) -> Any:
     from pyspark.sql.udtf import UserDefinedTableFunction
 
     return UserDefinedTableFunction(handler, None, evalType=PythonEvalType.SQL_ARROW_UDTF)
+
+
+def _quoted(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
 
 
 def _is_connect(spark: Any) -> bool:
