@@ -89,6 +89,7 @@ def methods_for(store: Store, distribution: str) -> list[Method]:
     chosen += [m.asynclookup("ordered"), m.asynclookup("unordered")]
     if distribution == "zipf":
         chosen.append(m.asynclookup("ordered", cache=True))
+        chosen.append(m.asynclookup("ordered", cache=True, by_key=True))
     chosen += [m.sql_table_function, m.floor]
     return chosen
 

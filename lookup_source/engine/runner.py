@@ -71,7 +71,11 @@ class LookupTask:
     def _worker_cache(self, spec: EngineSpec, config: ConnectorConfig, factory: Any) -> Any:
         settings = spec.options.cache
         if settings.mode == "full":
-            cache = worker_cache("full", config, lambda: FullCache(settings.reload_ms / 1000))
+            cache = worker_cache(
+                f"full reload={settings.reload_ms}",
+                config,
+                lambda: FullCache(settings.reload_ms / 1000),
+            )
             key_fields = [
                 pa.field(name, kind) for name, kind in zip(config.key_columns, config.key_types)
             ]
@@ -86,8 +90,11 @@ class LookupTask:
                 reload_in_background(cache, lambda: factory(config), key_fields, value_fields)
             return cache
         if settings.max_rows > 0:
+            # a lookup with other cache settings gets a cache of its own, with its settings
             return worker_cache(
-                "partial", config, lambda: PartialCache(settings.max_rows, settings.ttl_ms / 1000)
+                f"partial max-rows={settings.max_rows} ttl={settings.ttl_ms}",
+                config,
+                lambda: PartialCache(settings.max_rows, settings.ttl_ms / 1000),
             )
         return None
 

@@ -75,6 +75,15 @@ def test_cache_hits_send_no_request_and_misses_are_cached() -> None:
     assert stats[1].requests == 1
 
 
+def test_a_lookup_with_other_cache_settings_has_a_cache_of_its_own() -> None:
+    store = FakeStore(TABLE)
+    run(make_spec(cached(max_rows=1000)), [key_batch([1, 2])], store)
+    run(make_spec(cached(max_rows=1000)), [key_batch([1, 2])], store)  # the same cache: hits
+    run(make_spec(cached(max_rows=2)), [key_batch([1, 2, 3])], store)  # its own, of 2 rows
+    run(make_spec(cached(max_rows=2)), [key_batch([1])], store)  # 1 was evicted by 3
+    assert store.requests == [[1, 2], [1, 2, 3], [1]]
+
+
 def test_missing_keys_not_cached_when_asked() -> None:
     store = FakeStore(TABLE)
     spec = make_spec(cached(max_rows=1000, missing_keys=False))
