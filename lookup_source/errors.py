@@ -10,7 +10,8 @@ Every error raised on purpose by this package derives from :class:`AsyncLookupEr
     │   └── ConnectorNotFoundError             the ``connector`` option names nothing we can load
     ├── ConnectorError                         raised by a connector while talking to its store
     │   ├── TransientError                     may succeed if tried again: retried with backoff
-    │   │   └── LookupTimeoutError             an attempt took longer than ``timeout.ms``
+    │   │   ├── LookupTimeoutError             an attempt took longer than ``timeout.ms``
+    │   │   └── OverloadedError                the store refused the request as too much (429, 503)
     │   └── PermanentError                     will not succeed if tried again: never retried
     ├── RecordError (also ValueError)          a key's value is malformed or does not fit
     └── LookupFailedError                      ``on.error=fail``: lookups failed; the task fails
@@ -78,6 +79,12 @@ class TransientError(ConnectorError):
 
 class LookupTimeoutError(TransientError, TimeoutError):
     """One attempt did not complete within ``timeout.ms``."""
+
+
+class OverloadedError(TransientError):
+    """The store refused the request because it has too much to do (HTTP 429 or 503, a
+    server out of connections): retried with backoff, and ``capacity.adaptive`` lowers the
+    concurrency limit."""
 
 
 class PermanentError(ConnectorError):

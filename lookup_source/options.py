@@ -40,6 +40,17 @@ from lookup_source.registry import available_connectors, resolve_connector
 # The core options
 # ---------------------------------------------------------------------------------------------
 
+
+def _ratio_above_one(value: str) -> float:
+    try:
+        ratio = float(value.strip())
+    except ValueError:
+        raise ValueError(f"expected a number above 1, such as 2.0, got {value!r}") from None
+    if not 1 < ratio < float("inf"):
+        raise ValueError(f"must be a number above 1, got {value!r}")
+    return ratio
+
+
 CORE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "connector",
@@ -62,6 +73,22 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         parse_positive_int,
         100,
         "Most requests in flight at once per task; when full, the task stops pulling input.",
+    ),
+    OptionSpec(
+        "capacity.adaptive",
+        parse_bool,
+        False,
+        "Make `capacity` the ceiling of a per-task limit that adapts (AIMD): it starts at 10, "
+        "grows while answers come back as fast as lately, and shrinks by a quarter on a "
+        "timeout, an overload answer (HTTP 429/503, Postgres out of connections) or a rising "
+        "latency. The limit over time is in the metrics (`limit_history`).",
+    ),
+    OptionSpec(
+        "capacity.latency-tolerance",
+        _ratio_above_one,
+        2.0,
+        "capacity.adaptive: the limit shrinks when the recent latency exceeds this multiple of "
+        "the lowest latency seen lately.",
     ),
     OptionSpec(
         "batch.size",
@@ -146,9 +173,9 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         "partition.by-key",
         parse_bool,
         False,
-        "lookup_join only: hash-partition the input by the key columns before the lookup, so "
-        "each worker sees (and caches) a disjoint share of the keys; costs a shuffle. The "
-        "table function does it with TABLE(t) PARTITION BY key.",
+        "Hash-partition the input by the key columns before the lookup, so each worker sees "
+        "(and caches) a disjoint share of the keys; costs a shuffle. For lookup_join and a "
+        "table function registered with it (as TABLE(t) PARTITION BY key); not the data source.",
     ),
     OptionSpec(
         "cache.mode",
@@ -249,6 +276,8 @@ class LookupOptions:
     url: str | None = None
     key_columns: tuple[str, ...] | None = None
     capacity: int = DEFAULTS["capacity"]
+    capacity_adaptive: bool = DEFAULTS["capacity.adaptive"]
+    capacity_latency_tolerance: float = DEFAULTS["capacity.latency-tolerance"]
     batch_size: int = LookupClient.default_batch_size  # the connector decides: parse_options
     timeout_ms: int = DEFAULTS["timeout.ms"]
     deadline_ms: int = DEFAULTS["deadline.ms"]
@@ -393,6 +422,8 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         batch_size=given["batch.size"] or client_class.batch_size_default(connector_values),
         timeout_ms=given["timeout.ms"],
         deadline_ms=given["deadline.ms"],
+        capacity_adaptive=given["capacity.adaptive"],
+        capacity_latency_tolerance=given["capacity.latency-tolerance"],
         retry=retry,
         output_mode=given["output.mode"],
         on_error=given["on.error"],

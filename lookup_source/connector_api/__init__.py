@@ -23,7 +23,8 @@ msgspec and the exception tree::
   Python values with the checks the engine applies; ``JsonColumns`` decodes JSON documents
   into typed columns in native code; ``python_keys`` and ``match_rows`` handle keys;
 - :class:`OptionSpec` and its parsers; :class:`KeyTemplate`; :func:`secret_from_env`;
-- the errors a connector raises: :class:`TransientError` (retried), :class:`PermanentError`
+- the errors a connector raises: :class:`TransientError` (retried; :class:`OverloadedError`
+  when the store says it has too much to do), :class:`PermanentError`
   (not retried), :class:`RecordError` (one key's value is malformed). Translate your library's
   exceptions into these at the connector's boundary (:func:`translated_errors`): the engine
   never sees them; :func:`redact_url` hides a password in a URL you put in a message.
@@ -72,6 +73,7 @@ from lookup_source.errors import (
     ConnectorError,
     LookupTimeoutError,
     OptionError,
+    OverloadedError,
     PermanentError,
     RecordError,
     SchemaError,
@@ -96,6 +98,7 @@ __all__ = [
     "Matches",
     "OptionError",
     "OptionSpec",
+    "OverloadedError",
     "Parser",
     "PermanentError",
     "Record",

@@ -260,13 +260,21 @@ class LookupClient:
             for pair in records_from_matches(python_keys(keys), matches).items():
                 yield pair
 
+    async def scan_splits(self, partitions: int) -> Sequence[Any] | None:
+        """Optional: how to cut a scan into ``partitions`` disjoint parts that together read
+        the table once (key ranges, say), decided once when the read is planned. Each split is
+        a plain value (it is pickled to a task) handed back as ``scan_arrow(..., split=)``.
+        None (the default): each part filters the table itself (by a hash of the key)."""
+        return None
+
     async def scan_arrow(
-        self, partition: int = 0, partitions: int = 1
+        self, partition: int = 0, partitions: int = 1, *, split: Any = None
     ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
         """The columnar scan: chunks ``(keys, matches)`` of one of ``partitions`` disjoint parts
         of the table. ``keys`` holds the key columns of the keys the chunk found, as the store
         gives them (the declared types, or text that converts to them: a key that does not is
         reported), and ``matches`` their values, with ``key_index`` pointing into ``keys``.
+        ``split`` is this part's split from :meth:`scan_splits`, when it gave some.
         The default reads :meth:`scan`."""
 
         names = list(self.config.key_columns)

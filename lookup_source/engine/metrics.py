@@ -17,6 +17,8 @@ _BUCKETS = 200  # up to 0.01 ms * 1.1**200 ≈ 19 hours
 
 _PER_BUCKET = 1 / math.log(_GROWTH)
 
+LIMIT_POINTS = 500
+
 
 def _bucket(ms: float) -> int:
     if ms <= _BASE_MS:
@@ -46,6 +48,24 @@ class LookupMetrics:
     peak_rss_mb: float = 0.0
     latency_max_ms: float = 0.0
     latency_buckets: dict[int, int] = field(default_factory=dict, repr=False)
+    limit_history: list[list[tuple[float, int]]] = field(default_factory=list, repr=False)
+    """``capacity.adaptive``: for each task, (unix time, concurrency limit) at its start and at
+    each change (at most :data:`LIMIT_POINTS` per task, thinned evenly beyond that)."""
+
+    def record_limit(self, when: float, limit: int) -> None:
+        """This task's concurrency limit became ``limit`` at ``when`` (unix time)."""
+        if not self.limit_history:
+            self.limit_history.append([])
+        points = self.limit_history[0]
+        points.append((when, limit))
+        if len(points) > 2 * LIMIT_POINTS:  # keep the first and last, thin the rest evenly
+            points[1:-1] = points[1:-1:2]
+
+    @property
+    def limit_range(self) -> tuple[int, int] | None:
+        """The lowest and highest concurrency limit of any task (None: a fixed capacity)."""
+        limits = [limit for task in self.limit_history for _, limit in task]
+        return (min(limits), max(limits)) if limits else None
 
     def record_latency(self, seconds: float) -> None:
         ms = seconds * 1000.0
@@ -76,6 +96,7 @@ class LookupMetrics:
         self.latency_max_ms = max(self.latency_max_ms, other.latency_max_ms)
         for index, count in other.latency_buckets.items():
             self.latency_buckets[index] = self.latency_buckets.get(index, 0) + count
+        self.limit_history.extend(list(points) for points in other.limit_history)
         return self
 
     def latency_ms(self, quantile: float) -> float:
@@ -124,5 +145,11 @@ class LookupMetrics:
             f"{self.failed_keys:,} failed keys, {self.missing_keys:,} missing, "
             f"peak {self.peak_in_flight} in flight, latency p50 {self.p50_ms:.1f} ms, "
             f"p95 {self.p95_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, max {self.latency_max_ms:.1f} ms"
-            f" over {self.tasks} task(s)"
+            f" over {self.tasks} task(s)" + self._limit_text()
         )
+
+    def _limit_text(self) -> str:
+        if self.limit_range is None:
+            return ""
+        low, high = self.limit_range
+        return f", adaptive concurrency limit {low}..{high}"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,12 +47,13 @@ from lookup_source.engine.deadline import (
 )
 from lookup_source.engine.inflight import InFlightKeys
 from lookup_source.engine.keys import DistinctKeys, cast_key_column, distinct_keys
+from lookup_source.engine.limit import AdaptiveLimit, ConcurrencyLimit, FixedLimit
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.output import concat_matches, join_matches, value_failure
 from lookup_source.engine.queue import OutputQueue, output_queue
 from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.engine.retry import RetryPolicy
-from lookup_source.errors import LookupFailedError, LookupTimeoutError
+from lookup_source.errors import LookupFailedError, LookupTimeoutError, OverloadedError
 from lookup_source.options import ERROR_COLUMN, LookupOptions
 
 Sleep = Callable[[float], Awaitable[Any]]
@@ -169,7 +171,13 @@ class LookupEngine:
         self._columnar = client.columnar
         self._cache = cache
         self._cache_missing = options.cache.missing_keys
-        self._capacity = options.capacity
+        self._limit: ConcurrencyLimit = (
+            AdaptiveLimit(options.capacity, tolerance=options.capacity_latency_tolerance)
+            if options.capacity_adaptive
+            else FixedLimit(options.capacity)
+        )
+        if self._limit.adaptive:
+            self.stats.record_limit(time.time(), self._limit.value)
         self._batch_size = options.batch_size
         self._timeout_s = options.timeout_ms / 1000.0
         self._deadline_s = options.deadline_ms / 1000.0
@@ -213,7 +221,7 @@ class LookupEngine:
         if job.pending == 0:
             self._complete(job)
         for start in range(0, len(wanted), size):
-            await self._wait_until(lambda: self._in_flight < self._capacity)
+            await self._wait_until(lambda: self._in_flight < self._limit.value)
             self._start_request(job, wanted[start : start + size])
         await self._wait_until(self._has_room)
         return self._take_ready()
@@ -236,7 +244,7 @@ class LookupEngine:
     # -- scheduling ----------------------------------------------------------------------------
 
     def _has_room(self) -> bool:
-        if self._in_flight >= self._capacity:
+        if self._in_flight >= self._limit.value:
             return False
         return self._queue.unfinished() <= 1 or self._buffered_rows < self._buffer_rows
 
@@ -422,6 +430,7 @@ class LookupEngine:
                 result = await self._attempt(request, rows, limit_s)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 self.stats.timeouts += 1
+                self._limit_changed(self._limit.on_overload(started, loop.time()))
                 error: BaseException = (
                     exc
                     if isinstance(exc, LookupTimeoutError)
@@ -435,8 +444,12 @@ class LookupEngine:
                 raise
             except Exception as exc:
                 error = exc
+                if isinstance(exc, OverloadedError):
+                    self._limit_changed(self._limit.on_overload(started, loop.time()))
             else:
-                self.stats.record_latency(loop.time() - started)
+                now = loop.time()
+                self.stats.record_latency(now - started)
+                self._limit_changed(self._limit.on_success(started, now, self._in_flight))
                 result = self._checked(result)
                 if not retry.retry_on_miss and rows is None:  # the common case: one answer
                     return self._merge([result]) if isinstance(result, Matches) else result
@@ -468,6 +481,11 @@ class LookupEngine:
                 raise _FinalFailure(deadline.error(attempt, error), attempt)
             self.stats.retries += 1
             await self._sleep(delay)
+
+    def _limit_changed(self, changed: bool) -> None:
+        if changed:
+            self.stats.record_limit(time.time(), self._limit.value)
+            self._notify()  # a higher limit frees slots
 
     def _missing_rows(self, request: _Request, answers: list[Matches]) -> np.ndarray:
         found = np.zeros(request.keys.num_rows, dtype=bool)

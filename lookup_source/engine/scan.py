@@ -9,6 +9,7 @@ as ``on.error`` asks.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -96,13 +97,20 @@ def scan_batches(
     value_fields: tuple[pa.Field, ...],
     partition: int,
     partitions: int,
+    split: Any = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Scan part ``partition`` of ``partitions``; one event loop and one client for the task."""
+    """Scan part ``partition`` of ``partitions`` (its ``split`` from :func:`scan_splits`, if
+    any); one event loop and one client for the task."""
     with TaskLoop() as loop:
         client = client_class(config)
         loop.run(client.open())
         try:
-            for keys, matches in loop.iterate(client.scan_arrow(partition, partitions)):
+            parts = (
+                client.scan_arrow(partition, partitions)
+                if split is None
+                else client.scan_arrow(partition, partitions, split=split)
+            )
+            for keys, matches in loop.iterate(parts):
                 yield scan_rows(
                     keys,
                     matches,
@@ -114,3 +122,28 @@ def scan_batches(
                 )
         finally:
             loop.run(client.close())
+
+
+def scan_splits(
+    client_class: type[LookupClient], config: ConnectorConfig, partitions: int
+) -> list[Any] | None:
+    """The connector's splits of a scan into ``partitions`` parts (``LookupClient.scan_splits``),
+    asked once when the read is planned; None when it has none (or there is one part)."""
+    if partitions < 2 or client_class.scan_splits is LookupClient.scan_splits:
+        return None
+    with TaskLoop() as loop:
+        client = client_class(config)
+        loop.run(client.open())
+        try:
+            splits = loop.run(client.scan_splits(partitions))
+        finally:
+            loop.run(client.close())
+    if splits is None:
+        return None
+    splits = list(splits)
+    if len(splits) != partitions:
+        raise TypeError(
+            f"connector {client.name!r} returned {len(splits)} scan splits for "
+            f"{partitions} partitions"
+        )
+    return splits

@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 
 from lookup_source.engine.keys import convert_keys
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.scan import scan_batches
+from lookup_source.engine.scan import scan_batches, scan_splits
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.plan import LookupPlan
@@ -74,10 +74,11 @@ class KeyPartition(InputPartition):
 class ScanPartition(InputPartition):
     """One of ``count`` disjoint parts of a whole-table scan."""
 
-    def __init__(self, index: int, count: int) -> None:
+    def __init__(self, index: int, count: int, split: Any = None) -> None:
         super().__init__(index)
         self.index = index
         self.count = count
+        self.split = split  # the connector's scan split (a key range...), or None: by hash
 
 
 class AsyncLookupDataSource(DataSource):
@@ -210,7 +211,10 @@ class AsyncLookupReader(DataSourceReader):
                 "enrich a DataFrame, use lookup_source.lookup_join (or the SQL table function)",
             )
         count = plan.options.partitions or DEFAULT_SCAN_PARTITIONS
-        return [ScanPartition(index, count) for index in range(count)]
+        splits = scan_splits(plan.options.connector_class(), plan.connector_config(), count)
+        if splits is None:
+            return [ScanPartition(index, count) for index in range(count)]
+        return [ScanPartition(index, count, split) for index, split in enumerate(splits)]
 
     def _typed_keys(self, keys: list[Any]) -> list[Any]:
         """Check every key against the key column types; return them as those types."""
@@ -240,6 +244,7 @@ class AsyncLookupReader(DataSourceReader):
                 plan.value_arrow_fields(),
                 partition.index,
                 partition.count,
+                partition.split,
             ):
                 yield batch.select(output_names)
             return

@@ -171,6 +171,15 @@ def test_scan_in_partitions_reads_every_row_once(spark: Any, postgres_srv: Any, 
     assert df.rdd.getNumPartitions() == 5
     ids = [r.id for r in df.collect()]
     assert sorted(ids) == list(range(1, 301))
+    # an integer key is cut into ranges (one read of the table), not hashed
+    parts = df.rdd.glom().map(lambda rows: sorted(r.id for r in rows)).collect()
+    assert [(part[0], part[-1]) for part in parts] == [
+        (1, 60),
+        (61, 120),
+        (121, 180),
+        (181, 240),
+        (241, 300),
+    ]
 
 
 def test_composite_keys_in_the_table_function(

@@ -152,10 +152,23 @@ def test_restart_from_checkpoint_gives_every_row_exactly_once(
         assert row.name == (f"user {row.user_id}" if row.user_id < 100 else None)
 
 
-@pytest.mark.parametrize("mode", ["append", "update"])
+@pytest.mark.parametrize(
+    ("mode", "output_mode"), [("append", "ordered"), ("update", "ordered"), ("append", "unordered")]
+)
 def test_windowed_aggregation_after_the_join_matches_batch(
-    spark: Any, options: dict, tmp_path: Path, mode: str
+    spark: Any,
+    options: dict,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    mode: str,
+    output_mode: str,
 ) -> None:
+    """Under a watermark, a windowed count after the join equals the batch answer, whether the
+    join emits its Arrow batches in order or as their lookups finish (small Arrow batches, so
+    that each task has many to reorder)."""
+    options = {**options, "output.mode": output_mode, "batch.size": "3"}
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "16")
+    request.addfinalizer(lambda: spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch"))
     source = tmp_path / "events"
     write_events(
         source, "a.json", [(i, i % 7, f"2024-01-01 00:0{i % 4}:1{i % 6}") for i in range(200)]
@@ -168,7 +181,7 @@ def test_windowed_aggregation_after_the_join_matches_batch(
         .groupBy(F.window("ts", "1 minute"), "tier")
         .agg(F.count("*").alias("n"))
     )
-    name = f"windows_{mode}"
+    name = f"windows_{mode}_{output_mode}"
     query = (
         windowed.writeStream.outputMode(mode)
         .format("memory")

@@ -39,6 +39,7 @@ from lookup_source.connector_api import (
     Matches,
     OptionError,
     OptionSpec,
+    OverloadedError,
     PermanentError,
     RecordError,
     TransientError,
@@ -55,6 +56,7 @@ from lookup_source.connector_api import (
 )
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+OVERLOADED_STATUS = frozenset({429, 503})
 BATCH_POST_SIZE = 100
 """Keys per batch POST unless ``batch.size`` says otherwise."""
 _EXCERPT = 120
@@ -302,7 +304,8 @@ class HttpLookupClient(LookupClient):
             return
         message = f"HTTP {status} from {what}: {_excerpt(body)!r}"
         if status in RETRYABLE_STATUS:
-            raise TransientError(message, retry_after=parse_retry_after(retry_after))
+            kind = OverloadedError if status in OVERLOADED_STATUS else TransientError
+            raise kind(message, retry_after=parse_retry_after(retry_after))
         raise PermanentError(message)
 
     def _record(self, key: Key, body: bytes) -> Any:

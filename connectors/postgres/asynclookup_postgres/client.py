@@ -37,6 +37,7 @@ from lookup_source.connector_api import (
     Matches,
     OptionError,
     OptionSpec,
+    OverloadedError,
     PermanentError,
     SchemaError,
     TransientError,
@@ -67,12 +68,13 @@ def classify(error: Exception) -> type[ConnectorError] | None:
         error, (asyncpg.InvalidPasswordError, pgx.InvalidAuthorizationSpecificationError)
     ):
         return PermanentError  # a wrong password or role does not get better by retrying
+    if isinstance(error, asyncpg.TooManyConnectionsError):
+        return OverloadedError  # the server is out of connections
     if isinstance(
         error,
         (
             asyncpg.ConnectionDoesNotExistError,
             asyncpg.CannotConnectNowError,
-            asyncpg.TooManyConnectionsError,
             pgx.ConnectionFailureError,
             pgx.SerializationError,
             pgx.DeadlockDetectedError,
@@ -523,11 +525,37 @@ class PostgresLookupClient(LookupClient):
         finally:
             await pool.release(connection, timeout=limit)
 
+    async def scan_splits(self, partitions: int) -> list[tuple[int | None, int | None]] | None:
+        """Key ranges, when the key is one integer column (as Spark's JDBC source cuts with
+        ``partitionColumn``, ``lowerBound`` and ``upperBound``): ``partitions`` ranges of equal
+        width between the smallest and the largest key, read through the key's index. The
+        first range is open below (and takes the rows with a NULL key), the last open above:
+        the parts read every row once, even one inserted after the plan. Otherwise None: each
+        part reads the rows whose key hashes into it."""
+        with _ASYNCPG_ERRORS:
+            if self._table is None:
+                return None
+            pool = await self._connect()
+            if len(self._key_types) != 1 or self._key_types[0] not in _INT_TYPES:
+                return None
+            key = quote_identifier(self._columns[0])
+            table = ".".join(quote_identifier(part) for part in self._table)
+            async with pool.acquire() as connection:
+                low, high = await connection.fetchrow(
+                    f"SELECT min({key}), max({key}) FROM {table}", timeout=self.config.timeout_s
+                )
+        if low is None:  # an empty table
+            return None
+        width = high - low + 1
+        edges = [None, *(low + width * i // partitions for i in range(1, partitions)), None]
+        return [(edges[i], edges[i + 1]) for i in range(partitions)]
+
     async def scan_arrow(
-        self, partition: int = 0, partitions: int = 1
+        self, partition: int = 0, partitions: int = 1, *, split: Any = None
     ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
-        """Every row of the table whose key hashes into ``partition`` of ``partitions``, in
-        chunks of columns read from one cursor."""
+        """Every row of part ``partition`` of ``partitions`` of the table — its key range
+        (``split``, from :meth:`scan_splits`), or the rows whose key hashes into it — in chunks
+        of columns read from one cursor."""
         with _ASYNCPG_ERRORS:
             if self._table is None:
                 raise PermanentError("a postgres.query cannot be scanned; use postgres.table")
@@ -542,7 +570,9 @@ class PostgresLookupClient(LookupClient):
             )
             query = f"SELECT {columns} FROM {table}"
             arguments: list[Any] = []
-            if partitions > 1:
+            if split is not None:
+                query, arguments = _in_range(query, key_expression, *split)
+            elif partitions > 1:
                 query += (
                     f" WHERE mod(hashtext(({key_expression})::text)::bigint + 2147483648, $1) = $2"
                 )
@@ -564,6 +594,18 @@ class PostgresLookupClient(LookupClient):
                     if reasons:
                         errors = pa.array([reasons.get(r) for r in range(len(rows))], pa.string())
                     yield keys, Matches(np.arange(len(rows)), values, errors)
+
+
+def _in_range(query: str, key: str, lower: int | None, upper: int | None) -> tuple[str, list[Any]]:
+    """``query`` restricted to the keys in [lower, upper) (None: open on that side; the range
+    open below also takes NULL keys), with the bounds as parameters."""
+    if lower is None and upper is None:
+        return query, []
+    if lower is None:
+        return f"{query} WHERE ({key} < $1 OR {key} IS NULL)", [upper]
+    if upper is None:
+        return f"{query} WHERE {key} >= $1", [lower]
+    return f"{query} WHERE {key} >= $1 AND {key} < $2", [lower, upper]
 
 
 def _type_name(pg_type: Any) -> str:

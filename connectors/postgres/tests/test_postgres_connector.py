@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -364,3 +365,95 @@ def test_a_key_with_several_rows_gives_every_row(
         assert [r["uid"] for r in rows] == [1, 1, 1, 3, 2]  # in input order, matches together
     finally:
         pg(f"DROP TABLE {table_name}")
+
+
+def _with_client(config: Any, work: Any) -> Any:
+    async def run() -> Any:
+        client = PostgresLookupClient(config)
+        await client.open()
+        try:
+            return await work(client)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def _scan_all(config: Any, parts: int, splits: Any = None) -> list[Any]:
+    """Every part of a scan of ``parts``: by key range (``splits``) or by hash."""
+
+    async def scan(client: Any) -> list[list[Any]]:
+        out = []
+        for part in range(parts):
+            chunks = (
+                client.scan_arrow(part, parts, split=splits[part])
+                if splits
+                else client.scan_arrow(part, parts)
+            )
+            out.append([k.as_py() for keys, _ in [c async for c in chunks] for k in keys[0]])
+        return out
+
+    return list(_with_client(config, scan))
+
+
+def _rows_read(pg: Any, table: str) -> int:
+    """Rows the server has read from ``table`` (sequential and index), once its statistics
+    have settled."""
+    seen = -1
+    for _ in range(50):
+        pg("SELECT pg_stat_clear_snapshot()")
+        row = pg.fetch(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS n "
+            "FROM pg_stat_user_tables WHERE relname = $1",
+            table,
+        )[0]
+        if row["n"] == seen:
+            return int(seen)
+        seen = row["n"]
+        time.sleep(0.2)
+    return int(seen)
+
+
+def test_a_scan_by_key_ranges_reads_each_row_once(
+    postgres_srv: Any, pg: Any, table_name: str
+) -> None:
+    pg(f"CREATE TABLE {table_name} (id bigint PRIMARY KEY, name text)")
+    keys = [k * 7 - 30_000 for k in range(20_000)]  # negative and positive, with gaps
+    pg.many(f"INSERT INTO {table_name} VALUES ($1, $2)", [(k, f"n{k}") for k in keys])
+    pg(f"ANALYZE {table_name}")
+    plan = LookupPlan.build(
+        {"connector": "postgres", "url": postgres_srv.url, "postgres.table": table_name},
+        "id long, name string",
+    )
+    config = plan.connector_config()
+    splits = _with_client(config, lambda client: client.scan_splits(4))
+    assert splits[0][0] is None and splits[-1][1] is None  # open at both ends
+    assert [s[1] for s in splits[:-1]] == [s[0] for s in splits[1:]]  # contiguous
+    pg(f"INSERT INTO {table_name} VALUES (-99999, 'below'), (99999999, 'above')")  # after the plan
+
+    start = _rows_read(pg, table_name)
+    parts = _scan_all(config, 4, splits)
+    by_range = _rows_read(pg, table_name) - start
+    assert all(parts)
+    assert sorted(k for part in parts for k in part) == sorted([*keys, -99999, 99999999])
+    assert -99999 in parts[0] and 99999999 in parts[-1]
+    print(f"rows read: by range {by_range:,}, by hash", end=" ")
+    assert by_range <= len(keys) + 2  # the table read once
+
+    start = _rows_read(pg, table_name)
+    hashed = _scan_all(config, 4)
+    by_hash = _rows_read(pg, table_name) - start
+    assert sorted(k for part in hashed for k in part) == sorted([*keys, -99999, 99999999])
+    print(f"{by_hash:,}")
+    assert by_hash >= 4 * len(keys)  # what ranges save: each part read the whole table
+
+
+def test_scan_splits_only_for_one_integer_key(postgres_srv: Any, pg: Any, table_name: str) -> None:
+    pg(f"CREATE TABLE {table_name} (code text PRIMARY KEY, name text)")
+    plan = LookupPlan.build(
+        {"connector": "postgres", "url": postgres_srv.url, "postgres.table": table_name},
+        "code string, name string",
+    )
+
+    splits = _with_client(plan.connector_config(), lambda client: client.scan_splits(4))
+    assert splits is None  # a text key: split by hash

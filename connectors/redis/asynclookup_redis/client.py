@@ -420,10 +420,11 @@ class RedisLookupClient(LookupClient):
         return "".join(glob), re.compile("".join(regex), re.DOTALL)
 
     async def scan_arrow(
-        self, partition: int = 0, partitions: int = 1
+        self, partition: int = 0, partitions: int = 1, *, split: Any = None
     ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
         """Every key matching ``redis.key.pattern`` whose hash falls in ``partition``; the key
-        columns come back as the text the Redis key holds (the scan converts them)."""
+        columns come back as the text the Redis key holds (the scan converts them). No
+        ``split``: a SCAN cursor walks the whole keyspace whatever the part."""
         with _REDIS_ERRORS:
             if self._redis is None:
                 raise RuntimeError("RedisLookupClient.scan_arrow() called before open()")
