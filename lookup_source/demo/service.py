@@ -157,7 +157,11 @@ class UserService(BackgroundHttpServer):
     async def _batch(self, request: web.Request) -> web.Response:
         self.requests += 1
         body = await request.json()
-        keys = body.get("keys", [])
+        keys = body.get("keys") if isinstance(body, dict) else None
+        if not isinstance(keys, list):
+            return web.json_response(
+                {"error": 'expected a JSON object {"keys": [...]}'}, status=400
+            )
         self.keys_served += len(keys)
         await self._pause()
         found = {str(k): user_record(u) for k in keys if (u := self._known(k)) is not None}

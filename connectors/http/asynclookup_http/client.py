@@ -101,14 +101,45 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+class _Absent:
+    """What :func:`_select` finds where the answer does not have ``http.json.path``."""
+
+    def __init__(self, path: tuple[str, ...], depth: int, found: Any) -> None:
+        self.path = path
+        self.depth = depth  # how many parts of the path were there
+        self.found = found  # what was there instead of the next part
+
+    def message(self, what: str, body: bytes) -> str:
+        wanted = ".".join(self.path)
+        have = ".".join(self.path[: self.depth]) or "the top level"
+        if isinstance(self.found, Mapping):
+            names = ", ".join(list(map(str, self.found))[:8]) or "nothing"
+            instead = f"{have} has {names}"
+        else:
+            instead = f"{have} is a JSON {_json_type(self.found)}"
+        return (
+            f"{what} has no {self.path[self.depth]!r} at http.json.path={wanted} ({instead}; "
+            f"check the option against an answer): {_excerpt(body)!r}"
+        )
+
+
+def _json_type(value: Any) -> str:
+    names = {str: "string", int: "number", float: "number", bool: "boolean", list: "array"}
+    return "null" if value is None else names.get(type(value), "object")
+
+
 def _select(document: Any, path: tuple[str, ...]) -> Any:
-    for part in path:
-        if isinstance(document, Mapping):
-            document = document.get(part)
+    """What ``document`` holds at ``path``; :class:`_Absent` where it does not have it (an
+    explicit null along the way is null: no record)."""
+    for depth, part in enumerate(path):
+        if document is None:
+            return None
+        if isinstance(document, Mapping) and part in document:
+            document = document[part]
         elif isinstance(document, list) and part.isdigit() and int(part) < len(document):
             document = document[int(part)]
         else:
-            return None
+            return _Absent(path, depth, document)
     return document
 
 
@@ -314,7 +345,10 @@ class HttpLookupClient(LookupClient):
         except (ValueError, UnicodeDecodeError):
             return RecordError(f"the response is not valid JSON: {_excerpt(body)!r}")
         where = f"the response at {'.'.join(self._path)}" if self._path else "the response"
-        return as_records(_select(document, self._path), where)
+        selected = _select(document, self._path)
+        if isinstance(selected, _Absent):
+            return RecordError(selected.message("the response", body))
+        return as_records(selected, where)
 
     # -- batch style ---------------------------------------------------------------------------
 
@@ -355,7 +389,10 @@ class HttpLookupClient(LookupClient):
                 f"the response to {what} is not valid JSON: {_excerpt(answer)!r}"
             ) from None
         wanted = python_keys(keys)
-        found = self._match_batch(wanted, _select(document, self._path), what)
+        records = _select(document, self._path)
+        if isinstance(records, _Absent):
+            raise PermanentError(records.message(f"the response to {what}", answer))
+        found = self._match_batch(wanted, records, what, answer)
         return records_to_matches(wanted, found, self.value_fields)
 
     def _batch_answer_type(self) -> Any:
@@ -366,7 +403,10 @@ class HttpLookupClient(LookupClient):
         assert self._records is not None and self._keyed_records is not None
         shape = _answer_shape(self._records.record_type, self._keyed_records.record_type)
         for depth, part in enumerate(reversed(self._path)):
-            shape = msgspec.defstruct(f"Level{depth}", [("v", shape, None)], rename={"v": part})
+            level = shape | msgspec.UnsetType
+            shape = msgspec.defstruct(
+                f"Level{depth}", [("v", level, msgspec.UNSET)], rename={"v": part}
+            )
         return shape
 
     def _unwrap(self, document: Any) -> Any:
@@ -374,6 +414,8 @@ class HttpLookupClient(LookupClient):
             if document is None:
                 return None
             document = document.v
+            if document is msgspec.UNSET:  # the path is not there: decoded again, to say so
+                raise ValueError("http.json.path not in the answer")
         return document
 
     def _batch_matches(self, keys: pa.RecordBatch, document: Any) -> Matches:
@@ -392,6 +434,8 @@ class HttpLookupClient(LookupClient):
             getters = self._keyed_records.extra_getters
             parts = [list(map(getter, records)) for getter in getters]
             present = [i for i, r in enumerate(zip(*parts)) if all(v is not None for v in r)]
+            if len(present) < len(records):  # a record without its key: decoded again, to say so
+                raise ValueError("a record without its key")
             texts = [
                 pa.array([key_text(part[i]) for i in present], type=pa.string()) for part in parts
             ]
@@ -413,7 +457,9 @@ class HttpLookupClient(LookupClient):
             return column.cast(pa.string())
         return pa.array([key_text(v) for v in column.to_pylist()], type=pa.string())
 
-    def _match_batch(self, keys: Sequence[Key], records: Any, what: str) -> LookupResult:
+    def _match_batch(
+        self, keys: Sequence[Key], records: Any, what: str, body: bytes
+    ) -> LookupResult:
         columns = self.config.key_columns
         by_text: dict[Any, Key] = {_match_text(key): key for key in keys}
         out: dict[Key, Any] = {}
@@ -439,10 +485,19 @@ class HttpLookupClient(LookupClient):
         if isinstance(records, list):
             for record in records:
                 if not isinstance(record, dict):
-                    continue
+                    raise PermanentError(
+                        f"the response to {what} holds a JSON {_json_type(record)} in its array "
+                        f"of records; expected objects carrying {', '.join(columns)} (see "
+                        f"http.json.path): {_excerpt(body)!r}"
+                    )
                 parts = [record.get(column) for column in columns]
                 if any(part is None for part in parts):
-                    continue
+                    absent = [c for c, part in zip(columns, parts) if part is None]
+                    raise PermanentError(
+                        f"a record in the response to {what} has no {', '.join(absent)}: the "
+                        "records of an array answer carry their key column(s) by name, so each "
+                        f"can be matched to its key: {_excerpt(body)!r}"
+                    )
                 text = _match_text(parts[0] if len(parts) == 1 else tuple(parts))
                 key = by_text.get(text)
                 if key is not None:

@@ -561,3 +561,80 @@ def test_the_deadline_ends_retries_against_a_slow_server(srv: ScriptedServer) ->
         lookup("id long, v string", [1], **options)
     assert time.monotonic() - started < 1.5
     assert 2 <= len(srv.seen) <= 3  # the server saw each attempt; none after the deadline
+
+
+def test_an_answer_without_the_json_path_is_an_error_not_a_miss(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        user = int(request.path.rsplit("/", 1)[1])
+        if user == 1:
+            return web.json_response({"data": {"user": {"name": "Ada"}}})
+        if user == 2:
+            return web.json_response({"data": {"user": None}})  # says: no such user
+        if user == 3:
+            return web.json_response({"data": {"customer": {"name": "typo?"}}})
+        if user == 4:
+            return web.json_response({"data": "maintenance"})
+        return web.json_response({"error": "no"}, status=404)
+
+    srv.handler = handler
+    options = {"url": f"{srv.base_url}/{{key}}", "http.json.path": "data.user"}
+    rows = lookup("id long, name string", [1, 2, 3, 4, 5], **options, **{"on.error": "column"})
+    assert [(r["name"], r["_lookup_error"]) for r in rows[:2]] == [("Ada", None), (None, None)]
+    assert rows[2]["name"] is None and rows[2]["_lookup_error"] == (
+        "key 3: the response has no 'user' at http.json.path=data.user (data has customer; "
+        'check the option against an answer): \'{"data": {"customer": {"name": "typo?"}}}\''
+    )
+    assert (
+        "key 4: the response has no 'user' at http.json.path=data.user (data is a JSON "
+        in (rows[3]["_lookup_error"])
+    )
+    assert rows[4]["_lookup_error"] is None  # a 404 stays a miss
+    with pytest.raises(LookupFailedError, match=r"has no 'user' at http.json.path=data.user"):
+        lookup("id long, name string", [3], **options)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ({"results": {"1": {"name": "a"}}}, "has no 'data' at http.json.path=data.users"),
+        ({"data": {"items": []}}, "has no 'users' at http.json.path=data.users (data has items"),
+        ({"data": {"users": [{"name": "no key"}]}}, "has no id: the records of an array answer"),
+        ({"data": {"users": [{"id": 1, "name": "a"}, 7]}}, "holds a JSON number in its array"),
+    ],
+)
+def test_a_batch_answer_of_another_shape_is_an_error(
+    srv: ScriptedServer, answer: Any, message: str
+) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.json_response(answer)
+
+    srv.handler = handler
+    options = {
+        "http.batch.url": f"{srv.base_url}/batch",
+        "http.json.path": "data.users",
+        "on.error": "column",
+    }
+    rows = lookup("id long, name string", [1, 2], **options)
+    assert [r["name"] for r in rows] == [None, None]
+    assert all(message in r["_lookup_error"] for r in rows)
+    assert len(srv.seen) == 1  # a shape that does not match is not retried
+
+
+def test_a_batch_answer_that_omits_a_key_is_a_miss(srv: ScriptedServer) -> None:
+    async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
+        return web.json_response({"data": {"users": [{"id": 1, "name": "a"}]}})
+
+    srv.handler = handler
+    options = {"http.batch.url": f"{srv.base_url}/batch", "http.json.path": "data.users"}
+    rows = lookup("id long, name string", [1, 2], **options, **{"on.error": "column"})
+    assert [(r["name"], r["_lookup_error"]) for r in rows] == [("a", None), (None, None)]
+
+
+def test_the_demo_service_refuses_a_batch_without_its_keys_field() -> None:
+    with UserService(users=10, latency_ms=0) as service:
+        options = {
+            "http.batch.url": service.batch_url,
+            "http.batch.keys-field": "ids",  # the demo service reads "keys"
+        }
+        with pytest.raises(LookupFailedError, match=r"HTTP 400 .*expected a JSON object"):
+            lookup("id long, name string", [1, 2], **options)
