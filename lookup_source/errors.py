@@ -128,9 +128,22 @@ class LookupFailedError(AsyncLookupError):
         )
         super().__init__(
             f"{connector} lookup{where} failed for {failed_keys} "
-            f"key{'s' if failed_keys != 1 else ''}{sample}{tries}: {reason}. "
+            f"key{'s' if failed_keys != 1 else ''}{sample}{tries}: {reason.rstrip('. ')}. "
             "Set on.error=null or on.error=column to keep going with nulls or an error column."
         )
+
+    def with_more(self, failed_keys: int, sample_keys: Iterable[object]) -> LookupFailedError:
+        """This failure, counting ``failed_keys`` more keys (failed meanwhile in the task)."""
+        more = LookupFailedError(
+            connector=self.connector,
+            address=self.address,
+            failed_keys=self.failed_keys + failed_keys,
+            attempts=self.attempts,
+            reason=self.reason,
+            sample_keys=[*self.sample_keys, *list(sample_keys)[:3]],
+        )
+        more.__cause__ = self.__cause__
+        return more
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         # Keyword-only constructor: make the error picklable so it crosses process boundaries.

@@ -574,6 +574,10 @@ class LookupEngine:
         self.stats.failed_keys += len(keys) + shared
         reason = describe_error(failure.error)
         if self.spec.options.on_error == "fail":
+            # (the batches sharing the request asked the same keys: not counted again)
+            if isinstance(self._failure, LookupFailedError):  # failed before the task stopped
+                self._failure = self._failure.with_more(len(keys), keys)
+                return
             error = LookupFailedError(
                 connector=self.client.name,
                 address=self.client.config.url,

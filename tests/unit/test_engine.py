@@ -195,6 +195,19 @@ def test_timeouts_are_retried_then_fail_naming_connector_and_keys() -> None:
     assert store.opened == 1 and store.closed == 1  # closed on failure too
 
 
+def test_the_failure_counts_every_key_that_failed_before_the_task_stopped() -> None:
+    store = FakeStore(TABLE)
+    store.latency = lambda keys: 0.05
+    store.fail_keys = {k: PermanentError("no such table.") for k in (1, 2, 3)}
+    spec = make_spec(make_options(batch_size=1, max_attempts=1))  # three requests at once
+    with pytest.raises(LookupFailedError) as info:
+        run(spec, [key_batch([1, 2, 3, 4])], store)
+    error = info.value
+    assert error.failed_keys == 3 and sorted(error.sample_keys) == [1, 2, 3]
+    assert "failed for 3 keys" in str(error)
+    assert "PermanentError: no such table. Set on.error=null" in str(error)  # one period
+
+
 def test_the_deadline_bounds_every_attempt_and_backoff_of_a_key() -> None:
     """Slow answers and a retry policy that would take ~2 s: deadline.ms=250 ends it."""
     import time
