@@ -72,29 +72,40 @@ def say(message: str) -> None:
 
 @contextmanager
 def progress(spark: Any, counter: Callable[[], int] | None, total: int) -> Iterator[None]:
-    """Print a progress line every second while the job runs."""
+    """Print a progress line every second while the job runs, and a last one when it ends:
+    tasks done and running (over every stage the job ran), and requests answered."""
     stop = threading.Event()
     started = time.monotonic()
+    tracker = spark.sparkContext.statusTracker()
+    stages: set[int] = set()
 
     def report() -> None:
-        tracker = spark.sparkContext.statusTracker()
-        while not stop.wait(1.0):
-            done = tasks = 0
-            for stage_id in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(stage_id)
-                if info is not None:
-                    done += info.numCompletedTasks
-                    tasks += info.numTasks
-            served = f" · {counter():,} requests answered" if counter else ""
-            say(f"  [{time.monotonic() - started:5.1f}s] tasks {done}/{tasks}{served}")
+        stages.update(tracker.getActiveStageIds())
+        done = running = tasks = 0
+        for stage_id in stages:
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                done += info.numCompletedTasks
+                running += info.numActiveTasks
+                tasks += info.numTasks
+        served = f" · {counter():,} requests answered" if counter else ""
+        say(
+            f"  [{time.monotonic() - started:5.1f}s] tasks {done}/{tasks} done, "
+            f"{running} running{served}"
+        )
 
-    thread = threading.Thread(target=report, daemon=True)
+    def keep_reporting() -> None:
+        while not stop.wait(1.0):
+            report()
+
+    thread = threading.Thread(target=keep_reporting, daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join(2)
+    report()
 
 
 def _session(master: str) -> Any:
