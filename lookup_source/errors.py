@@ -13,6 +13,7 @@ Every error raised on purpose by this package derives from :class:`AsyncLookupEr
     │   │   ├── LookupTimeoutError             an attempt took longer than ``timeout.ms``
     │   │   └── OverloadedError                the store refused the request as too much (429, 503)
     │   └── PermanentError                     will not succeed if tried again: never retried
+    │       └── MissingSecretError             a ``*.env`` option names an unset variable
     ├── RecordError (also ValueError)          a key's value is malformed or does not fit
     └── LookupFailedError                      ``on.error=fail``: lookups failed; the task fails
 """
@@ -89,6 +90,15 @@ class OverloadedError(TransientError):
 
 class PermanentError(ConnectorError):
     """A failure that retrying cannot fix (authentication, a bad query, a 400 answer)."""
+
+
+class MissingSecretError(PermanentError):
+    """A ``*.env`` option names an environment variable that is not set where it is read."""
+
+    def __init__(self, message: str, *, option: str, variable: str) -> None:
+        self.option = option
+        self.variable = variable
+        super().__init__(message)
 
 
 class RecordError(AsyncLookupError, ValueError):

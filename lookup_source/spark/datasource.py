@@ -22,6 +22,7 @@ With ``spark.sql.python.filterPushdown.enabled=true``, ``WHERE user_id IN (1, 2,
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import sys
 from collections.abc import Iterator, Sequence
@@ -39,12 +40,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.keys import convert_keys
 from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.scan import scan_batches, scan_splits
-from lookup_source.errors import OptionError, SchemaError
+from lookup_source.errors import MissingSecretError, OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
-from lookup_source.spark.plan import LookupPlan
+from lookup_source.spark.plan import INFERRING, LookupPlan
+
+log = logging.getLogger(__name__)
 
 KEYS_PER_PARTITION = 10_000
 """Default number of keys per read task when ``partitions`` is not set."""
@@ -105,7 +109,8 @@ class AsyncLookupDataSource(DataSource):
     def schema(self) -> StructType | str:
         """Called only when no schema is given: ask the store (Postgres reads its catalog)."""
         options = self.lookup_options
-        ddl, key_columns = options.connector_class().infer_schema(options.for_connector())
+        with read_on_driver(INFERRING):
+            ddl, key_columns = options.connector_class().infer_schema(options.for_connector())
         self.inferred_key_columns = key_columns
         return ddl
 
@@ -211,7 +216,11 @@ class AsyncLookupReader(DataSourceReader):
                 "enrich a DataFrame, use lookup_source.lookup_join (or the SQL table function)",
             )
         count = plan.options.partitions or DEFAULT_SCAN_PARTITIONS
-        splits = scan_splits(plan.options.connector_class(), plan.connector_config(), count)
+        try:
+            splits = scan_splits(plan.options.connector_class(), plan.connector_config(), count)
+        except MissingSecretError as missing:  # the executors have it: they split by hash
+            log.info("scan split by hash: %s", missing)
+            splits = None
         if splits is None:
             return [ScanPartition(index, count) for index in range(count)]
         return [ScanPartition(index, count, split) for index, split in enumerate(splits)]

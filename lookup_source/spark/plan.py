@@ -27,6 +27,12 @@ from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.ddl import DDLError, parse_ddl
 
+INFERRING = (
+    "the schema is inferred from the store (or give the schema, and only the executors "
+    "need the variable)"
+)
+"""Why a secret is read on the driver when the store describes the table."""
+
 
 def parse_schema(schema: StructType | str) -> StructType:
     """A ``StructType`` from a ``StructType`` or a DDL string (``"id long, name string"``)."""

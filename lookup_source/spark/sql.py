@@ -28,12 +28,13 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
+from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.runner import LookupTask
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import LookupOptions, parse_options
 from lookup_source.spark.join import output_schema, resolve_on
 from lookup_source.spark.metrics import new_accumulator
-from lookup_source.spark.plan import LookupPlan
+from lookup_source.spark.plan import INFERRING, LookupPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,7 +70,10 @@ def register_lookup_table(
         raw["filter.pushdown"] = "true" if pushdown else "false"
     lookup_options = parse_options(raw)
     if schema is None:
-        ddl, keys = lookup_options.connector_class().infer_schema(lookup_options.for_connector())
+        with read_on_driver(INFERRING):
+            ddl, keys = lookup_options.connector_class().infer_schema(
+                lookup_options.for_connector()
+            )
         schema = ddl
         if lookup_options.key_columns is None:
             raw["key.column"] = ",".join(keys)

@@ -277,6 +277,37 @@ def test_unreachable_server_and_missing_password_variable(monkeypatch: Any) -> N
         )
 
 
+def test_inferring_a_schema_reads_the_secret_on_the_driver_and_says_so(
+    monkeypatch: Any, postgres_srv: Any, users: str
+) -> None:
+    from lookup_source.connector_api.secrets import read_on_driver
+    from lookup_source.errors import MissingSecretError
+    from lookup_source.spark.plan import INFERRING
+
+    monkeypatch.delenv("NO_SUCH_PG_PASSWORD", raising=False)
+    options = parse_options(
+        {
+            "connector": "postgres",
+            "url": postgres_srv.url,
+            "postgres.table": users,
+            "postgres.password.env": "NO_SUCH_PG_PASSWORD",
+        }
+    )
+    with pytest.raises(MissingSecretError) as info, read_on_driver(INFERRING):
+        infer_schema(options.for_connector())
+    assert info.value.option == "postgres.password.env"
+    assert str(info.value) == (
+        "option 'postgres.password.env' names environment variable 'NO_SUCH_PG_PASSWORD', "
+        "which is not set on the driver, where the schema is inferred from the store (or give "
+        "the schema, and only the executors need the variable): set it in the driver's "
+        "environment too"
+    )
+    monkeypatch.setenv("NO_SUCH_PG_PASSWORD", "anything")  # trust auth: any password
+    with read_on_driver(INFERRING):
+        ddl, keys = infer_schema(options.for_connector())
+    assert keys == ("id",) and ddl.startswith("`id` int")
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
