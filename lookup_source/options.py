@@ -41,6 +41,13 @@ from lookup_source.registry import available_connectors, resolve_connector
 # ---------------------------------------------------------------------------------------------
 
 
+KEYS_PER_PARTITION = 10_000
+"""Keys per read task of the data source when ``partitions`` is not set."""
+
+DEFAULT_SCAN_PARTITIONS = 4
+"""Read tasks of a whole-table scan when ``partitions`` is not set."""
+
+
 def _ratio_above_one(value: str) -> float:
     try:
         ratio = float(value.strip())
@@ -226,8 +233,8 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         "partitions",
         parse_positive_int,
         None,
-        "Reader only: how many read tasks the keys are split over.",
-        default_doc="one per 10,000 keys",
+        "Data source only: how many read tasks the keys (or a whole-table scan) are split over.",
+        default_doc=f"one per {KEYS_PER_PARTITION:,} keys; a scan: {DEFAULT_SCAN_PARTITIONS}",
     ),
 )
 

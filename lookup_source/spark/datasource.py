@@ -45,13 +45,16 @@ from lookup_source.engine.keys import convert_keys
 from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.scan import scan_batches, scan_splits
 from lookup_source.errors import MissingSecretError, OptionError, SchemaError
-from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
+from lookup_source.options import (
+    DEFAULT_SCAN_PARTITIONS,
+    ERROR_COLUMN,
+    KEYS_PER_PARTITION,
+    LookupOptions,
+    parse_options,
+)
 from lookup_source.spark.plan import INFERRING, LookupPlan
 
 log = logging.getLogger(__name__)
-
-KEYS_PER_PARTITION = 10_000
-"""Default number of keys per read task when ``partitions`` is not set."""
 
 READ_BATCH_ROWS = 10_000
 """Keys per Arrow batch fed to the engine inside a read task."""
@@ -59,10 +62,6 @@ READ_BATCH_ROWS = 10_000
 MAX_PUSHED_KEYS = 1_000_000
 
 _PUSHDOWN_MODULE = "pyspark.sql.worker.data_source_pushdown_filters"
-
-
-DEFAULT_SCAN_PARTITIONS = 4
-"""Read tasks of a whole-table scan when ``partitions`` is not set."""
 
 
 class KeyPartition(InputPartition):
