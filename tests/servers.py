@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def free_port() -> int:
@@ -59,9 +60,13 @@ class RedisServer:
     directory: str | None = None
     command: list[str] = field(default_factory=list)
 
+    tls: bool = False
+
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.tls:  # by the name in the test certificate
+            return f"rediss://{auth}localhost:{self.port}/{self.db}"
         return f"redis://{auth}{self.host}:{self.port}/{self.db}"
 
     @property
@@ -133,6 +138,49 @@ def redis_server() -> Iterator[RedisServer]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def redis_tls_server(pki: Any, *, client_certificates: bool = False) -> Iterator[RedisServer]:
+    """``redis-server`` listening only for TLS (``--tls-port``) with the test PKI's server
+    certificate; ``client_certificates``: it asks for one signed by the test CA."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        import pytest
+
+        pytest.skip("no redis-server binary for the TLS tests")
+    port = free_port()
+    directory = tempfile.mkdtemp(prefix="asynclookup-redis-tls-")
+    command = [
+        binary,
+        "--port",
+        "0",
+        "--tls-port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--tls-cert-file",
+        pki.server_cert,
+        "--tls-key-file",
+        pki.server_key,
+        "--tls-ca-cert-file",
+        pki.ca,
+        "--tls-auth-clients",
+        "yes" if client_certificates else "no",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        directory,
+    ]
+    server = RedisServer("127.0.0.1", port, directory=directory, command=command, tls=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _postgres_bindir() -> str | None:
     import glob
 
@@ -180,6 +228,17 @@ def postgres_server() -> Iterator[PostgresServer]:
         with PostgresContainer("postgres:16-alpine", driver=None) as container:
             yield PostgresServer(container.get_connection_url())
         return
+    with _postgres_from_binary() as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _postgres_from_binary(
+    *, settings: str = "", hba: list[str] | None = None, files: dict[str, str] | None = None
+) -> Iterator[PostgresServer]:
+    """A Postgres cluster of our own, on a free port: ``settings`` are extra ``-c`` options,
+    ``hba`` the lines of its pg_hba.conf, ``files`` copied into its data directory (name ->
+    source) for the server to read (key files must belong to the server's user)."""
     bindir = _postgres_bindir()
     if bindir is None:
         import pytest
@@ -189,11 +248,13 @@ def postgres_server() -> Iterator[PostgresServer]:
     directory = tempfile.mkdtemp(prefix="asynclookup-pg-")
     data = os.path.join(directory, "data")
     as_user: list[str] = []
+    owner: tuple[int, int] | None = None
     if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres system user
         import pwd
 
         account = pwd.getpwnam("postgres")
-        os.chown(directory, account.pw_uid, account.pw_gid)
+        owner = (account.pw_uid, account.pw_gid)
+        os.chown(directory, *owner)
         as_user = ["runuser", "-u", "postgres", "--"]
     subprocess.run(
         [
@@ -211,7 +272,18 @@ def postgres_server() -> Iterator[PostgresServer]:
         check=True,
         capture_output=True,
     )
+    for name, source in (files or {}).items():
+        target = os.path.join(data, name)
+        shutil.copyfile(source, target)
+        os.chmod(target, 0o600)
+        if owner is not None:
+            os.chown(target, *owner)
+    if hba is not None:
+        with open(os.path.join(data, "pg_hba.conf"), "w") as conf:
+            conf.write("\n".join(["local all all trust", *hba]) + "\n")
     options = f"-p {port} -h 127.0.0.1 -k {directory} -c fsync=off -c max_connections=200"
+    if settings:
+        options += " " + settings
     pg_ctl = [*as_user, os.path.join(bindir, "pg_ctl"), "-D", data, "-w"]
     start = [*pg_ctl, "-o", options, "-l", os.path.join(directory, "log"), "start"]
     stop = [*pg_ctl, "-m", "fast", "stop"]
@@ -225,3 +297,21 @@ def postgres_server() -> Iterator[PostgresServer]:
         with contextlib.suppress(subprocess.CalledProcessError):
             server.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_tls_server(pki: Any) -> Iterator[PostgresServer]:
+    """Postgres with ``ssl=on`` and the test PKI's server certificate. Database ``postgres``
+    takes TLS connections without a client certificate; database ``mtls`` wants one signed by
+    the test CA. Plain connections are refused."""
+    hba = [
+        "hostssl mtls all 127.0.0.1/32 trust clientcert=verify-ca",
+        "hostssl postgres all 127.0.0.1/32 trust",
+        "hostnossl all all 127.0.0.1/32 reject",
+    ]
+    files = {"server.crt": pki.server_cert, "server.key": pki.server_key, "ca.crt": pki.ca}
+    settings = (
+        "-c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=ca.crt"
+    )
+    with _postgres_from_binary(settings=settings, hba=hba, files=files) as server:
+        yield server

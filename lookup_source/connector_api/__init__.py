@@ -23,6 +23,9 @@ msgspec and the exception tree::
   Python values with the checks the engine applies; ``JsonColumns`` decodes JSON documents
   into typed columns in native code; ``python_keys`` and ``match_rows`` handle keys;
 - :class:`OptionSpec` and its parsers; :class:`KeyTemplate`; :func:`secret_from_env`;
+- TLS: :func:`tls_option_specs` (the ``<name>.tls.*`` options), :class:`TlsSettings` (their
+  ``ssl.SSLContext``) and :func:`tls_failure` (a certificate problem as an error naming the
+  option to fix);
 - the errors a connector raises: :class:`TransientError` (retried; :class:`OverloadedError`
   when the store says it has too much to do), :class:`PermanentError`
   (not retried), :class:`RecordError` (one key's value is malformed). Translate your library's
@@ -58,6 +61,7 @@ from lookup_source.connector_api.options import (
 )
 from lookup_source.connector_api.secrets import secret_from_env
 from lookup_source.connector_api.templates import KeyTemplate, key_text
+from lookup_source.connector_api.tls import TlsSettings, tls_failure, tls_option_specs
 from lookup_source.connector_api.values import (
     as_records,
     cast_strings,
@@ -104,6 +108,7 @@ __all__ = [
     "Record",
     "RecordError",
     "SchemaError",
+    "TlsSettings",
     "TransientError",
     "as_records",
     "cast_strings",
@@ -127,6 +132,8 @@ __all__ = [
     "records_to_matches",
     "redact_url",
     "secret_from_env",
+    "tls_failure",
+    "tls_option_specs",
     "to_arrow_column",
     "translate_error",
     "translated_errors",

@@ -7,12 +7,12 @@ A connector wraps each method that talks to its store::
     from lookup_source.connector_api import PermanentError, TransientError, translated_errors
 
 
-    def classify(error: Exception) -> type[ConnectorError] | None:
+    def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
         if isinstance(error, mylib.AuthError):
             return PermanentError  # a wrong password does not get better by retrying
         if isinstance(error, mylib.Unavailable):
             return TransientError
-        return None  # let the defaults decide
+        return tls_failure(error, "mylib")  # a certificate problem, named; else the defaults
 
 
     async def lookup_arrow(self, keys):
@@ -36,8 +36,9 @@ from typing import Literal
 
 from lookup_source.errors import AsyncLookupError, ConnectorError, PermanentError, TransientError
 
-Classifier = Callable[[Exception], "type[ConnectorError] | None"]
-"""Given a library's exception, the class to translate it into, or None for the default."""
+Classifier = Callable[[Exception], "type[ConnectorError] | ConnectorError | None"]
+"""Given a library's exception, the class to translate it into (or the error itself, with a
+message of its own), or None for the default."""
 
 
 def translate_error(
@@ -48,6 +49,9 @@ def translate_error(
     if isinstance(error, AsyncLookupError):
         return error
     kind = classify(error)
+    if isinstance(kind, ConnectorError):  # the classifier wrote the message
+        kind.__cause__ = error
+        return kind
     if kind is None:
         if isinstance(error, (TimeoutError, asyncio.TimeoutError, OSError)):
             kind = TransientError

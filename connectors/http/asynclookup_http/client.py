@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -42,6 +43,7 @@ from lookup_source.connector_api import (
     OverloadedError,
     PermanentError,
     RecordError,
+    TlsSettings,
     TransientError,
     as_records,
     key_text,
@@ -52,6 +54,8 @@ from lookup_source.connector_api import (
     records_to_matches,
     redact_url,
     secret_from_env,
+    tls_failure,
+    tls_option_specs,
     translated_errors,
 )
 
@@ -62,12 +66,15 @@ BATCH_POST_SIZE = 100
 _EXCERPT = 120
 
 
-def classify(error: Exception) -> type[ConnectorError] | None:
+def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
     """What an aiohttp exception means to the engine (see ``translated_errors``)."""
     import aiohttp
 
+    tls = tls_failure(error, "http")
+    if tls is not None:
+        return tls  # a certificate that does not verify will not start to
     if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
-        return PermanentError  # a certificate that does not verify will not start to
+        return PermanentError
     if isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
         return TransientError  # refused, reset, dropped mid-answer
     return None
@@ -191,6 +198,7 @@ class HttpLookupClient(LookupClient):
             True,
             "Verify TLS certificates. Turning it off is for test servers only.",
         ),
+        *tls_option_specs("http", "the HTTPS server"),
         OptionSpec(
             "http.header.",
             _parse_header_value,
@@ -249,6 +257,11 @@ class HttpLookupClient(LookupClient):
                 raise OptionError(
                     url_option, f"must start with http:// or https://, got {redact_url(url)!r}"
                 )
+        tls = TlsSettings.from_options("http", options.options)
+        if not options.options.get("http.tls.verify", True) and tls.ca_file:
+            raise OptionError(
+                "http.tls.ca-file", "verifies the server, which http.tls.verify=false turns off"
+            )
 
     @classmethod
     def validate_config(cls, config: ConnectorConfig) -> None:
@@ -284,7 +297,7 @@ class HttpLookupClient(LookupClient):
         connector = aiohttp.TCPConnector(
             limit=max(1, self.config.capacity),
             limit_per_host=max(1, self.config.capacity),
-            ssl=self._verify,
+            ssl=self._ssl(),
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -292,6 +305,18 @@ class HttpLookupClient(LookupClient):
             timeout=aiohttp.ClientTimeout(total=None),
             raise_for_status=False,
         )
+
+    def _ssl(self) -> Any:
+        """What aiohttp's ``ssl`` takes: True (the system's CAs), False (no verification) or
+        the context of the ``http.tls.*`` options."""
+        tls = TlsSettings.from_options("http", self.config.options)
+        if not tls.configured:
+            return self._verify
+        context = tls.context()
+        if not self._verify:  # a client certificate for a server that is not verified
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
 
     async def close(self) -> None:
         if self._session is not None:

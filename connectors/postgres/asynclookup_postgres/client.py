@@ -40,11 +40,14 @@ from lookup_source.connector_api import (
     OverloadedError,
     PermanentError,
     SchemaError,
+    TlsSettings,
     TransientError,
     match_rows,
     parse_positive_int,
     parse_text,
     secret_from_env,
+    tls_failure,
+    tls_option_specs,
     to_arrow_column,
     translated_errors,
 )
@@ -59,11 +62,14 @@ _FLOAT_TYPES = frozenset({"real", "double precision"})
 _EXACT_KEY_TYPES = _INT_TYPES | frozenset({"text", "character varying", "name"})
 
 
-def classify(error: Exception) -> type[ConnectorError] | None:
+def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
     """What an asyncpg exception means to the engine (see ``translated_errors``)."""
     import asyncpg
     from asyncpg import exceptions as pgx
 
+    tls = tls_failure(error, "postgres")
+    if tls is not None:
+        return tls  # a certificate that does not verify will not start to
     if isinstance(
         error, (asyncpg.InvalidPasswordError, pgx.InvalidAuthorizationSpecificationError)
     ):
@@ -261,6 +267,7 @@ class PostgresLookupClient(LookupClient):
             None,
             "Name of an environment variable, on the executors, holding the password.",
         ),
+        *tls_option_specs("postgres", "the Postgres server"),
     )
 
     def __init__(self, config: ConnectorConfig) -> None:
@@ -290,6 +297,9 @@ class PostgresLookupClient(LookupClient):
             )
         if not url.startswith(("postgresql://", "postgres://")):
             raise OptionError("url", "must start with postgresql:// or postgres://")
+        tls = TlsSettings.from_options("postgres", options.options)
+        if tls.configured and "sslmode=disable" in url:
+            raise OptionError(tls.first_option, "applies to TLS, which sslmode=disable turns off")
         table = options.options.get("postgres.table")
         query = options.options.get("postgres.query")
         if bool(table) == bool(query):
@@ -315,6 +325,9 @@ class PostgresLookupClient(LookupClient):
         variable = options.get("postgres.password.env")
         if variable:
             arguments["password"] = secret_from_env("postgres.password.env", variable)
+        tls = TlsSettings.from_options("postgres", options)
+        if tls.configured:  # else the URL's sslmode and sslrootcert, if any
+            arguments["ssl"] = tls.context()
         return arguments
 
     async def open(self) -> None:

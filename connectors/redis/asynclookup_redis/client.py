@@ -37,6 +37,7 @@ from lookup_source.connector_api import (
     PermanentError,
     RecordError,
     SchemaError,
+    TlsSettings,
     TransientError,
     as_records,
     cast_strings,
@@ -45,6 +46,8 @@ from lookup_source.connector_api import (
     parse_text,
     records_to_matches,
     secret_from_env,
+    tls_failure,
+    tls_option_specs,
     translated_errors,
 )
 
@@ -90,10 +93,13 @@ def _present(replies: Sequence[Any]) -> list[int]:
     return [i for i, reply in enumerate(replies) if reply is not None]
 
 
-def classify(error: Exception) -> type[ConnectorError] | None:
+def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
     """What a redis-py exception means to the engine (see ``translated_errors``)."""
     from redis import exceptions as rex
 
+    tls = tls_failure(error, "redis")
+    if tls is not None:
+        return tls  # a certificate that does not verify will not start to
     if isinstance(error, (rex.BusyLoadingError, rex.TryAgainError)):
         return TransientError  # the server is still loading its data set, or busy
     if isinstance(
@@ -147,6 +153,7 @@ class RedisLookupClient(LookupClient):
             "`json` (a JSON object per key), `hash` (a Redis hash per key) or `string` (the raw "
             "value into the single value column).",
         ),
+        *tls_option_specs("redis", "the Redis server"),
     )
 
     def __init__(self, config: ConnectorConfig) -> None:
@@ -181,6 +188,9 @@ class RedisLookupClient(LookupClient):
             raise OptionError(
                 "url", f"must start with redis://, rediss:// or unix://, got {config.display_url!r}"
             )
+        tls = TlsSettings.from_options("redis", config.options)
+        if tls.configured and not config.url.startswith("rediss://"):
+            raise OptionError(tls.first_option, "applies to TLS: use a rediss:// URL")
         KeyTemplate.validate(
             "redis.key.pattern",
             config.options.get("redis.key.pattern", "{key}"),
@@ -208,6 +218,18 @@ class RedisLookupClient(LookupClient):
         variable = self.config.options.get("redis.password.env")
         if variable:
             extra["password"] = secret_from_env("redis.password.env", variable)
+        tls = TlsSettings.from_options("redis", self.config.options)
+        if tls.configured:  # else the rediss:// URL's own ssl_* parameters, if any
+            tls.context()  # a missing file or a wrong key password: said here, not retried
+            extra["ssl_check_hostname"] = tls.check_hostname
+            if tls.ca_file:
+                extra["ssl_ca_certs"] = tls.ca_file
+            if tls.cert_file:
+                extra.update(
+                    ssl_certfile=tls.cert_file,
+                    ssl_keyfile=tls.key_file,
+                    ssl_password=tls.key_password(),
+                )
         self._pool = BlockingConnectionPool.from_url(
             self.config.url,
             **extra,

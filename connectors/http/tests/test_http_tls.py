@@ -1,0 +1,156 @@
+"""HTTPS with a CA made by the test: a private CA, client certificates (mutual TLS), and every
+way it can be wrong failing at once with the option to fix."""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from lookup_source.demo.service import BackgroundHttpServer
+from lookup_source.errors import LookupFailedError, OptionError, PermanentError
+from lookup_source.spark.plan import LookupPlan
+from tests.helpers import run_keys
+from tests.tls import KEY_PASSWORD, Pki, make_pki
+
+SCHEMA = "id long, v string"
+FOUND = [{"id": 1, "v": "secure"}]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(Path(tmp_path_factory.mktemp("pki")))
+
+
+def _server(pki: Pki) -> BackgroundHttpServer:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"v": "secure"})
+
+    app = web.Application()
+    app.router.add_get("/{key}", handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=pki.ca)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    context.verify_mode = ssl.CERT_NONE
+    server = BackgroundHttpServer(app)
+    server.ssl_context = context
+    return server
+
+
+@pytest.fixture(scope="module")
+def https(pki: Pki) -> Iterator[BackgroundHttpServer]:
+    with _server(pki) as server:
+        yield server
+
+
+class BlockingTlsServer:
+    """An HTTPS server on Python's blocking ``ssl`` sockets (OpenSSL does the handshake and
+    sends its alerts, as nginx does; asyncio's server closes without the alert)."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        import http.server
+        import json
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = json.dumps({"v": "secure"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+
+    def __enter__(self) -> BlockingTlsServer:
+        import threading
+
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def mtls(pki: Pki) -> Iterator[BlockingTlsServer]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=pki.ca)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    with BlockingTlsServer(context) as server:
+        yield server
+
+
+def url(server: Any, host: str = "localhost") -> str:
+    return f"https://{host}:{server.port}/{{key}}"
+
+
+def lookup(address: str, **options: str) -> list[dict[str, Any]]:
+    return run_keys({"connector": "http", "url": address, **options}, SCHEMA, [1])
+
+
+def failure(address: str, **options: str) -> tuple[Any, float]:
+    started = time.monotonic()
+    with pytest.raises((LookupFailedError, PermanentError)) as info:
+        lookup(address, **options)
+    return info.value, time.monotonic() - started
+
+
+def test_a_private_ca(https: BackgroundHttpServer, pki: Pki) -> None:
+    assert lookup(url(https), **{"http.tls.ca-file": pki.ca}) == FOUND
+    error, seconds = failure(url(https), **{"http.tls.ca-file": pki.other_ca})
+    assert "set http.tls.ca-file to the CA that signed it" in str(error)
+    assert error.attempts == 1 and seconds < 1.0
+    error, _ = failure(url(https))  # the system's CAs do not know the test CA
+    assert "set http.tls.ca-file" in str(error)
+
+
+def test_a_wrong_host_name(https: BackgroundHttpServer, pki: Pki) -> None:
+    by_ip = url(https, host="127.0.0.1")
+    error, seconds = failure(by_ip, **{"http.tls.ca-file": pki.ca})
+    assert "it is not for the host name of the URL" in str(error)
+    assert "http.tls.check-hostname=false" in str(error) and seconds < 1.0
+    options = {"http.tls.ca-file": pki.ca, "http.tls.check-hostname": "false"}
+    assert lookup(by_ip, **options) == FOUND
+
+
+def test_client_certificates(
+    mtls: BlockingTlsServer, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca = {"http.tls.ca-file": pki.ca}
+    error, seconds = failure(url(mtls), **ca)
+    assert "the server requires a client certificate: set http.tls.cert-file" in str(error)
+    assert seconds < 1.0
+    client = {"http.tls.cert-file": pki.client_cert, "http.tls.key-file": pki.client_key}
+    assert lookup(url(mtls), **ca, **client) == FOUND
+    monkeypatch.setenv("TEST_HTTP_KEY_PASSWORD", KEY_PASSWORD)
+    encrypted = {
+        "http.tls.cert-file": pki.client_cert,
+        "http.tls.key-file": pki.client_key_encrypted,
+        "http.tls.key-password.env": "TEST_HTTP_KEY_PASSWORD",
+    }
+    assert lookup(url(mtls), **ca, **encrypted) == FOUND
+    # a client certificate for a server that is not verified (test servers only)
+    unverified = {"http.tls.verify": "false", **client}
+    assert lookup(url(mtls, host="127.0.0.1"), **unverified) == FOUND
+
+
+def test_ca_file_and_no_verification_conflict() -> None:
+    options = {
+        "connector": "http",
+        "url": "https://h/{key}",
+        "http.tls.verify": "false",
+        "http.tls.ca-file": "ca.pem",
+    }
+    with pytest.raises(OptionError, match="http.tls.ca-file.*http.tls.verify=false"):
+        LookupPlan.build(options, SCHEMA)

@@ -1,0 +1,140 @@
+"""TLS to a real Redis (``redis-server --tls-port``) with a CA made by the test: verified,
+mutual, and every way it can be wrong failing at once with the option to fix."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from lookup_source.errors import LookupFailedError, OptionError, PermanentError
+from lookup_source.spark.plan import LookupPlan
+from tests.helpers import run_keys
+from tests.servers import RedisServer, redis_tls_server
+from tests.tls import KEY_PASSWORD, Pki, make_pki
+
+SCHEMA = "id long, name string"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(Path(tmp_path_factory.mktemp("pki")))
+
+
+def _seed(server: RedisServer, pki: Pki, **client: Any) -> None:
+    db = redis.Redis(host="localhost", port=server.port, ssl=True, ssl_ca_certs=pki.ca, **client)
+    db.set("user:1", json.dumps({"name": "Ada"}))
+    db.close()
+
+
+@pytest.fixture(scope="module")
+def tls_redis(pki: Pki) -> Iterator[RedisServer]:
+    with redis_tls_server(pki) as server:
+        _seed(server, pki)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def mtls_redis(pki: Pki) -> Iterator[RedisServer]:
+    with redis_tls_server(pki, client_certificates=True) as server:
+        _seed(server, pki, ssl_certfile=pki.client_cert, ssl_keyfile=pki.client_key)
+        yield server
+
+
+def lookup(url: str, **options: str) -> list[dict[str, Any]]:
+    return run_keys(
+        {"connector": "redis", "url": url, "redis.key.pattern": "user:{key}", **options},
+        SCHEMA,
+        [1, 2],
+    )
+
+
+FOUND = [{"id": 1, "name": "Ada"}, {"id": 2, "name": None}]
+
+
+def failure(url: str, **options: str) -> tuple[Any, float]:
+    """The error of a lookup: LookupFailedError when a request failed, PermanentError when the
+    task could not even set up TLS (a file or a password)."""
+    started = time.monotonic()
+    with pytest.raises((LookupFailedError, PermanentError)) as info:
+        lookup(url, **options)
+    return info.value, time.monotonic() - started
+
+
+def test_the_right_ca_verifies_the_server(tls_redis: RedisServer, pki: Pki) -> None:
+    assert lookup(tls_redis.url, **{"redis.tls.ca-file": pki.ca}) == FOUND
+    # the URL form of redis-py keeps working
+    assert lookup(f"{tls_redis.url}?ssl_ca_certs={pki.ca}") == FOUND
+
+
+def test_an_unknown_ca_fails_at_once_naming_the_option(tls_redis: RedisServer, pki: Pki) -> None:
+    error, seconds = failure(tls_redis.url, **{"redis.tls.ca-file": pki.other_ca})
+    assert "TLS: the server's certificate does not verify" in str(error)
+    assert "set redis.tls.ca-file to the CA that signed it" in str(error)
+    assert error.attempts == 1 and seconds < 1.0  # not retried
+    error, _ = failure(tls_redis.url)  # the system's CAs do not know the test CA either
+    assert "set redis.tls.ca-file" in str(error)
+
+
+def test_a_wrong_host_name_fails_unless_the_check_is_off(tls_redis: RedisServer, pki: Pki) -> None:
+    by_ip = tls_redis.url.replace("localhost", "127.0.0.1")  # the certificate names localhost
+    error, seconds = failure(by_ip, **{"redis.tls.ca-file": pki.ca})
+    assert "it is not for the host name of the URL" in str(error)
+    assert "redis.tls.check-hostname=false" in str(error)
+    assert error.attempts == 1 and seconds < 1.0
+    options = {"redis.tls.ca-file": pki.ca, "redis.tls.check-hostname": "false"}
+    assert lookup(by_ip, **options) == FOUND
+
+
+def test_mutual_tls(mtls_redis: RedisServer, pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    ca = {"redis.tls.ca-file": pki.ca}
+    error, seconds = failure(mtls_redis.url, **ca)
+    assert "the server requires a client certificate: set redis.tls.cert-file" in str(error)
+    assert seconds < 1.0
+    client = {"redis.tls.cert-file": pki.client_cert, "redis.tls.key-file": pki.client_key}
+    assert lookup(mtls_redis.url, **ca, **client) == FOUND
+    encrypted = {
+        "redis.tls.cert-file": pki.client_cert,
+        "redis.tls.key-file": pki.client_key_encrypted,
+        "redis.tls.key-password.env": "TEST_CLIENT_KEY_PASSWORD",
+    }
+    monkeypatch.setenv("TEST_CLIENT_KEY_PASSWORD", KEY_PASSWORD)
+    assert lookup(mtls_redis.url, **ca, **encrypted) == FOUND
+    monkeypatch.setenv("TEST_CLIENT_KEY_PASSWORD", "not it")
+    error, _ = failure(mtls_redis.url, **ca, **encrypted)
+    assert "the certificate and key do not load" in str(error)
+    assert "is redis.tls.key-password.env the key's password?" in str(error)
+    assert "not it" not in str(error) and KEY_PASSWORD not in str(error)
+    monkeypatch.delenv("TEST_CLIENT_KEY_PASSWORD")
+    error, _ = failure(mtls_redis.url, **ca, **encrypted)
+    assert "TEST_CLIENT_KEY_PASSWORD" in str(error) and "not set on this executor" in str(error)
+    assert not isinstance(error, LookupFailedError)  # the task fails before any request
+
+
+def test_a_missing_file_names_its_option(tls_redis: RedisServer, pki: Pki) -> None:
+    error, _ = failure(tls_redis.url, **{"redis.tls.ca-file": "/nowhere/ca.pem"})
+    assert (
+        "option 'redis.tls.ca-file': cannot read a PEM CA certificate from '/nowhere/ca.pem'"
+        in (str(error))
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"url": "redis://localhost/0", "redis.tls.ca-file": "ca.pem"}, "use a rediss:// URL"),
+        (
+            {"url": "rediss://localhost/0", "redis.tls.key-file": "k.pem"},
+            "needs redis.tls.cert-file",
+        ),
+        ({"url": "rediss://localhost/0", "redis.tls.check-hostname": "maybe"}, "true or false"),
+    ],
+)
+def test_tls_options_are_checked_on_the_driver(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        LookupPlan.build({"connector": "redis", **options}, SCHEMA)
