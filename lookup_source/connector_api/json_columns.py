@@ -31,6 +31,7 @@ DECODE_ERRORS = (
     pa.ArrowException,
     ValueError,
     OverflowError,
+    RecursionError,  # nested deeper than the decoders go
 )
 """What :meth:`JsonColumns.decode` may raise for documents the fast path does not take."""
 

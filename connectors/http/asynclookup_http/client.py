@@ -367,6 +367,8 @@ class HttpLookupClient(LookupClient):
     def _record(self, key: Key, body: bytes) -> Any:
         try:
             document = _loads(body)
+        except RecursionError:
+            return RecordError(f"the response is nested too deeply to decode: {_excerpt(body)!r}")
         except (ValueError, UnicodeDecodeError):
             return RecordError(f"the response is not valid JSON: {_excerpt(body)!r}")
         where = f"the response at {'.'.join(self._path)}" if self._path else "the response"
@@ -409,7 +411,7 @@ class HttpLookupClient(LookupClient):
                 pass  # the answer is decoded again below, naming what does not fit
         try:
             document = _loads(answer)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise PermanentError(
                 f"the response to {what} is not valid JSON: {_excerpt(answer)!r}"
             ) from None

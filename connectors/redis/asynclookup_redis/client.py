@@ -384,6 +384,12 @@ class RedisLookupClient(LookupClient):
                     f"Redis key {redis_key!r} does not hold valid JSON: {_excerpt(raw)!r}"
                 )
                 continue
+            except RecursionError:
+                out[position] = RecordError(
+                    f"Redis key {redis_key!r} holds JSON nested too deeply to decode: "
+                    f"{_excerpt(raw)!r}"
+                )
+                continue
             out[position] = as_records(record, f"Redis key {redis_key!r}")
         return out
 
