@@ -35,7 +35,14 @@ def test_defaults() -> None:
         "redis.key.pattern": "{key}",
         "redis.password.env": None,
         "redis.value.format": "json",
+        "redis.tls.ca-file": None,
+        "redis.tls.cert-file": None,
+        "redis.tls.key-file": None,
+        "redis.tls.key-password.env": None,
+        "redis.tls.check-hostname": True,
     }
+    assert opts.capacity_adaptive is False and opts.capacity_latency_tolerance == 2.0
+    assert opts.partition_by_key is False
 
 
 def test_every_option_parses() -> None:
