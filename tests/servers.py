@@ -79,6 +79,13 @@ class RedisServer:
             self.process.wait(timeout=10)
             self.process = None
 
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL): no goodbye to its clients."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
     def start(self) -> None:
         assert self.command, "only a server started from the binary can be restarted"
         self.process = subprocess.Popen(
@@ -109,6 +116,14 @@ def redis_server() -> Iterator[RedisServer]:
                 container.get_container_host_ip(), int(container.get_exposed_port(6379))
             )
         return
+    with own_redis_server() as server:
+        yield server
+
+
+@contextlib.contextmanager
+def own_redis_server() -> Iterator[RedisServer]:
+    """``redis-server`` started by the tests on a free port, so they can kill and restart it;
+    it keeps its data across restarts when told to ``SAVE``."""
     binary = shutil.which("redis-server")
     if binary is None:
         import pytest
@@ -230,6 +245,11 @@ def postgres_server() -> Iterator[PostgresServer]:
         return
     with _postgres_from_binary() as server:
         yield server
+
+
+def own_postgres_server() -> contextlib.AbstractContextManager[PostgresServer]:
+    """A Postgres cluster started by the tests, so they can restart it."""
+    return _postgres_from_binary()
 
 
 @contextlib.contextmanager

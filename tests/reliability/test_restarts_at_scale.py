@@ -1,0 +1,234 @@
+"""Store restarts and dropped connections at scale, on every surface.
+
+Millions of lookups run while the store is killed and started again (Redis: SIGKILL, then the
+binary again, reloading its saved data; Postgres: ``pg_ctl restart``), or while every
+connection to it is cut every second. With retries on, the job ends with every row exactly
+once and every value right; with retries off, it fails within the time the README promises.
+Each test prints its figures (``pytest -s``): the README's Guarantees quote them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from lookup_source import lookup_join, register_lookup_table
+from tests.faults import FaultProxy
+from tests.servers import PostgresServer, RedisServer, own_postgres_server, own_redis_server
+
+ROWS = 2_000_000  # lookups of lookup_join and the table function
+KEYS = 200_000  # keys in the store; the data source reads them all
+SCHEMA = "user_id long, name string"
+RETRIES = {
+    "retry.max-attempts": "40",
+    "retry.initial-delay.ms": "50",
+    "retry.max-delay.ms": "500",
+    "timeout.ms": "3000",
+}
+NO_RETRIES = {"retry.max-attempts": "1", "timeout.ms": "3000"}
+FAIL_WITHIN_S = 3 + 10  # timeout.ms, plus Spark's own time to stop the job
+
+
+@pytest.fixture(scope="module")
+def redis_store() -> Iterator[RedisServer]:
+    import redis
+
+    with own_redis_server() as server:
+        db = redis.Redis(host=server.host, port=server.port)
+        pipe = db.pipeline(transaction=False)
+        for key in range(KEYS):
+            pipe.set(f"u:{key}", json.dumps({"name": f"user {key}"}))
+        pipe.execute()
+        db.save()  # a killed server comes back with the data
+        db.close()
+        yield server
+
+
+@pytest.fixture(scope="module")
+def postgres_store() -> Iterator[PostgresServer]:
+    with own_postgres_server() as server:
+
+        async def seed() -> None:
+            import asyncpg
+
+            db = await asyncpg.connect(server.url)
+            await db.execute("CREATE TABLE users (user_id bigint PRIMARY KEY, name text)")
+            await db.execute(
+                "INSERT INTO users SELECT g, 'user ' || g FROM generate_series(0, $1) g",
+                KEYS - 1,
+            )
+            await db.close()
+
+        asyncio.run(seed())
+        yield server
+
+
+def _options(store: str, address: str) -> dict[str, str]:
+    if store == "redis":
+        return {"connector": "redis", "url": address, "redis.key.pattern": "u:{key}"}
+    return {"connector": "postgres", "url": address, "postgres.table": "users"}
+
+
+def _checked(spark: Any, surface: str, options: dict[str, str]) -> dict[str, int]:
+    """Run the lookup on ``surface``; count rows, distinct events and wrong values in one
+    action (each action would run the lookups again)."""
+    if surface == "data source":
+        keys = json.dumps(list(range(KEYS)))
+        out = (
+            spark.read.format("asynclookup")
+            .schema(SCHEMA)
+            .options(**options, keys=keys, partitions="4")
+            .load()
+            .withColumn("event_id", F.col("user_id"))
+        )
+        expected = KEYS
+    else:
+        events = spark.range(ROWS, numPartitions=4).select(
+            F.col("id").alias("event_id"), (F.col("id") * 7919 % KEYS).alias("user_id")
+        )
+        if surface == "lookup_join":
+            out = lookup_join(events, "user_id", schema=SCHEMA, options=options)
+        else:
+            register_lookup_table(spark, "restart_users", schema=SCHEMA, options=options)
+            events.createOrReplaceTempView("restart_events")
+            out = spark.sql("SELECT * FROM restart_users_lookup(TABLE(restart_events), 'user_id')")
+        expected = ROWS
+    wrong = F.col("name").isNull() | (F.col("name") != F.concat(F.lit("user "), "user_id"))
+    row = out.agg(
+        F.count("*").alias("rows"),
+        F.countDistinct("event_id").alias("distinct"),
+        F.sum(F.when(wrong, 1).otherwise(0)).alias("wrong"),
+    ).collect()[0]
+    return {"expected": expected, "rows": row.rows, "distinct": row.distinct, "wrong": row.wrong}
+
+
+class Faults:
+    """Injects a fault into the store while a job runs, from a thread: ``after_s`` seconds
+    after the job's tasks have started, then every ``every_s`` seconds (0: once)."""
+
+    def __init__(
+        self, spark: Any, inject: Callable[[], None], *, after_s: float, every_s: float = 0.0
+    ) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.inject, self.after_s, self.every_s = inject, after_s, every_s
+        self.count = 0
+        self.first_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _tasks_running(self) -> bool:
+        for stage in self.tracker.getActiveStageIds():
+            info = self.tracker.getStageInfo(stage)
+            if info is not None and info.numActiveTasks > 0:
+                return True
+        return False
+
+    def _run(self) -> None:
+        while not self._tasks_running():
+            if self._stop.wait(0.02):
+                return
+        if self._stop.wait(self.after_s):
+            return
+        while True:
+            self.first_at = self.first_at or time.monotonic()
+            self.inject()
+            self.count += 1
+            if not self.every_s or self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> Faults:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def _restart(store: str, server: Any) -> Callable[[], None]:
+    if store == "redis":
+
+        def kill_and_start() -> None:
+            server.kill()
+            time.sleep(0.5)
+            server.start()
+
+        return kill_and_start
+
+    def pg_restart() -> None:
+        server.stop()
+        server.start()
+
+    return pg_restart
+
+
+SURFACES = ["lookup_join", "table function", "data source"]
+
+
+def _report(what: str, result: dict[str, int], faults: Faults, seconds: float) -> None:
+    lost = result["expected"] - result["distinct"]
+    duplicated = result["rows"] - result["distinct"]
+    print(
+        f"\n{what}: {result['expected']:,} rows, {faults.count} fault(s), lost {lost}, "
+        f"wrong {result['wrong']}, duplicated {duplicated}, {seconds:.1f} s"
+    )
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+@pytest.mark.parametrize("store", ["redis", "postgres"])
+def test_a_store_restart_loses_nothing_with_retries(
+    spark: Any, request: pytest.FixtureRequest, store: str, surface: str
+) -> None:
+    server = request.getfixturevalue(f"{store}_store")
+    address = server.url
+    options = {**_options(store, address), **RETRIES}
+    started = time.monotonic()
+    with Faults(spark, _restart(store, server), after_s=0.3) as faults:
+        result = _checked(spark, surface, options)
+    _report(f"{store} restart, {surface}", result, faults, time.monotonic() - started)
+    assert faults.count == 1  # the restart happened during the job
+    assert result == {**result, "rows": result["expected"], "distinct": result["expected"]}
+    assert result["wrong"] == 0
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+@pytest.mark.parametrize("store", ["redis", "postgres"])
+def test_every_connection_cut_every_second_loses_nothing_with_retries(
+    spark: Any, request: pytest.FixtureRequest, store: str, surface: str
+) -> None:
+    server = request.getfixturevalue(f"{store}_store")
+    proxy = FaultProxy(server.host, server.port)
+    address = server.url.replace(f":{server.port}/", f":{proxy.port}/")
+    options = {**_options(store, address), **RETRIES}
+    started = time.monotonic()
+    try:
+        with Faults(spark, proxy.cut, after_s=0.2, every_s=1.0) as faults:
+            result = _checked(spark, surface, options)
+    finally:
+        proxy.close()
+    _report(f"{store} cut every second, {surface}", result, faults, time.monotonic() - started)
+    assert faults.count >= 1
+    assert result == {**result, "rows": result["expected"], "distinct": result["expected"]}
+    assert result["wrong"] == 0
+
+
+@pytest.mark.parametrize("store", ["redis", "postgres"])
+def test_without_retries_a_restart_fails_the_job_in_bounded_time(
+    spark: Any, request: pytest.FixtureRequest, store: str
+) -> None:
+    server = request.getfixturevalue(f"{store}_store")
+    options = {**_options(store, server.url), **NO_RETRIES}
+    with Faults(spark, _restart(store, server), after_s=0.3) as faults:
+        with pytest.raises(Exception, match="LookupFailedError|lookup at .* failed"):
+            _checked(spark, "lookup_join", options)
+        failed_after = time.monotonic() - (faults.first_at or time.monotonic())
+    print(f"\n{store} restart without retries: the job failed {failed_after:.1f} s after it")
+    assert faults.count == 1
+    assert failed_after < FAIL_WITHIN_S

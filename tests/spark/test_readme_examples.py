@@ -1,0 +1,215 @@
+"""Every Python and SQL example of the README runs as written, in order, against the services
+the tests start (Redis, Postgres seeded with docker/postgres-init.sql, the demo HTTP service).
+
+The README's addresses are those of docker/compose.yaml; the test puts its own servers' in
+their place. A block that begins with ``# continues: <heading>`` runs with what the block under
+that heading defined; any other block runs alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+@dataclass(frozen=True)
+class Example:
+    heading: str
+    language: str
+    code: str
+    line: int
+
+    @property
+    def continues(self) -> str | None:
+        match = re.match(r"# continues: (.+)\n", self.code)
+        return match.group(1).strip() if match else None
+
+    @property
+    def id(self) -> str:
+        return f"line{self.line}-{re.sub(r'[^a-z0-9]+', '-', self.heading.lower()).strip('-')}"
+
+
+def examples() -> list[Example]:
+    found: list[Example] = []
+    heading = ""
+    lines = README.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        fence = re.match(r"```(\w+)?$", line)
+        if fence:
+            language = fence.group(1) or ""
+            end = index + 1
+            while not lines[end].startswith("```"):
+                end += 1
+            if language in ("python", "sql"):
+                code = "\n".join(lines[index + 1 : end]) + "\n"
+                found.append(Example(heading, language, code, index + 1))
+            index = end + 1
+            continue
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip().replace("`", "")
+        index += 1
+    return found
+
+
+EXAMPLES = examples()
+
+
+@pytest.fixture(scope="module")
+def services(redis_srv: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
+    from lookup_source.demo.service import UserService
+
+    async def seed() -> None:
+        import asyncpg
+
+        connection = await asyncpg.connect(postgres_srv.url)
+        try:
+            await connection.execute((ROOT / "docker" / "postgres-init.sql").read_text())
+        finally:
+            await connection.close()
+
+    asyncio.run(seed())
+    with UserService(users=10_000, latency_ms=1) as service:
+        yield {
+            "redis://localhost:6379/0": redis_srv.url,
+            "postgresql://postgres@localhost:5432/postgres": postgres_srv.url,
+            "http://localhost:8080": service.base_url,
+        }
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("readme"))
+
+
+NAMESPACES: dict[str, dict[str, Any]] = {}
+
+
+def _localised(code: str, services: dict[str, str], workspace: str) -> str:
+    for address, ours in {**services, "/tmp/asynclookup-example": workspace}.items():
+        code = code.replace(address, ours)
+    return code
+
+
+def _namespace(example: Example) -> dict[str, Any]:
+    if example.continues is None:
+        return {"__name__": "readme_example"}
+    for heading, namespace in NAMESPACES.items():
+        if heading.startswith(example.continues):
+            return dict(namespace)
+    raise AssertionError(
+        f"README line {example.line}: '# continues: {example.continues}' names no earlier "
+        "example's heading"
+    )
+
+
+def _recording(spark: Any, original: Any) -> Any:
+    """``RuntimeConfig.set`` that also restores the setting when the test ends."""
+
+    def record(self: Any, key: str, value: Any) -> Any:
+        _RESTORE.setdefault(key, spark.conf.get(key, None))
+        return original(self, key, value)
+
+    return record
+
+
+_RESTORE: dict[str, Any] = {}
+
+
+@pytest.fixture(autouse=True)
+def _restore_settings(spark: Any) -> Iterator[None]:
+    yield
+    for key, value in _RESTORE.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+    _RESTORE.clear()
+
+
+def _statements(sql: str) -> list[str]:
+    text = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+    return [statement.strip() for statement in text.split(";") if statement.strip()]
+
+
+def test_the_readme_has_examples_of_every_surface() -> None:
+    code = "".join(example.code for example in EXAMPLES)
+    for surface in ("lookup_join(", "readStream", 'format("asynclookup")', "_lookup(TABLE("):
+        assert surface in code
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
+def test_the_example_runs_as_written(
+    example: Example,
+    spark: Any,
+    services: dict[str, str],
+    workspace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PGPASSWORD", "asynclookup")  # the tests' Postgres trusts anyone
+    # the session is shared with other tests: leave its settings as they were
+    monkeypatch.setattr(type(spark.conf), "set", _recording(spark, type(spark.conf).set))
+    code = _localised(example.code, services, workspace)
+    if example.language == "sql":
+        for statement in _statements(code):
+            spark.sql(statement).collect()
+        return
+    namespace = _namespace(example)
+    exec(compile(code, f"README.md:{example.line}", "exec"), namespace)
+    NAMESPACES.setdefault(example.heading, namespace)
+    out = capsys.readouterr().out
+    for heading, check in CHECKS.items():  # what the examples show is what the stores hold
+        if example.heading.startswith(heading):
+            check(namespace, out, workspace)
+
+
+def _names(df: Any, key: str = "event_id") -> list[Any]:
+    return [row.name for row in df.orderBy(key).collect()]
+
+
+def _check_lookup_join(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    assert _names(namespace["enriched"]) == ["Ada", "Grace", None, None]
+
+
+def _check_streaming(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    spark = namespace["spark"]
+    assert _names(spark.read.parquet(f"{workspace}/enriched")) == ["Ada", "Grace"]
+
+
+def _check_metrics(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    m = namespace["m"]
+    assert m.rows == 4 and m.missing_keys == 1 and m.failed_keys == 0 and m.requests >= 1
+
+
+def _check_data_source(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    if "users" in namespace:
+        assert _names(namespace["users"], "user_id") == ["Ada", "Grace"]
+
+
+def _check_sql(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    assert "user-10" in out and "user-11" in out  # from Postgres' public.users
+
+
+def _check_http(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    assert "user-10" in out and "user-99" in out  # from the demo service
+
+
+CHECKS = {
+    "Enrich a DataFrame": _check_lookup_join,
+    "Streaming": _check_streaming,
+    "Metrics": _check_metrics,
+    "Read a dimension table by key": _check_data_source,
+    "SQL": _check_sql,
+    "HTTP connector": _check_http,
+}
