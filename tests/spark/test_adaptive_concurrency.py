@@ -59,7 +59,7 @@ def run(spark: Any, service: Crowded, capacity: int, adaptive: bool) -> dict[str
         "url": f"{service.server.base_url}/{{key}}",
         "capacity": str(capacity),
         "capacity.adaptive": str(adaptive).lower(),
-        "retry.max-attempts": "30",
+        "retry.max-attempts": "100",  # a fixed capacity far above the room gets through too
         "retry.initial-delay.ms": "10",
         "retry.max-delay.ms": "200",
     }
