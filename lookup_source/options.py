@@ -182,7 +182,7 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         False,
         "Hash-partition the input by the key columns before the lookup, so each worker sees "
         "(and caches) a disjoint share of the keys; costs a shuffle. For lookup_join and a "
-        "table function registered with it (as TABLE(t) PARTITION BY key); not the data source.",
+        "table function registered with it; not the data source.",
     ),
     OptionSpec(
         "cache.mode",

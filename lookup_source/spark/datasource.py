@@ -120,8 +120,8 @@ class AsyncLookupDataSource(DataSource):
         if options.partition_by_key:
             raise OptionError(
                 "partition.by-key",
-                "applies to lookup_join only; in SQL, partition the table function's input "
-                "with TABLE(t) PARTITION BY <key column>",
+                "applies to lookup_join and to the table function of register_lookup_table, "
+                "not to a read of the data source",
             )
         plan = LookupPlan.build(options, schema)
         if plan.options.error_column and ERROR_COLUMN not in schema.fieldNames():

@@ -121,6 +121,7 @@ def _constant(argument: AnalyzeArgument | None, what: str, default: str | None =
 
 def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = None) -> Any:
     """A Python UDTF that performs the lookup join of ``plan`` from SQL, on Arrow batches."""
+    buckets = _shuffle_partitions(spark)
 
     class LookupJoinFunction:
         @staticmethod
@@ -139,12 +140,15 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = No
             if join not in ("left", "inner"):
                 raise SchemaError(f"how must be 'left' or 'inner', got {join!r}")
             on = tuple(resolve_on(table.dataType, on_text, plan))
-            # partition.by-key: Spark hash-partitions TABLE(t) by the key, as if the call said
-            # TABLE(t) PARTITION BY <key>
+            # partition.by-key: Spark hash-partitions TABLE(t) by a bucket of the key. Not by
+            # the key itself: PySpark starts a new instance of the function (a new client) for
+            # each distinct value of what it partitions by; a bucket per shuffle partition
+            # keeps that to about one instance per task.
             by_key = plan.options.partition_by_key
+            bucket = f"pmod(hash({', '.join(map(_quoted, on))}), {buckets})"
             return LookupAnalyzeResult(
                 schema=output_schema(table.dataType, plan),
-                partitionBy=tuple(PartitioningColumn(_quoted(c)) for c in on) if by_key else (),
+                partitionBy=(PartitioningColumn(bucket),) if by_key else (),
                 on=on,
                 how=join,
                 input_schema=table.dataType,
@@ -166,8 +170,14 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = No
             yield from self.task.submit(table)
 
         def terminate(self) -> Iterator[pa.RecordBatch]:
+            # the end of this instance's input: under PARTITION BY, PySpark then starts another
+            # instance for the next partition and calls cleanup on the last one only, so each
+            # instance releases its client here
             if self.task is not None:
-                yield from self.task.finish()
+                try:
+                    yield from self.task.finish()
+                finally:
+                    self.task.close()
 
         def cleanup(self) -> None:
             if self.task is not None:
@@ -194,6 +204,14 @@ def _arrow_table_function(handler: type, spark: Any = None) -> Any:
     from pyspark.sql.udtf import UserDefinedTableFunction
 
     return UserDefinedTableFunction(handler, None, evalType=PythonEvalType.SQL_ARROW_UDTF)
+
+
+def _shuffle_partitions(spark: Any) -> int:
+    """spark.sql.shuffle.partitions (200 when unknown, or not a number)."""
+    try:
+        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    except Exception:
+        return 200
 
 
 def _quoted(column: str) -> str:

@@ -101,5 +101,5 @@ def test_the_data_source_refuses_it(spark: Any, service: Counting) -> None:
         .option("keys", "[1]")
         .option("partition.by-key", "true")
     )
-    with pytest.raises(Exception, match="partition.by-key.*applies to lookup_join only"):
+    with pytest.raises(Exception, match="partition.by-key.*not to a read of the data source"):
         read.load().collect()
