@@ -44,6 +44,9 @@ def spark() -> Iterator[Any]:
     # Executors start Python from PYSPARK_PYTHON: it must be the interpreter with our package.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # the README's examples read the Postgres password from PGPASSWORD on the executors, whose
+    # environment is fixed when Spark starts them (the tests' Postgres trusts any password)
+    os.environ.setdefault("PGPASSWORD", "asynclookup")
     # executors import test helpers (connector classes given as module:Class) from the repo
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
