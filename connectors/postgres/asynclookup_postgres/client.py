@@ -86,6 +86,7 @@ def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
             pgx.DeadlockDetectedError,
             pgx.AdminShutdownError,
             asyncpg.InterfaceError,  # "connection is closed", "another operation in progress"
+            pgx.InternalClientError,  # a connection left mid-protocol by a server restart
         ),
     ):
         return TransientError

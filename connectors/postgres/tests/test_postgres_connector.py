@@ -488,3 +488,16 @@ def test_scan_splits_only_for_one_integer_key(postgres_srv: Any, pg: Any, table_
 
     splits = _with_client(plan.connector_config(), lambda client: client.scan_splits(4))
     assert splits is None  # a text key: split by hash
+
+
+def test_a_connection_left_mid_protocol_by_a_restart_is_retried() -> None:
+    from asynclookup_postgres.client import classify
+    from asyncpg import exceptions as pgx
+
+    from lookup_source.connector_api import translate_error
+    from lookup_source.errors import TransientError
+
+    error = pgx.InternalClientError(
+        "cannot switch to state 12; another operation (2) is in progress"
+    )
+    assert isinstance(translate_error("asyncpg", classify, error), TransientError)
