@@ -87,8 +87,8 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         False,
         "Make `capacity` the ceiling of a per-task limit that adapts (AIMD): it starts at 10, "
         "grows while answers come back as fast as lately, and shrinks by a quarter on a "
-        "timeout, an overload answer (HTTP 429/503, Postgres out of connections) or a rising "
-        "latency. The limit over time is in the metrics (`limit_history`).",
+        "timeout or an overload answer (HTTP 429/503, Postgres out of connections), by a tenth "
+        "on a rising latency. The limit over time is in the metrics (`limit_history`).",
     ),
     OptionSpec(
         "capacity.latency-tolerance",

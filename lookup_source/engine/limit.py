@@ -16,10 +16,10 @@ as in Netflix's concurrency-limits::
   round trip's worth of answers;
 - it grows only while the limit is in use (at least half of it in flight) and the latency stays
   within ``tolerance`` times the lowest latency seen lately;
-- it shrinks by a quarter on a timeout, an overload answer (:class:`OverloadedError`: HTTP 429,
-  503) or a latency above that bound, at most once per round trip: only a request started after
-  the last decrease can cause the next one, so a burst of failures of the requests that were
-  already in flight counts once.
+- it shrinks by a quarter on a timeout or an overload answer (:class:`OverloadedError`: HTTP
+  429, 503), by a tenth on a latency above that bound, at most once per round trip: only a
+  request started after the last decrease can cause the next one, so a burst of failures of
+  the requests that were already in flight counts once.
 
 Pure bookkeeping: no asyncio, no clock of its own (times come from the caller).
 """
@@ -33,6 +33,9 @@ INITIAL = 10
 
 BACKOFF = 0.75
 """What an adaptive limit keeps of itself on a sign of overload."""
+
+LATENCY_BACKOFF = 0.9
+"""What an adaptive limit keeps of itself when answers only slow down (nothing failed)."""
 
 _WINDOW = 250
 """Answers per window of the lowest-latency baseline: the baseline is the lowest latency of
@@ -102,8 +105,8 @@ class AdaptiveLimit:
         latency_s = max(0.0, now - started)
         self._observe(latency_s)
         assert self._recent_s is not None
-        if self._recent_s > self.tolerance * self.baseline_s:
-            return self._decrease(started, now)
+        if self._recent_s > self.tolerance * self.baseline_s:  # slower: a gentler cut
+            return self._decrease(started, now, LATENCY_BACKOFF)
         if in_flight * 2 < self._limit:  # the limit is not what holds the task back
             return False
         before = self.value
@@ -126,13 +129,13 @@ class AdaptiveLimit:
         else:
             self._recent_s += _SMOOTHING * (latency_s - self._recent_s)
 
-    def _decrease(self, started: float, now: float) -> bool:
+    def _decrease(self, started: float, now: float, backoff: float | None = None) -> bool:
         if started < self._last_decrease:  # in flight at the last decrease: already counted
             return False
         self._slow_start = False
         self._last_decrease = now
         before = self.value
-        self._limit = max(float(self.floor), self._limit * self.backoff)
+        self._limit = max(float(self.floor), self._limit * (backoff or self.backoff))
         self._recent_s = None  # judge the new limit by its own answers
         return self.value != before
 

@@ -76,7 +76,7 @@ def test_rising_latency_shrinks_it_before_anything_fails() -> None:
     while limit.value >= high:  # the store slows down: 5x the lowest latency
         limit.on_success(now, now + 0.050, limit.value)
         now += 0.05
-    assert limit.value == int(high * 0.75)
+    assert limit.value == int(high * 0.9)  # a gentler cut than for a failure
 
 
 def test_the_floor_holds() -> None:
