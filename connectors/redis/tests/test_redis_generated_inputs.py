@@ -93,3 +93,35 @@ def test_malformed_stored_values_are_errors_of_their_own_key(
             assert (row["_lookup_error"] or "").startswith(f"key {key}:"), (value, row)
         else:
             assert row["_lookup_error"] is None, (value, row)
+
+
+@SETTINGS
+@given(
+    keys=st.lists(st.tuples(texts | st.none(), integers | st.none()), min_size=1, max_size=20),
+    stored=st.data(),
+)
+def test_composite_keys_with_null_parts(
+    redis_srv: Any, redis_db: Any, keys: list[tuple[Any, Any]], stored: Any
+) -> None:
+    """A composite key with a null part is never asked (its row stays, with nulls); the others
+    find their own values."""
+    run = uuid.uuid4().hex[:8]
+    from lookup_source.connector_api import key_text
+
+    complete = {k for k in keys if None not in k}
+    present = {k for k in complete if stored.draw(st.booleans())}
+    for tenant, user in present:
+        redis_db.set(
+            f"{run}:{key_text(tenant)}:{key_text(user)}", json.dumps({"echo": repr((tenant, user))})
+        )
+    options = {
+        **_options(redis_srv, run),
+        "key.column": "tenant,user_id",
+        "redis.key.pattern": f"{run}:{{tenant}}:{{user_id}}",
+    }
+    rows = run_keys(options, "tenant string, user_id long, echo string", [list(k) for k in keys])
+    assert [(r["tenant"], r["user_id"]) for r in rows] == keys
+    for row in rows:
+        key = (row["tenant"], row["user_id"])
+        assert row["_lookup_error"] is None
+        assert row["echo"] == (repr(key) if key in present else None)
