@@ -26,7 +26,7 @@ class Store:
     def __init__(self) -> None:
         self.bodies: dict[str, bytes] = {}
         app = web.Application()
-        app.router.add_get("/{tail:.*}", self.get)
+        app.router.add_get(r"/{tail:[\s\S]*}", self.get)  # keys may hold line breaks
         self.server = BackgroundHttpServer(app)
 
     async def get(self, request: web.Request) -> web.Response:
