@@ -4,8 +4,7 @@ Spark calls our code synchronously, from an iterator: a :class:`TaskLoop` runs c
 private event loop between those calls, turns an async iterator into a plain one, and closes
 everything it started, however the task ends::
 
-    with TaskLoop() as loop:
-        loop.run(client.open())
+    with TaskLoop() as loop, loop.opened(make_client()) as client:
         for batch in loop.iterate(client.scan_arrow()):
             ...
 """
@@ -16,9 +15,18 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class _Closable(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
 
 
 class TaskLoop:
@@ -46,6 +54,16 @@ class TaskLoop:
             if close is not None and not self.closed:
                 with contextlib.suppress(Exception):
                     self.run(close())
+
+    @contextlib.contextmanager
+    def opened(self, client: C) -> Iterator[C]:
+        """``client`` (anything with async ``open`` and ``close``), opened on this loop and
+        closed when the block ends, however it ends."""
+        self.run(client.open())
+        try:
+            yield client
+        finally:
+            self.run(client.close())
 
     def close(self) -> None:
         """Finish the loop's async generators and close it. Safe to call twice."""

@@ -101,27 +101,22 @@ def scan_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Scan part ``partition`` of ``partitions`` (its ``split`` from :func:`scan_splits`, if
     any); one event loop and one client for the task."""
-    with TaskLoop() as loop:
-        client = client_class(config)
-        loop.run(client.open())
-        try:
-            parts = (
-                client.scan_arrow(partition, partitions)
-                if split is None
-                else client.scan_arrow(partition, partitions, split=split)
+    with TaskLoop() as loop, loop.opened(client_class(config)) as client:
+        parts = (
+            client.scan_arrow(partition, partitions)
+            if split is None  # (a connector without scan_splits may not take the argument)
+            else client.scan_arrow(partition, partitions, split=split)
+        )
+        for keys, matches in loop.iterate(parts):
+            yield scan_rows(
+                keys,
+                matches,
+                key_fields,
+                value_fields,
+                on_error=options.on_error,
+                connector=client.name,
+                address=config.url,
             )
-            for keys, matches in loop.iterate(parts):
-                yield scan_rows(
-                    keys,
-                    matches,
-                    key_fields,
-                    value_fields,
-                    on_error=options.on_error,
-                    connector=client.name,
-                    address=config.url,
-                )
-        finally:
-            loop.run(client.close())
 
 
 def scan_splits(
@@ -131,13 +126,8 @@ def scan_splits(
     asked once when the read is planned; None when it has none (or there is one part)."""
     if partitions < 2 or client_class.scan_splits is LookupClient.scan_splits:
         return None
-    with TaskLoop() as loop:
-        client = client_class(config)
-        loop.run(client.open())
-        try:
-            splits = loop.run(client.scan_splits(partitions))
-        finally:
-            loop.run(client.close())
+    with TaskLoop() as loop, loop.opened(client_class(config)) as client:
+        splits = loop.run(client.scan_splits(partitions))
     if splits is None:
         return None
     splits = list(splits)
