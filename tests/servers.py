@@ -120,6 +120,13 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+def _redis_command(binary: str, directory: str, *listen: str) -> list[str]:
+    """``redis-server`` on loopback, listening as ``listen`` says, keeping its files (a dump
+    made by SAVE) in ``directory`` and saving nothing by itself."""
+    persistence = ("--save", "", "--appendonly", "no", "--dir", directory)
+    return [binary, *listen, "--bind", "127.0.0.1", *persistence]
+
+
 @contextlib.contextmanager
 def own_redis_server() -> Iterator[RedisServer]:
     """``redis-server`` started by the tests on a free port, so they can kill and restart it;
@@ -131,19 +138,7 @@ def own_redis_server() -> Iterator[RedisServer]:
         pytest.skip("no Redis: set ASYNCLOOKUP_TEST_REDIS_URL, start Docker or install redis")
     port = free_port()
     directory = tempfile.mkdtemp(prefix="asynclookup-redis-")
-    command = [
-        binary,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        directory,
-    ]
+    command = _redis_command(binary, directory, "--port", str(port))
     server = RedisServer("127.0.0.1", port, directory=directory, command=command)
     server.start()
     try:
@@ -164,29 +159,14 @@ def redis_tls_server(pki: Any, *, client_certificates: bool = False) -> Iterator
         pytest.skip("no redis-server binary for the TLS tests")
     port = free_port()
     directory = tempfile.mkdtemp(prefix="asynclookup-redis-tls-")
-    command = [
+    command = _redis_command(
         binary,
-        "--port",
-        "0",
-        "--tls-port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--tls-cert-file",
-        pki.server_cert,
-        "--tls-key-file",
-        pki.server_key,
-        "--tls-ca-cert-file",
-        pki.ca,
-        "--tls-auth-clients",
-        "yes" if client_certificates else "no",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
         directory,
-    ]
+        *("--port", "0", "--tls-port", str(port)),
+        *("--tls-cert-file", pki.server_cert, "--tls-key-file", pki.server_key),
+        *("--tls-ca-cert-file", pki.ca),
+        *("--tls-auth-clients", "yes" if client_certificates else "no"),
+    )
     server = RedisServer("127.0.0.1", port, directory=directory, command=command, tls=True)
     server.start()
     try:

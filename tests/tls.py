@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 KEY_PASSWORD = "client-key-secret"
 
@@ -133,3 +136,17 @@ def make_pki(directory: Path) -> Pki:
         client_key=write("client.key", private(client_key)),
         client_key_encrypted=write("client-encrypted.key", private(client_key, KEY_PASSWORD)),
     )
+
+
+def timed_failure(lookup: Callable[[], Any]) -> tuple[Any, float]:
+    """The error ``lookup`` fails with, and the seconds it took: a LookupFailedError when a
+    request failed, a PermanentError when the task could not even set up TLS (a file, a key
+    password)."""
+    import pytest
+
+    from lookup_source.errors import LookupFailedError, PermanentError
+
+    started = time.monotonic()
+    with pytest.raises((LookupFailedError, PermanentError)) as info:
+        lookup()
+    return info.value, time.monotonic() - started

@@ -172,6 +172,11 @@ def _restart(store: str, server: Any) -> Callable[[], None]:
 SURFACES = ["lookup_join", "table function", "data source"]
 
 
+def _assert_each_row_once_and_right(result: dict[str, int]) -> None:
+    assert result == {**result, "rows": result["expected"], "distinct": result["expected"]}
+    assert result["wrong"] == 0
+
+
 def _report(what: str, result: dict[str, int], faults: Faults, seconds: float) -> None:
     lost = result["expected"] - result["distinct"]
     duplicated = result["rows"] - result["distinct"]
@@ -194,8 +199,7 @@ def test_a_store_restart_loses_nothing_with_retries(
         result = _checked(spark, surface, options)
     _report(f"{store} restart, {surface}", result, faults, time.monotonic() - started)
     assert faults.count == 1  # the restart happened during the job
-    assert result == {**result, "rows": result["expected"], "distinct": result["expected"]}
-    assert result["wrong"] == 0
+    _assert_each_row_once_and_right(result)
 
 
 @pytest.mark.parametrize("surface", SURFACES)
@@ -215,8 +219,7 @@ def test_every_connection_cut_every_second_loses_nothing_with_retries(
         proxy.close()
     _report(f"{store} cut every second, {surface}", result, faults, time.monotonic() - started)
     assert faults.count >= 1
-    assert result == {**result, "rows": result["expected"], "distinct": result["expected"]}
-    assert result["wrong"] == 0
+    _assert_each_row_once_and_right(result)
 
 
 def _down(store: str, server: Any) -> Callable[[], None]:

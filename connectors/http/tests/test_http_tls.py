@@ -4,7 +4,6 @@ way it can be wrong failing at once with the option to fix."""
 from __future__ import annotations
 
 import ssl
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,10 @@ import pytest
 from aiohttp import web
 
 from lookup_source.demo.service import BackgroundHttpServer
-from lookup_source.errors import LookupFailedError, OptionError, PermanentError
+from lookup_source.errors import OptionError
 from lookup_source.spark.plan import LookupPlan
 from tests.helpers import run_keys
-from tests.tls import KEY_PASSWORD, Pki, make_pki
+from tests.tls import KEY_PASSWORD, Pki, make_pki, timed_failure
 
 SCHEMA = "id long, v string"
 FOUND = [{"id": 1, "v": "secure"}]
@@ -100,10 +99,7 @@ def lookup(address: str, **options: str) -> list[dict[str, Any]]:
 
 
 def failure(address: str, **options: str) -> tuple[Any, float]:
-    started = time.monotonic()
-    with pytest.raises((LookupFailedError, PermanentError)) as info:
-        lookup(address, **options)
-    return info.value, time.monotonic() - started
+    return timed_failure(lambda: lookup(address, **options))
 
 
 def test_a_private_ca(https: BackgroundHttpServer, pki: Pki) -> None:

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lookup_source.errors import LookupFailedError, OptionError, PermanentError
+from lookup_source.errors import OptionError
 from lookup_source.spark.plan import LookupPlan
 from tests.helpers import run_keys
 from tests.servers import PostgresServer, postgres_tls_server
-from tests.tls import KEY_PASSWORD, Pki, make_pki
+from tests.tls import KEY_PASSWORD, Pki, make_pki, timed_failure
 
 SCHEMA = "id long, name string"
 FOUND = [{"id": 1, "name": "Ada"}, {"id": 2, "name": None}]
@@ -61,10 +60,7 @@ def lookup(address: str, **options: str) -> list[dict[str, Any]]:
 
 
 def failure(address: str, **options: str) -> tuple[Any, float]:
-    started = time.monotonic()
-    with pytest.raises((LookupFailedError, PermanentError)) as info:
-        lookup(address, **options)
-    return info.value, time.monotonic() - started
+    return timed_failure(lambda: lookup(address, **options))
 
 
 def test_the_right_ca_verifies_the_server(tls_pg: PostgresServer, pki: Pki) -> None:

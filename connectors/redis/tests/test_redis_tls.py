@@ -4,7 +4,6 @@ mutual, and every way it can be wrong failing at once with the option to fix."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,11 +11,11 @@ from typing import Any
 import pytest
 import redis
 
-from lookup_source.errors import LookupFailedError, OptionError, PermanentError
+from lookup_source.errors import LookupFailedError, OptionError
 from lookup_source.spark.plan import LookupPlan
 from tests.helpers import run_keys
 from tests.servers import RedisServer, redis_tls_server
-from tests.tls import KEY_PASSWORD, Pki, make_pki
+from tests.tls import KEY_PASSWORD, Pki, make_pki, timed_failure
 
 SCHEMA = "id long, name string"
 
@@ -58,12 +57,7 @@ FOUND = [{"id": 1, "name": "Ada"}, {"id": 2, "name": None}]
 
 
 def failure(url: str, **options: str) -> tuple[Any, float]:
-    """The error of a lookup: LookupFailedError when a request failed, PermanentError when the
-    task could not even set up TLS (a file or a password)."""
-    started = time.monotonic()
-    with pytest.raises((LookupFailedError, PermanentError)) as info:
-        lookup(url, **options)
-    return info.value, time.monotonic() - started
+    return timed_failure(lambda: lookup(url, **options))
 
 
 def test_the_right_ca_verifies_the_server(tls_redis: RedisServer, pki: Pki) -> None:
