@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,17 +43,6 @@ print(json.dumps({"rows": rows, "where": where}))
 @pytest.fixture
 def stored(redis_db: Any, prefix: str) -> None:
     redis_db.mset({f"{prefix}{i}": json.dumps({"name": f"user {i}"}) for i in range(STORED)})
-
-
-@pytest.fixture
-def spark_work_dir() -> Iterator[None]:
-    """local-cluster's workers unpack archives under SPARK_HOME/work (the installed pyspark's
-    directory); remove what these jobs leave there (a packed env unpacks to ~1 GB per executor)."""
-    work = Path(pyspark.__file__).parent / "work"
-    before = set(work.iterdir()) if work.exists() else set()
-    yield
-    for app in set(work.iterdir()) - before if work.exists() else ():
-        shutil.rmtree(app, ignore_errors=True)
 
 
 def run(command: list[str], cwd: Path, timeout: int = 300) -> None:

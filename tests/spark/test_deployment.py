@@ -47,7 +47,9 @@ def expected() -> dict[str, Any]:
     return {"join": [list(r) for r in join], "read": [[1, "user 1"], [2, "user 2"], [3, "user 3"]]}
 
 
-def test_local_cluster_matches_local(redis_srv: Any, prefix: str, loaded: None) -> None:
+def test_local_cluster_matches_local(
+    redis_srv: Any, prefix: str, loaded: None, spark_work_dir: None
+) -> None:
     result = run_job("local-cluster[2,1,1024]", redis_srv.url, prefix)
     want = expected()
     assert result["join"] == want["join"]
