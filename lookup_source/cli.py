@@ -43,8 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the demo's user profiles over HTTP: GET /users/{id} and POST "
         "/users/batch.",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="(default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on; 0.0.0.0 for every interface (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--port", type=int, default=8080, help="port to listen on (default: %(default)s)"
+    )
     serve.add_argument(
         "--users", type=int, default=10_000, help="user ids 0..N-1 (default: %(default)s)"
     )

@@ -3,12 +3,14 @@ whose extra is missing names it in one line."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
 import pytest
 
 from lookup_source import __version__
+from lookup_source.cli import build_parser
 
 # Runs the command as if no extra were installed: importing any of these modules fails.
 WITHOUT_EXTRAS = """
@@ -37,7 +39,9 @@ def test_version_without_extras() -> None:
     assert done.stdout.strip() == f"asynclookup {__version__}"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["bench", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["demo", "--help"], ["bench", "--help"], ["serve", "--help"]]
+)
 def test_help_without_extras(argv: list[str]) -> None:
     done = run(*argv)
     assert done.returncode == 0, done.stderr
@@ -45,15 +49,29 @@ def test_help_without_extras(argv: list[str]) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_every_bench_flag_shows_its_default() -> None:
-    done = run("bench", "--help")
-    flags = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  --")]
-    assert "--scenarios" in flags and len(flags) > 10
-    text = " ".join(done.stdout.split("options:", 1)[1].split())
-    for flag in flags:
-        if flag not in ("--no-plot",):
-            after = text.split(f"{flag} ", 1)[1]
-            assert "(default:" in after.split(" --", 1)[0], f"{flag} shows no default"
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+@pytest.mark.parametrize("command", ["demo", "bench", "serve"])
+def test_every_flag_says_what_it_does_and_its_default(command: str) -> None:
+    parser = _subcommands()[command]
+    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert len(flags) >= 4
+    for action in flags:
+        flag = action.option_strings[0]
+        assert action.help and not action.help.startswith("("), f"{command} {flag}: no help"
+        if action.default not in (None, False):
+            assert "(default: %(default)s)" in action.help, f"{command} {flag} hides its default"
+    assert "(default:" in parser.format_help()
+
+
+def test_bench_help_names_what_it_writes_to_the_stores() -> None:
+    from lookup_source.bench import stores
+
+    text = " ".join(_subcommands()["bench"].format_help().split())
+    assert stores.PREFIX in text and stores.TABLE in text
 
 
 @pytest.mark.parametrize(

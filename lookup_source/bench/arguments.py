@@ -72,12 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="input sizes of the memory scenario (default: %(default)s)",
     )
     parser.add_argument(
-        "--redis-url", default="redis://127.0.0.1:6379/0", help="(default: %(default)s)"
+        "--redis-url",
+        default="redis://127.0.0.1:6379/0",
+        help="the Redis of the redis scenarios; the bench writes its users under "
+        "asynclookup:bench:user:* and deletes them (default: %(default)s)",
     )
     parser.add_argument(
         "--postgres-url",
         default="postgresql://postgres@127.0.0.1:5432/postgres",
-        help="(default: %(default)s)",
+        help="the Postgres of the postgres scenarios; the bench creates the table "
+        "asynclookup_bench_users there and drops it (default: %(default)s)",
     )
     parser.add_argument(
         "--out", default="benchmarks/results", help="output directory (default: %(default)s)"

@@ -35,23 +35,41 @@ class Measurement:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rows", type=int, default=200_000, help="events to enrich [200000]")
-    parser.add_argument("--users", type=int, default=10_000, help="distinct users [10000]")
     parser.add_argument(
-        "--latency-ms", type=float, default=5.0, help="simulated service latency [5]"
+        "--rows", type=int, default=200_000, help="events to enrich (default: %(default)s)"
     )
-    parser.add_argument("--capacity", type=int, default=100, help="requests in flight per task")
-    parser.add_argument("--partitions", type=int, default=2, help="Spark tasks [2]")
     parser.add_argument(
-        "--sample-rows", type=int, default=1_000, help="rows for the synchronous UDF [1000]"
+        "--users", type=int, default=10_000, help="distinct users (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=5.0,
+        help="simulated service latency (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        default=100,
+        help="requests in flight per task (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=2, help="Spark tasks (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--sample-rows",
+        type=int,
+        default=1_000,
+        help="rows for the synchronous UDF (default: %(default)s)",
     )
     parser.add_argument(
         "--style",
         choices=("per-key", "batch"),
         default="per-key",
-        help="HTTP request style: one GET per key, or POST batches of 100 keys [per-key]",
+        help="HTTP request style: one GET per key, or POST batches of 100 keys "
+        "(default: %(default)s)",
     )
-    parser.add_argument("--master", default="local[2]", help="Spark master [local[2]]")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default: %(default)s)")
     parser.add_argument(
         "--http-url",
         help="your own service instead of the embedded one: a URL template such as "
@@ -62,8 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="use your own Redis instead of HTTP: the demo writes its users under "
         f"{REDIS_PREFIX}* and deletes them at the end",
     )
-    parser.add_argument("--schema", default=DEMO_SCHEMA, help=f"lookup schema [{DEMO_SCHEMA}]")
-    parser.add_argument("--show", type=int, default=5, help="enriched rows to print [5]")
+    parser.add_argument(
+        "--schema", default=DEMO_SCHEMA, help="lookup schema (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--show", type=int, default=5, help="enriched rows to print (default: %(default)s)"
+    )
 
 
 def say(message: str) -> None:
