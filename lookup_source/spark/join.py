@@ -137,6 +137,20 @@ def resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan)
                 f"({', '.join(df_schema.fieldNames())})",
                 column=name,
             )
+        if name.lower() != key_field.name.lower() and any(
+            name.lower() == value.name.lower() for value in plan.value_fields
+        ):
+            raise SchemaError(
+                f"on names column '{name}', which the lookup schema has as a value column: "
+                f"the lookup key is '{key_field.name}' ("
+                + (
+                    "the schema's first column; put the key first or set key.column"
+                    if plan.options.key_columns is None
+                    else "from key.column"
+                )
+                + ")",
+                column=name,
+            )
         if not _compatible_key_types(field.dataType, key_field.dataType):
             raise SchemaError(
                 f"key column '{field.name}' is {field.dataType.simpleString()} in the DataFrame "

@@ -126,9 +126,14 @@ class LookupPlan:
             f for f in struct.fields if f.name not in key_set and f.name != ERROR_COLUMN
         )
         if not value_fields:
+            which = (
+                f"its key is its first column, '{names[0]}' (key.column is not set)"
+                if opts.key_columns is None
+                else f"key.column takes {', '.join(key_set)}"
+            )
             raise SchemaError(
-                f"the lookup schema has only key columns ({', '.join(key_set)}); add the value "
-                "columns to fetch, e.g. 'user_id long, name string, tier int'"
+                f"the lookup schema has no value columns: {which}. Give the key column(s) and "
+                "then the value columns to fetch, e.g. 'user_id long, name string, tier int'"
             )
         plan = cls(opts, struct, tuple(key_fields), value_fields)
         client_class = opts.connector_class()

@@ -140,6 +140,19 @@ def test_plan_time_errors_name_the_column_or_option(spark: Any, options: dict) -
         lookup_join(df.drop("name"), "user_id", schema=SCHEMA, options={**options, "on.eror": "x"})
     with pytest.raises(SchemaError, match="how must be"):
         lookup_join(df.drop("name"), "user_id", schema=SCHEMA, options=options, how="outer")
+    # the key is the schema's first column unless key.column says otherwise
+    events = df.drop("name", "arr")
+    with pytest.raises(SchemaError, match=r"no value columns: its key is its first column, 'name'"):
+        lookup_join(events, "user_id", schema="name string", options=options)
+    with pytest.raises(
+        SchemaError,
+        match=r"on names column 'user_id', which the lookup schema has as a value column: the "
+        r"lookup key is 'name' \(the schema's first column; put the key first or set key.column\)",
+    ):
+        lookup_join(events, "user_id", schema="name string, user_id long", options=options)
+    keyed = {**options, "key.column": "user_id"}
+    with pytest.raises(SchemaError, match=r"no value columns: key.column takes user_id"):
+        lookup_join(events, "user_id", schema="user_id long", options=keyed)
 
 
 @pytest.mark.parametrize("style", ["per-key", "batch"])
