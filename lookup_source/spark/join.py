@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -118,14 +119,32 @@ def _lookup_partition(
     yield from run_lookups(batches, spec, config, on_stats=on_stats)
 
 
-def resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan) -> list[str]:
+@dataclass(frozen=True)
+class InputTerms:
+    """How errors about the input name it: ``lookup_join``'s ``on`` and DataFrame, or the table
+    function's key argument and ``TABLE(...)``."""
+
+    on: str = "on"
+    input: str = "the DataFrame"
+
+
+DATAFRAME = InputTerms()
+TABLE_ARGUMENT = InputTerms(on="the key argument", input="the TABLE(...) argument")
+
+
+def resolve_on(
+    df_schema: StructType,
+    on: str | Sequence[str],
+    plan: LookupPlan,
+    terms: InputTerms = DATAFRAME,
+) -> list[str]:
     names = [on] if isinstance(on, str) else list(on)
     if len(names) == 1 and "," in names[0]:
         names = [part.strip() for part in names[0].split(",")]
     if len(names) != len(plan.key_fields):
         raise SchemaError(
-            f"on names {len(names)} column(s) ({', '.join(names)}) but the lookup key has "
-            f"{len(plan.key_fields)} ({', '.join(plan.key_names)})"
+            f"{terms.on} names {len(names)} column(s) ({', '.join(names)}) but the lookup key "
+            f"has {len(plan.key_fields)} ({', '.join(plan.key_names)})"
         )
     by_name = {f.name.lower(): f for f in df_schema.fields}
     resolved = []
@@ -133,7 +152,7 @@ def resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan)
         field = by_name.get(name.lower())
         if field is None:
             raise SchemaError(
-                f"on names column '{name}', which the DataFrame does not have "
+                f"{terms.on} names column '{name}', which {terms.input} does not have "
                 f"({', '.join(df_schema.fieldNames())})",
                 column=name,
             )
@@ -141,7 +160,8 @@ def resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan)
             name.lower() == value.name.lower() for value in plan.value_fields
         ):
             raise SchemaError(
-                f"on names column '{name}', which the lookup schema has as a value column: "
+                f"{terms.on} names column '{name}', which the lookup schema has as a value "
+                f"column: "
                 f"the lookup key is '{key_field.name}' ("
                 + (
                     "the schema's first column; put the key first or set key.column"
@@ -153,7 +173,7 @@ def resolve_on(df_schema: StructType, on: str | Sequence[str], plan: LookupPlan)
             )
         if not _compatible_key_types(field.dataType, key_field.dataType):
             raise SchemaError(
-                f"key column '{field.name}' is {field.dataType.simpleString()} in the DataFrame "
+                f"key column '{field.name}' is {field.dataType.simpleString()} in {terms.input} "
                 f"but the lookup schema declares '{key_field.name}' as "
                 f"{key_field.dataType.simpleString()}; cast it first",
                 column=field.name,
@@ -172,7 +192,9 @@ def _compatible_key_types(actual: DataType, declared: DataType) -> bool:
     return isinstance(actual, StringType) and isinstance(declared, StringType)
 
 
-def output_schema(df_schema: StructType, plan: LookupPlan) -> StructType:
+def output_schema(
+    df_schema: StructType, plan: LookupPlan, terms: InputTerms = DATAFRAME
+) -> StructType:
     """The input's fields, unchanged and *with their metadata*, then the value columns.
 
     mapInArrow keeps an event-time watermark only if the output field still carries the
@@ -186,8 +208,8 @@ def output_schema(df_schema: StructType, plan: LookupPlan) -> StructType:
     for field in added:
         if field.name.lower() in existing:
             raise SchemaError(
-                f"the DataFrame already has a column '{field.name}', which the lookup would add; "
-                "rename or drop it first",
+                f"{terms.input} already has a column '{field.name}', which the lookup would "
+                "add; rename or drop it first",
                 column=field.name,
             )
     return StructType(list(df_schema.fields) + added)

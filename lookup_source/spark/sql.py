@@ -32,7 +32,7 @@ from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.runner import LookupTask
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import LookupOptions, parse_options
-from lookup_source.spark.join import output_schema, resolve_on
+from lookup_source.spark.join import TABLE_ARGUMENT, output_schema, resolve_on
 from lookup_source.spark.metrics import new_accumulator
 from lookup_source.spark.plan import INFERRING, LookupPlan
 
@@ -139,7 +139,7 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = No
             join = _constant(how, "how ('left' or 'inner')", "left").lower()
             if join not in ("left", "inner"):
                 raise SchemaError(f"how must be 'left' or 'inner', got {join!r}")
-            on = tuple(resolve_on(table.dataType, on_text, plan))
+            on = tuple(resolve_on(table.dataType, on_text, plan, TABLE_ARGUMENT))
             # partition.by-key: Spark hash-partitions TABLE(t) by a bucket of the key. Not by
             # the key itself: PySpark starts a new instance of the function (a new client) for
             # each distinct value of what it partitions by; a bucket per shuffle partition
@@ -147,7 +147,7 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = No
             by_key = plan.options.partition_by_key
             bucket = f"pmod(hash({', '.join(map(_quoted, on))}), {buckets})"
             return LookupAnalyzeResult(
-                schema=output_schema(table.dataType, plan),
+                schema=output_schema(table.dataType, plan, TABLE_ARGUMENT),
                 partitionBy=(PartitioningColumn(bucket),) if by_key else (),
                 on=on,
                 how=join,

@@ -227,8 +227,20 @@ def test_sql_errors_are_clear(spark: Any, redis_srv: RedisServer) -> None:
     with pytest.raises(Exception, match=r"cannot scan a whole table.*lookup_join"):
         spark.sql("SELECT * FROM api_users").collect()
     spark.createDataFrame([(1,)], "uid long").createOrReplaceTempView("ids")
-    with pytest.raises(Exception, match="on names column 'nope'"):
+    with pytest.raises(
+        Exception,
+        match=r"the key argument names column 'nope', which the TABLE\(...\) argument does not "
+        r"have \(uid\)",
+    ):
         spark.sql("SELECT * FROM api_users_lookup(TABLE(ids), 'nope')").collect()
+    spark.createDataFrame([(1, "x")], "uid long, name string").createOrReplaceTempView("named")
+    with pytest.raises(Exception, match="the TABLE\\(...\\) argument already has a column 'name'"):
+        spark.sql("SELECT * FROM api_users_lookup(TABLE(named), 'uid')").collect()
+    with pytest.raises(Exception, match="the key argument names column 'name', which the lookup"):
+        spark.sql("SELECT * FROM api_users_lookup(TABLE(named), 'name')").collect()
+    spark.createDataFrame([("1",)], "code string").createOrReplaceTempView("codes")
+    with pytest.raises(Exception, match=r"key column 'code' is string in the TABLE\(...\) arg"):
+        spark.sql("SELECT * FROM api_users_lookup(TABLE(codes), 'code')").collect()
     with pytest.raises(Exception, match="how must be 'left' or 'inner'"):
         spark.sql("SELECT * FROM api_users_lookup(TABLE(ids), 'uid', 'outer')").collect()
     with pytest.raises(Exception, match="must be a plain SQL identifier"):
