@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,18 +128,20 @@ def _redis_command(binary: str, directory: str, *listen: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def own_redis_server() -> Iterator[RedisServer]:
-    """``redis-server`` started by the tests on a free port, so they can kill and restart it;
-    it keeps its data across restarts when told to ``SAVE``."""
+def _redis_from_binary(
+    listen: Callable[[int], Sequence[str]], *, tls: bool = False, missing: str
+) -> Iterator[RedisServer]:
+    """``redis-server`` of our own on a free port, listening as ``listen(port)`` says; skips
+    the test with ``missing`` when there is no binary."""
     binary = shutil.which("redis-server")
     if binary is None:
         import pytest
 
-        pytest.skip("no Redis: set ASYNCLOOKUP_TEST_REDIS_URL, start Docker or install redis")
+        pytest.skip(missing)
     port = free_port()
     directory = tempfile.mkdtemp(prefix="asynclookup-redis-")
-    command = _redis_command(binary, directory, "--port", str(port))
-    server = RedisServer("127.0.0.1", port, directory=directory, command=command)
+    command = _redis_command(binary, directory, *listen(port))
+    server = RedisServer("127.0.0.1", port, directory=directory, command=command, tls=tls)
     server.start()
     try:
         yield server
@@ -148,32 +150,30 @@ def own_redis_server() -> Iterator[RedisServer]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def redis_tls_server(pki: Any, *, client_certificates: bool = False) -> Iterator[RedisServer]:
+def own_redis_server() -> contextlib.AbstractContextManager[RedisServer]:
+    """``redis-server`` started by the tests on a free port, so they can kill and restart it;
+    it keeps its data across restarts when told to ``SAVE``."""
+    return _redis_from_binary(
+        lambda port: ("--port", str(port)),
+        missing="no Redis: set ASYNCLOOKUP_TEST_REDIS_URL, start Docker or install redis",
+    )
+
+
+def redis_tls_server(
+    pki: Any, *, client_certificates: bool = False
+) -> contextlib.AbstractContextManager[RedisServer]:
     """``redis-server`` listening only for TLS (``--tls-port``) with the test PKI's server
     certificate; ``client_certificates``: it asks for one signed by the test CA."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        import pytest
-
-        pytest.skip("no redis-server binary for the TLS tests")
-    port = free_port()
-    directory = tempfile.mkdtemp(prefix="asynclookup-redis-tls-")
-    command = _redis_command(
-        binary,
-        directory,
-        *("--port", "0", "--tls-port", str(port)),
-        *("--tls-cert-file", pki.server_cert, "--tls-key-file", pki.server_key),
-        *("--tls-ca-cert-file", pki.ca),
-        *("--tls-auth-clients", "yes" if client_certificates else "no"),
+    return _redis_from_binary(
+        lambda port: (
+            *("--port", "0", "--tls-port", str(port)),
+            *("--tls-cert-file", pki.server_cert, "--tls-key-file", pki.server_key),
+            *("--tls-ca-cert-file", pki.ca),
+            *("--tls-auth-clients", "yes" if client_certificates else "no"),
+        ),
+        tls=True,
+        missing="no redis-server binary for the TLS tests",
     )
-    server = RedisServer("127.0.0.1", port, directory=directory, command=command, tls=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _postgres_bindir() -> str | None:
