@@ -5,7 +5,21 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint unit docs clean
+.PHONY: install demo test lint unit docs clean spark-versions spark-oldest
+
+# Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
+# newest release of that minor; `make spark-versions` runs the Spark suites on each.
+# SPARK_VERSIONS names the minors; the pins are the releases tested last (pyspark==<pin>).
+SPARK_VERSIONS ?= 3.5 4.0 4.1 4.2 4.3
+SPARK_PIN_3.5 := 3.5.9
+SPARK_PIN_4.0 := 4.0.5
+SPARK_PIN_4.1 := 4.1.4
+SPARK_PIN_4.2 := 4.2.1
+SPARK_PIN_4.3 := 4.3.0
+SPARK_OLDEST := $(firstword $(SPARK_VERSIONS))
+# the Python of each environment (OLDEST_PYTHON: the oldest PySpark with the oldest Python)
+OLDEST_PYTHON ?= $(PYTHON)
+SPARK_SUITES ?= -m spark
 
 CONNECTORS := connectors/redis connectors/http connectors/postgres
 # a third-party connector, installed as a user would install one, so its tests run too
@@ -36,8 +50,24 @@ test: lint
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+# .venvs/pyspark-<minor>/.installed: the project, its connectors and test tools, with that PySpark
+.venvs/pyspark-%/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS) $(EXAMPLES))
+	$(if $(filter $*,$(SPARK_OLDEST)),$(OLDEST_PYTHON),$(PYTHON)) -m venv .venvs/pyspark-$*
+	.venvs/pyspark-$*/bin/python -m pip install --quiet --upgrade pip
+	.venvs/pyspark-$*/bin/python -m pip install --quiet -e ".[test]" \
+		$(addprefix -e ,$(CONNECTORS) $(EXAMPLES)) "pyspark[connect]==$(SPARK_PIN_$*)"
+	touch $@
+
+spark-%: .venvs/pyspark-%/.installed
+	@echo "== Spark suites on $$(.venvs/pyspark-$*/bin/python -c 'import pyspark, sys; print("PySpark", pyspark.__version__, "on Python", sys.version.split()[0])')"
+	.venvs/pyspark-$*/bin/python -m pytest $(SPARK_SUITES) $(PYTEST_ARGS)
+
+spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
+
+spark-oldest: spark-$(SPARK_OLDEST)
+
 docs: install
 	$(PY) -m lookup_source.docs --write README.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info
+	rm -rf $(VENV) .venvs .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info

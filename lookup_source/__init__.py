@@ -19,6 +19,7 @@ from lookup_source.errors import (
     RecordError,
     SchemaError,
     TransientError,
+    UnsupportedSparkError,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "RecordError",
     "SchemaError",
     "TransientError",
+    "UnsupportedSparkError",
     "__version__",
     "log_metrics",
     "lookup_join",

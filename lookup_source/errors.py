@@ -7,7 +7,8 @@ Every error raised on purpose by this package derives from :class:`AsyncLookupEr
     ├── ConfigurationError (also ValueError)   bad options, schema or arguments: fix the job
     │   ├── OptionError                        names the option, suggests the nearest valid name
     │   ├── SchemaError                        names the column
-    │   └── ConnectorNotFoundError             the ``connector`` option names nothing we can load
+    │   ├── ConnectorNotFoundError             the ``connector`` option names nothing we can load
+    │   └── UnsupportedSparkError              this PySpark is too old for a surface: says which
     ├── ConnectorError                         raised by a connector while talking to its store
     │   ├── TransientError                     may succeed if tried again: retried with backoff
     │   │   ├── LookupTimeoutError             an attempt took longer than ``timeout.ms``
@@ -61,6 +62,11 @@ class ConnectorNotFoundError(OptionError):
 
     def __init__(self, message: str, *, suggestion: str | None = None) -> None:
         super().__init__("connector", message, suggestion=suggestion)
+
+
+class UnsupportedSparkError(ConfigurationError):
+    """The running PySpark lacks what a surface needs; the message names the PySpark it needs
+    and what to use instead (``lookup_join`` runs on every supported PySpark)."""
 
 
 class ConnectorError(AsyncLookupError):

@@ -52,7 +52,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     from pyspark.sql import SparkSession
 
-    from lookup_source import AsyncLookupDataSource
+    from lookup_source.spark.versions import DATA_SOURCE
 
     session = (
         # local[2,2]: two cores, and a failed task is tried once more, as on a cluster
@@ -66,7 +66,10 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(AsyncLookupDataSource)
+    if DATA_SOURCE.available():
+        from lookup_source import AsyncLookupDataSource
+
+        session.dataSource.register(AsyncLookupDataSource)
     yield session
     session.stop()
 

@@ -5,12 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import run_lookups
 from lookup_source.spark.plan import LookupPlan
 
 INT64 = pa.int64()
+
+
+def needs(feature: Any) -> pytest.MarkDecorator:
+    """Skip a test on a PySpark older than ``feature`` needs (a ``SparkFeature`` of
+    lookup_source.spark.versions); tests/spark/test_versions.py checks the error it gives there.
+    """
+    return pytest.mark.skipif(not feature.available(), reason=feature.message())
 
 
 def run_keys(

@@ -30,14 +30,6 @@ from itertools import product
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    In,
-    InputPartition,
-)
 from pyspark.sql.types import StructType
 
 from lookup_source.connector_api.secrets import read_on_driver
@@ -53,6 +45,14 @@ from lookup_source.options import (
     parse_options,
 )
 from lookup_source.spark.plan import INFERRING, LookupPlan
+from lookup_source.spark.versions import DATA_SOURCE, FILTER_PUSHDOWN
+
+DATA_SOURCE.require()  # PySpark 3.5 has no Python data sources: say so in one line
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+
+if FILTER_PUSHDOWN.available():  # the filter classes arrive with pushFilters, in PySpark 4.1
+    from pyspark.sql.datasource import EqualTo, Filter, In
 
 log = logging.getLogger(__name__)
 
@@ -207,12 +207,17 @@ class AsyncLookupReader(DataSourceReader):
         plan = self.plan
         if not plan.options.connector_class().can_scan(plan.connector_config()):
             key = ", ".join(plan.key_names)
+            pushdown = (
+                f", or filter on the key column ({key}) with WHERE ... IN (...) and "
+                "spark.sql.python.filterPushdown.enabled=true"
+                if FILTER_PUSHDOWN.available()
+                else ""
+            )
             raise OptionError(
                 "keys",
                 f"no keys to read, and the {plan.options.connector} connector cannot scan a "
-                f"whole table: set option keys='[...]', or filter on the key column ({key}) "
-                "with WHERE ... IN (...) and spark.sql.python.filterPushdown.enabled=true; to "
-                "enrich a DataFrame, use lookup_source.lookup_join (or the SQL table function)",
+                f"whole table: set option keys='[...]'{pushdown}; to enrich a DataFrame, use "
+                "lookup_source.lookup_join (or the SQL table function)",
             )
         count = plan.options.partitions or DEFAULT_SCAN_PARTITIONS
         try:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.types import (
+    BinaryType,
     DataType,
     DecimalType,
     FractionalType,
@@ -23,8 +24,15 @@ from lookup_source.engine.operator import EngineSpec
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
-from lookup_source.spark.metrics import name_lookup, new_accumulator
+from lookup_source.spark.metrics import (
+    METRICS_COLUMN,
+    MetricsRows,
+    name_lookup,
+    new_accumulator,
+    observed,
+)
 from lookup_source.spark.plan import LookupPlan
+from lookup_source.spark.versions import CONNECT_METRICS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -70,13 +78,22 @@ def lookup_join(
     out_schema = output_schema(df.schema, plan)
     spec = plan.engine_spec(tuple(on_columns), how=how)
     accumulator = new_accumulator(df.sparkSession)
+    connect = accumulator is None  # Spark Connect: metrics travel in rows, to an observation
     function = functools.partial(
-        _lookup_partition, spec=spec, config=plan.connector_config(), metrics=accumulator
+        _lookup_partition,
+        spec=spec,
+        config=plan.connector_config(),
+        metrics=accumulator,
+        metrics_rows=connect and CONNECT_METRICS.available(),
     )
     # the function's name appears in the plan of every DataFrame derived from the result:
-    # lookup_metrics finds the accumulator by it
-    function.__name__ = name_lookup(accumulator)  # type: ignore[attr-defined]
-    return df.mapInArrow(function, out_schema)
+    # lookup_metrics finds the accumulator (or the observation) by it
+    name = name_lookup(accumulator)
+    function.__name__ = name  # type: ignore[attr-defined]
+    if not function.keywords["metrics_rows"]:
+        return df.mapInArrow(function, out_schema)
+    with_metrics = StructType([*out_schema.fields, StructField(METRICS_COLUMN, BinaryType())])
+    return observed(df.mapInArrow(function, with_metrics), name)
 
 
 def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -89,17 +106,23 @@ def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:
         return df.repartition(*columns)
 
 
-def concurrent_tasks(df: DataFrame) -> int:
-    """The most tasks of a lookup over ``df`` that can run at once: its partitions, at most
-    the cores of the cluster (what ``rate.limit.total`` is split over)."""
+def cluster_cores(spark: Any) -> int:
+    """The cores of the cluster (``defaultParallelism``), which ``rate.limit.total`` is split
+    over; a clear error over Spark Connect, which does not tell them."""
     try:
-        cores = int(df.sparkSession.sparkContext.defaultParallelism)
+        return int(spark.sparkContext.defaultParallelism)
     except Exception as exc:  # Spark Connect: no SparkContext
         raise OptionError(
             "rate.limit.total",
             "needs a classic SparkSession to know how many tasks run at once; over Spark "
             "Connect, set rate.limit (per task) instead",
         ) from exc
+
+
+def concurrent_tasks(df: DataFrame) -> int:
+    """The most tasks of a lookup over ``df`` that can run at once: its partitions, at most
+    the cores of the cluster (what ``rate.limit.total`` is split over)."""
+    cores = cluster_cores(df.sparkSession)
     try:
         partitions = int(df.rdd.getNumPartitions())
     except Exception:  # a streaming DataFrame: its micro-batches run on every core
@@ -113,8 +136,15 @@ def _lookup_partition(
     spec: EngineSpec,
     config: ConnectorConfig,
     metrics: Any = None,
+    metrics_rows: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The function each task runs (under mapInArrow); module level, so it pickles by name."""
+    if metrics_rows:  # Spark Connect: the task's metrics leave as one last row
+        rows = MetricsRows()
+        yield from rows.output(
+            run_lookups(rows.watch(batches), spec, config, on_stats=rows.finished)
+        )
+        return
     on_stats = metrics.add if metrics is not None else None
     yield from run_lookups(batches, spec, config, on_stats=on_stats)
 

@@ -11,15 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql import types as spark_types
 from pyspark.sql.pandas.types import to_arrow_type
-from pyspark.sql.types import (
-    ArrayType,
-    DataType,
-    MapType,
-    StructField,
-    StructType,
-    VariantType,
-)
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.operator import EngineSpec
@@ -58,13 +52,24 @@ def parse_schema(schema: StructType | str) -> StructType:
     raise SchemaError(f"schema must be a StructType or a DDL string, got {type(schema).__name__}")
 
 
+_NOT_A_KEY: tuple[type, ...] = tuple(
+    kind
+    for kind in (ArrayType, MapType, StructType, getattr(spark_types, "VariantType", None))
+    if kind is not None  # VariantType: PySpark 4.0+
+)
+
+
 def _to_arrow(data_type: DataType) -> pa.DataType:
-    """Spark's own Spark -> Arrow mapping, timestamps in UTC (pyspark 4.1 spells the option
-    ``timestamp_utc``, 4.2+ ``timezone``)."""
+    """Spark's own Spark -> Arrow mapping, timestamps in UTC (PySpark 4.2+ spells the option
+    ``timezone``, 4.0 and 4.1 ``timestamp_utc``; 3.5 has none and always gives UTC)."""
     try:
         return to_arrow_type(data_type, timezone="UTC")
     except TypeError:
+        pass
+    try:
         return to_arrow_type(data_type, timestamp_utc=True)  # type: ignore[call-arg]
+    except TypeError:
+        return to_arrow_type(data_type)
 
 
 def arrow_type(data_type: DataType, column: str) -> pa.DataType:
@@ -79,7 +84,7 @@ def arrow_type(data_type: DataType, column: str) -> pa.DataType:
 
 
 def _check_key_type(field: StructField) -> None:
-    if isinstance(field.dataType, (ArrayType, MapType, StructType, VariantType)):
+    if isinstance(field.dataType, _NOT_A_KEY):
         raise SchemaError(
             f"key column '{field.name}' has type {field.dataType.simpleString()}; a key must be "
             "a scalar (number, string, date, timestamp, boolean, binary)",

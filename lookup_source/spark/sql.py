@@ -20,21 +20,18 @@ the whole table; the table function looks up just the keys of the events, on eac
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.types import StructType
-from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
 from lookup_source.connector_api.secrets import read_on_driver
-from lookup_source.engine.runner import LookupTask
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import LookupOptions, parse_options
-from lookup_source.spark.join import TABLE_ARGUMENT, output_schema, resolve_on
+from lookup_source.spark.join import cluster_cores
 from lookup_source.spark.metrics import new_accumulator
 from lookup_source.spark.plan import INFERRING, LookupPlan
+from lookup_source.spark.versions import TABLE_FUNCTION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,9 +58,11 @@ def register_lookup_table(
     filters it cannot push (``SELECT *``, ``OR``...), which would then see only those keys. Off,
     such queries scan the table (Postgres, Redis) and Spark filters the rows: always right.
     """
+    TABLE_FUNCTION.require()
     if not isinstance(name, str) or not _NAME.match(name):
         raise SchemaError(f"lookup table name {name!r} must be a plain SQL identifier")
     from lookup_source.spark.datasource import AsyncLookupDataSource
+    from lookup_source.spark.table_function import lookup_table_function
 
     raw = _raw_options(options)
     if not any(key.strip().lower() == "filter.pushdown" for key in raw):
@@ -79,7 +78,7 @@ def register_lookup_table(
             raw["key.column"] = ",".join(keys)
             lookup_options = parse_options(raw)
     if lookup_options.rate_limit_total:  # the table function's tasks: at most every core
-        lookup_options = lookup_options.split_rate(spark.sparkContext.defaultParallelism)
+        lookup_options = lookup_options.split_rate(cluster_cores(spark))
     plan = LookupPlan.build(lookup_options, schema)
     spark.dataSource.register(AsyncLookupDataSource)
     # partition.by-key shapes the table function's input; the view is a scan
@@ -98,125 +97,3 @@ def _raw_options(options: Mapping[str, Any] | LookupOptions) -> dict[str, str]:
     from lookup_source.options import _stringify
 
     return {str(k): v if isinstance(v, str) else _stringify(v) for k, v in options.items()}
-
-
-@dataclass
-class LookupAnalyzeResult(AnalyzeResult):
-    """What ``analyze`` hands to each instance of the table function."""
-
-    on: tuple[str, ...] = ()
-    how: str = "left"
-    input_schema: StructType | None = None
-
-
-def _constant(argument: AnalyzeArgument | None, what: str, default: str | None = None) -> str:
-    if argument is None:
-        if default is None:
-            raise SchemaError(f"the lookup table function needs {what}")
-        return default
-    if argument.isTable or not isinstance(argument.value, str):
-        raise SchemaError(f"{what} must be a constant string")
-    return argument.value
-
-
-def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = None) -> Any:
-    """A Python UDTF that performs the lookup join of ``plan`` from SQL, on Arrow batches."""
-    buckets = _shuffle_partitions(spark)
-
-    class LookupJoinFunction:
-        @staticmethod
-        def analyze(
-            table: AnalyzeArgument,
-            keys: AnalyzeArgument | None = None,
-            how: AnalyzeArgument | None = None,
-        ) -> AnalyzeResult:
-            if not table.isTable or not isinstance(table.dataType, StructType):
-                raise SchemaError(
-                    "the first argument of a lookup table function is a table: "
-                    "TABLE(events) or TABLE(SELECT ...)"
-                )
-            on_text = _constant(keys, "the key column(s) of the table, e.g. 'user_id'")
-            join = _constant(how, "how ('left' or 'inner')", "left").lower()
-            if join not in ("left", "inner"):
-                raise SchemaError(f"how must be 'left' or 'inner', got {join!r}")
-            on = tuple(resolve_on(table.dataType, on_text, plan, TABLE_ARGUMENT))
-            # partition.by-key: Spark hash-partitions TABLE(t) by a bucket of the key. Not by
-            # the key itself: PySpark starts a new instance of the function (a new client) for
-            # each distinct value of what it partitions by; a bucket per shuffle partition
-            # keeps that to about one instance per task.
-            by_key = plan.options.partition_by_key
-            bucket = f"pmod(hash({', '.join(map(_quoted, on))}), {buckets})"
-            return LookupAnalyzeResult(
-                schema=output_schema(table.dataType, plan, TABLE_ARGUMENT),
-                partitionBy=(PartitioningColumn(bucket),) if by_key else (),
-                on=on,
-                how=join,
-                input_schema=table.dataType,
-            )
-
-        def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
-            self.spec = plan.engine_spec(analyze_result.on, how=analyze_result.how)
-            self.task: LookupTask | None = None
-
-        def eval(
-            self, table: pa.RecordBatch, keys: pa.Array, how: pa.Array | None = None
-        ) -> Iterator[pa.RecordBatch]:
-            if self.task is None:
-                self.task = LookupTask(
-                    self.spec,
-                    plan.connector_config(),
-                    on_stats=metrics.add if metrics is not None else None,
-                )
-            yield from self.task.submit(table)
-
-        def terminate(self) -> Iterator[pa.RecordBatch]:
-            # the end of this instance's input: under PARTITION BY, PySpark then starts another
-            # instance for the next partition and calls cleanup on the last one only, so each
-            # instance releases its client here
-            if self.task is not None:
-                try:
-                    yield from self.task.finish()
-                finally:
-                    self.task.close()
-
-        def cleanup(self) -> None:
-            if self.task is not None:
-                self.task.close()
-
-    return _arrow_table_function(LookupJoinFunction, spark)
-
-
-def _arrow_table_function(handler: type, spark: Any = None) -> Any:
-    """``handler`` as an Arrow UDTF: ``eval`` receives the TABLE argument as whole Arrow batches
-    and yields Arrow batches, with no Python object per row.
-
-    ``pyspark.sql.functions.arrow_udtf`` refuses a class with ``analyze`` (SPARK-53286, open
-    in 4.3), although the worker runs one as it runs any UDTF's; the lookup table function
-    needs ``analyze`` to take its output schema from ``TABLE(t)``. So the UDTF is built the way
-    ``arrow_udtf`` builds it, without that one check.
-    """
-    from pyspark.util import PythonEvalType
-
-    if spark is not None and _is_connect(spark):
-        from pyspark.sql.connect.udtf import UserDefinedTableFunction as ConnectUDTF
-
-        return ConnectUDTF(handler, None, evalType=PythonEvalType.SQL_ARROW_UDTF)
-    from pyspark.sql.udtf import UserDefinedTableFunction
-
-    return UserDefinedTableFunction(handler, None, evalType=PythonEvalType.SQL_ARROW_UDTF)
-
-
-def _shuffle_partitions(spark: Any) -> int:
-    """spark.sql.shuffle.partitions (200 when unknown, or not a number)."""
-    try:
-        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    except Exception:
-        return 200
-
-
-def _quoted(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"
-
-
-def _is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")

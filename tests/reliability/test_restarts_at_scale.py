@@ -20,7 +20,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import lookup_join, register_lookup_table
+from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
 from tests.faults import FaultProxy
+from tests.helpers import needs
 from tests.servers import PostgresServer, RedisServer, own_postgres_server, own_redis_server
 
 ROWS = 2_000_000  # lookups of lookup_join and the table function
@@ -169,7 +171,11 @@ def _restart(store: str, server: Any) -> Callable[[], None]:
     return pg_restart
 
 
-SURFACES = ["lookup_join", "table function", "data source"]
+SURFACES = [
+    "lookup_join",
+    pytest.param("table function", marks=needs(TABLE_FUNCTION)),
+    pytest.param("data source", marks=needs(DATA_SOURCE)),
+]
 
 
 def _assert_each_row_once_and_right(result: dict[str, int]) -> None:

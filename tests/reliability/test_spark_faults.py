@@ -13,6 +13,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import lookup_join
+from lookup_source.spark.versions import DATA_SOURCE
+from tests.helpers import needs
 from tests.servers import RedisServer
 
 SCHEMA = "user_id long, name string"
@@ -126,6 +128,7 @@ def test_no_leaks_across_jobs(
     pg(f"DROP TABLE {table_name}")
 
 
+@needs(DATA_SOURCE)
 def test_passwords_never_reach_plans_errors_or_logs(
     spark: Any, redis_srv: RedisServer, caplog: Any
 ) -> None:

@@ -16,7 +16,8 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lookup_source import AsyncLookupDataSource, lookup_join
+from lookup_source import lookup_join, lookup_metrics, register_lookup_table
+from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
 
 SCHEMA = "user_id long, name string"
 
@@ -29,44 +30,58 @@ def main() -> None:
     else:
         builder = builder.master(where).config("spark.executor.memory", "768m")
     spark = builder.config("spark.ui.enabled", "false").getOrCreate()
-    spark.dataSource.register(AsyncLookupDataSource)
+    if DATA_SOURCE.available():
+        from lookup_source import AsyncLookupDataSource
+
+        spark.dataSource.register(AsyncLookupDataSource)
     options = {"connector": "redis", "url": redis_url, "redis.key.pattern": f"{prefix}{{key}}"}
     events = spark.range(5_000, numPartitions=3).select(
         F.col("id").alias("event_id"), (F.col("id") % 1_100).alias("user_id")
     )
     joined = lookup_join(events, "user_id", schema=SCHEMA, options=options)
     join_rows = sorted((r.event_id, r.user_id, r.name) for r in joined.collect())
-    read = (
-        spark.read.format("asynclookup")
-        .schema(SCHEMA)
-        .options(**options)
-        .option("keys", "[1, 2, 3, 5000]")
-        .load()
-    )
-    read_rows = sorted((r.user_id, r.name) for r in read.collect())
-    table_rows: list[tuple[object, ...]] = []
-    from lookup_source import lookup_metrics
-
-    try:
-        metrics: object = lookup_metrics(joined).rows
-    except ValueError as error:  # Spark Connect: no accumulators
-        metrics = str(error)
-    if not where.startswith(("sc://", "connect:")):
-        from lookup_source import register_lookup_table
-
+    read_rows = None
+    if DATA_SOURCE.available():
+        read = (
+            spark.read.format("asynclookup")
+            .schema(SCHEMA)
+            .options(**options)
+            .option("keys", "[1, 2, 3, 5000]")
+            .load()
+        )
+        read_rows = sorted((r.user_id, r.name) for r in read.collect())
+    metrics = lookup_metrics(joined)
+    joined.count()  # a second action: its lookups add up, as an accumulator's do
+    twice = lookup_metrics(joined)
+    table_rows = table_metrics = None
+    if TABLE_FUNCTION.available():
         register_lookup_table(spark, "users", schema=SCHEMA, options=options)
         events.createOrReplaceTempView("events")
         table_rows = sorted(
             (r.event_id, r.user_id, r.name)
             for r in spark.sql("SELECT * FROM users_lookup(TABLE(events), 'user_id')").collect()
         )
+        try:
+            table_metrics = lookup_metrics("users").rows
+        except ValueError as error:  # Spark Connect: the table function reports no metrics
+            table_metrics = str(error)
     print(
         json.dumps(
             {
                 "join": join_rows,
                 "read": read_rows,
                 "table": table_rows,
-                "metrics": metrics,
+                "columns": joined.columns,
+                "metrics": {
+                    "rows": metrics.rows,
+                    "requests": metrics.requests,
+                    "missing_keys": metrics.missing_keys,
+                    "failed_keys": metrics.failed_keys,
+                    "retries": metrics.retries,
+                    "tasks": metrics.tasks,
+                    "rows_after_two_actions": twice.rows,
+                },
+                "table_metrics": table_metrics,
                 "pid": os.getpid(),
             }
         )

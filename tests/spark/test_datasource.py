@@ -8,7 +8,11 @@ from typing import Any
 
 import pytest
 
+from lookup_source.spark.versions import DATA_SOURCE, FILTER_PUSHDOWN
+from tests.helpers import needs
 from tests.servers import RedisServer
+
+pytestmark = needs(DATA_SOURCE)
 
 SCHEMA = "user_id long, name string, tier int"
 
@@ -78,6 +82,7 @@ def test_composite_keys(spark: Any, redis_db: Any, redis_srv: RedisServer, prefi
     assert sorted(tuple(r) for r in df.collect()) == [("acme", 1, "gold"), ("beta", 1, "free")]
 
 
+@needs(FILTER_PUSHDOWN)
 def test_filter_pushdown_fetches_the_filtered_keys(
     spark: Any, users: dict, options: dict, pushdown: None
 ) -> None:
@@ -89,6 +94,7 @@ def test_filter_pushdown_fetches_the_filtered_keys(
     assert [r.user_id for r in both] == [2]  # the non-key filter is applied by Spark
 
 
+@needs(FILTER_PUSHDOWN)
 def test_without_pushdown_the_source_still_reads_keys(
     spark: Any, users: dict, options: dict
 ) -> None:
@@ -107,6 +113,7 @@ def test_without_keys_redis_is_scanned(spark: Any, users: dict, options: dict) -
     ]
 
 
+@needs(FILTER_PUSHDOWN)
 def test_without_keys_http_says_what_to_do(spark: Any) -> None:
     http = {"connector": "http", "url": "http://127.0.0.1:9/users/{key}"}
     with pytest.raises(Exception, match="cannot scan a whole table") as info:

@@ -12,6 +12,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import lookup_join, register_lookup_table
+from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
+from tests.helpers import needs
 
 SCHEMA = "uid long, item string, qty int"
 
@@ -66,6 +68,7 @@ def test_lookup_join_emits_a_row_per_match(
     assert sum(1 for row in got.elements() if row[1] == 7) == 7 * 503  # 7 events x 503 orders
 
 
+@needs(TABLE_FUNCTION)
 @pytest.mark.parametrize("how", ["left", "inner"])
 def test_table_function_emits_a_row_per_match(
     spark: Any, postgres_srv: Any, pg: Any, orders: str, how: str
@@ -79,6 +82,7 @@ def test_table_function_emits_a_row_per_match(
     assert Counter(tuple(r) for r in out.collect()) == expected(pg, orders, users, how)
 
 
+@needs(DATA_SOURCE)
 def test_data_source_reads_every_match_of_the_keys(
     spark: Any, postgres_srv: Any, pg: Any, orders: str
 ) -> None:

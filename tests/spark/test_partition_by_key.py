@@ -13,6 +13,8 @@ from aiohttp import web
 from pyspark.sql import functions as F
 
 from lookup_source import lookup_join, register_lookup_table
+from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
+from tests.helpers import needs
 
 SCHEMA = "user_id long, name string"
 
@@ -72,6 +74,7 @@ def test_each_worker_caches_a_disjoint_share(spark: Any, service: Counting, by_k
         assert sum(service.asked.values()) > len(distinct)  # several workers ask the same keys
 
 
+@needs(TABLE_FUNCTION)
 def test_the_table_function_partitions_its_input_by_the_key(spark: Any, service: Counting) -> None:
     service.asked.clear()
     register_lookup_table(
@@ -93,6 +96,7 @@ def test_the_table_function_partitions_its_input_by_the_key(spark: Any, service:
     assert service.asked == Counter(dict.fromkeys({r.user_id for r in rows}, 1))
 
 
+@needs(DATA_SOURCE)
 def test_the_data_source_refuses_it(spark: Any, service: Counting) -> None:
     read = (
         spark.read.format("asynclookup")

@@ -15,6 +15,8 @@ from lookup_source import lookup_join, register_lookup_table
 from lookup_source.demo.service import BackgroundHttpServer
 from lookup_source.errors import OptionError
 from lookup_source.options import parse_options
+from lookup_source.spark.versions import TABLE_FUNCTION
+from tests.helpers import needs
 
 TOTAL = 40.0  # requests per second for the whole lookup
 
@@ -70,6 +72,7 @@ def test_lookup_join_shares_the_rate_over_its_tasks(spark: Any, stamped: Stamped
     check_rate(stamped.times, 120)
 
 
+@needs(TABLE_FUNCTION)
 def test_the_table_function_and_the_data_source_share_it_too(spark: Any, stamped: Stamped) -> None:
     stamped.times.clear()
     register_lookup_table(

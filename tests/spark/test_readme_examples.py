@@ -34,6 +34,18 @@ class Example:
         return match.group(1).strip() if match else None
 
     @property
+    def needs(self) -> list[Any]:
+        """The surfaces (SparkFeature) the example uses beyond lookup_join."""
+        from lookup_source.spark.versions import DATA_SOURCE, FILTER_PUSHDOWN, TABLE_FUNCTION
+
+        uses = {
+            DATA_SOURCE: ('format("asynclookup")', "AsyncLookupDataSource", "USING asynclookup"),
+            FILTER_PUSHDOWN: ("filterPushdown",),
+            TABLE_FUNCTION: ("register_lookup_table(", "_lookup(TABLE("),
+        }
+        return [feature for feature, marks in uses.items() if any(m in self.code for m in marks)]
+
+    @property
     def id(self) -> str:
         return f"line{self.line}-{re.sub(r'[^a-z0-9]+', '-', self.heading.lower()).strip('-')}"
 
@@ -157,6 +169,9 @@ def test_the_example_runs_as_written(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    for feature in example.needs:
+        if not feature.available():
+            pytest.skip(feature.message())
     monkeypatch.setenv("PGPASSWORD", "asynclookup")  # the tests' Postgres trusts anyone
     # the session is shared with other tests: leave its settings as they were
     monkeypatch.setattr(type(spark.conf), "set", _recording(spark, type(spark.conf).set))

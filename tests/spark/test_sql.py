@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 from lookup_source import register_lookup_table
+from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
+from tests.helpers import needs
 from tests.servers import RedisServer
+
+pytestmark = needs(DATA_SOURCE)
 
 
 @pytest.fixture
@@ -53,6 +57,7 @@ def as_set(rows: list[Any]) -> set[tuple[Any, ...]]:
     return {tuple(row) for row in rows}
 
 
+@needs(TABLE_FUNCTION)
 def test_registered_table_pushdown_and_scan_agree(
     spark: Any, postgres_srv: Any, pg: Any, dim: str
 ) -> None:
@@ -74,6 +79,7 @@ def test_registered_table_pushdown_and_scan_agree(
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 
 
+@needs(TABLE_FUNCTION)
 def test_pushdown_fetches_just_the_filtered_keys(spark: Any) -> None:
     from lookup_source.demo.service import UserService
 
@@ -107,6 +113,7 @@ def test_catalog_tables_fail_with_a_clear_error(spark: Any, postgres_srv: Any, d
         spark.sql("DROP TABLE pg_users_catalog")
 
 
+@needs(TABLE_FUNCTION)
 def test_sql_join_matches_postgres(
     spark: Any, postgres_srv: Any, pg: Any, dim: str, events: Any
 ) -> None:
@@ -118,6 +125,7 @@ def test_sql_join_matches_postgres(
     assert as_set(got.collect()) == as_set(expected) and got.count() == len(expected)
 
 
+@needs(TABLE_FUNCTION)
 @pytest.mark.parametrize("how", ["left", "inner"])
 def test_table_function_matches_postgres(
     spark: Any, postgres_srv: Any, pg: Any, dim: str, events: Any, how: str
@@ -182,6 +190,7 @@ def test_scan_in_partitions_reads_every_row_once(spark: Any, postgres_srv: Any, 
     ]
 
 
+@needs(TABLE_FUNCTION)
 def test_composite_keys_in_the_table_function(
     spark: Any, pg: Any, postgres_srv: Any, table_name: str
 ) -> None:
@@ -198,6 +207,7 @@ def test_composite_keys_in_the_table_function(
         pg(f"DROP TABLE {table_name}")
 
 
+@needs(TABLE_FUNCTION)
 def test_redis_key_space_as_a_table(
     spark: Any, redis_srv: RedisServer, redis_db: Any, prefix: str
 ) -> None:
@@ -217,6 +227,7 @@ def test_redis_key_space_as_a_table(
     assert as_set(rows) == {(1, "n1"), (600, None)}
 
 
+@needs(TABLE_FUNCTION)
 def test_sql_errors_are_clear(spark: Any, redis_srv: RedisServer) -> None:
     register_lookup_table(
         spark,
@@ -252,13 +263,14 @@ def test_sql_errors_are_clear(spark: Any, redis_srv: RedisServer) -> None:
         )
 
 
+@needs(TABLE_FUNCTION)
 def test_table_function_moves_arrow_batches_and_keeps_every_input_type(
     spark: Any, redis_srv: RedisServer, redis_db: Any, prefix: str
 ) -> None:
     from pyspark.util import PythonEvalType
 
     from lookup_source.spark.plan import LookupPlan
-    from lookup_source.spark.sql import lookup_table_function
+    from lookup_source.spark.table_function import lookup_table_function
 
     options = {"connector": "redis", "url": redis_srv.url, "redis.key.pattern": f"{prefix}{{key}}"}
     plan = LookupPlan.build(options, "user_id long, name string")

@@ -1,0 +1,95 @@
+"""What each supported PySpark carries, and how a surface it lacks fails.
+
+The Spark suites run on every supported PySpark minor (``make spark-versions``); a test of a
+surface the running PySpark lacks is skipped there (``tests.helpers.needs``), and these tests
+check that the surface fails where it is used, with one line naming the PySpark it needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from lookup_source.errors import UnsupportedSparkError
+from lookup_source.spark.versions import (
+    DATA_SOURCE,
+    FILTER_PUSHDOWN,
+    OLDEST_SUPPORTED,
+    TABLE_FUNCTION,
+    parse_version,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_name_of_the_package_imports_but_the_surfaces_this_pyspark_lacks() -> None:
+    import lookup_source
+
+    for name in lookup_source.__all__:
+        if name == "AsyncLookupDataSource" and not DATA_SOURCE.available():
+            continue
+        assert getattr(lookup_source, name) is not None
+
+
+@pytest.mark.skipif(DATA_SOURCE.available(), reason="this PySpark has Python data sources")
+def test_the_data_source_says_which_pyspark_it_needs() -> None:
+    message = (
+        f"the asynclookup data source needs PySpark >= 4.0 (this is PySpark "
+        f"{pyspark.__version__}): on PySpark 3.5, use lookup_join (with the keys to read as a "
+        "DataFrame)"
+    )
+    with pytest.raises(UnsupportedSparkError) as raised:
+        from lookup_source import AsyncLookupDataSource  # noqa: F401
+    assert str(raised.value) == message
+    sys.modules.pop("lookup_source.spark.datasource", None)
+    with pytest.raises(UnsupportedSparkError, match=re.escape(message)):
+        importlib.import_module("lookup_source.spark.datasource")
+
+
+@pytest.mark.skipif(TABLE_FUNCTION.available(), reason="this PySpark has Arrow table functions")
+def test_the_table_function_says_which_pyspark_it_needs(spark: Any) -> None:
+    from lookup_source import register_lookup_table
+
+    minor = ".".join(pyspark.__version__.split(".")[:2])
+    with pytest.raises(UnsupportedSparkError) as raised:
+        register_lookup_table(
+            spark, "users", schema="id long, name string", options={"connector": "redis"}
+        )
+    assert str(raised.value) == (
+        f"the SQL table function (register_lookup_table) needs PySpark >= 4.1 (this is "
+        f"PySpark {pyspark.__version__}): on PySpark {minor}, use lookup_join"
+    )
+
+
+@pytest.mark.skipif(
+    FILTER_PUSHDOWN.available() or not DATA_SOURCE.available(),
+    reason="filter pushdown (4.1+) is tested in test_datasource; 3.5 has no data source",
+)
+def test_without_pushdown_a_store_that_cannot_scan_asks_for_the_keys_option(spark: Any) -> None:
+    df = (
+        spark.read.format("asynclookup")
+        .schema("id long, name string")
+        .options(connector="http", url="http://127.0.0.1:9/users/{key}")
+        .load()
+    )
+    with pytest.raises(Exception, match="set option keys='\\[...\\]'; to enrich a DataFrame"):
+        df.collect()
+
+
+def test_pyproject_and_the_test_matrix_start_at_the_oldest_supported_pyspark() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    declared = re.search(r'"pyspark>=([0-9.]+)"', pyproject)
+    assert declared is not None
+    assert parse_version(declared.group(1)) == OLDEST_SUPPORTED
+    makefile = (ROOT / "Makefile").read_text()
+    matrix = re.search(r"^SPARK_VERSIONS \?= (.+)$", makefile, re.M)
+    assert matrix is not None
+    minors = [parse_version(v) for v in matrix.group(1).split()]
+    assert minors[0] == OLDEST_SUPPORTED
+    assert parse_version(pyspark.__version__) in minors  # this run is one of the matrix
