@@ -225,9 +225,9 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         "filter.pushdown",
         parse_bool,
         True,
-        "Reader only: with spark.sql.python.filterPushdown.enabled=true, turn `key IN (...)` "
-        "/ `key = ...` filters into the keys to fetch. Spark 4.3 caches a pushed-down read per "
-        "DataFrame or view: see Spark caveats.",
+        "Reader only: with spark.sql.python.filterPushdown.enabled=true (PySpark 4.1+), turn "
+        "`key IN (...)` / `key = ...` filters into the keys to fetch. Spark 4.1 to 4.3 cache a "
+        "pushed-down read per DataFrame or view: see Spark caveats.",
     ),
     OptionSpec(
         "partitions",

@@ -92,9 +92,9 @@ class AsyncLookupDataSource(DataSource):
         if not options:
             raise OptionError(
                 "connector",
-                "no options reached the asynclookup data source. Spark 4.3 does not hand the "
-                "OPTIONS of a catalog table (CREATE TABLE ... USING asynclookup) to a Python "
-                "data source when it reads it: use CREATE TEMPORARY VIEW <name> USING "
+                "no options reached the asynclookup data source. Spark (4.0 to 4.3) does not "
+                "hand the OPTIONS of a catalog table (CREATE TABLE ... USING asynclookup) to a "
+                "Python data source when it reads it: use CREATE TEMPORARY VIEW <name> USING "
                 "asynclookup OPTIONS (...), or lookup_source.register_lookup_table",
             )
         # Parse once, now, so that a bad option fails at .load() with a clear message.

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.types import (
-    BinaryType,
     DataType,
     DecimalType,
     FractionalType,
@@ -92,7 +91,7 @@ def lookup_join(
     function.__name__ = name  # type: ignore[attr-defined]
     if not function.keywords["metrics_rows"]:
         return df.mapInArrow(function, out_schema)
-    with_metrics = StructType([*out_schema.fields, StructField(METRICS_COLUMN, BinaryType())])
+    with_metrics = StructType([*out_schema.fields, StructField(METRICS_COLUMN, StringType())])
     return observed(df.mapInArrow(function, with_metrics), name)
 
 

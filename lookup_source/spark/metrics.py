@@ -76,10 +76,10 @@ def new_accumulator(spark: Any, name: str | None = None) -> Any:
 
 
 METRICS_COLUMN = "__asynclookup_metrics"
-"""Over Spark Connect: the hidden column that carries each task's metrics (JSON) to the
+"""Over Spark Connect: the hidden column that carries each task's metrics (JSON text) to the
 observation; dropped before the user sees the DataFrame."""
 
-_METRICS_FIELD = pa.field(METRICS_COLUMN, pa.binary())
+_METRICS_FIELD = pa.field(METRICS_COLUMN, pa.string())
 
 
 def is_connect(spark: Any) -> bool:
@@ -116,7 +116,7 @@ class MetricsRows:
         schema: pa.Schema | None = None
         for batch in batches:
             schema = batch.schema
-            yield batch.append_column(_METRICS_FIELD, pa.nulls(batch.num_rows, pa.binary()))
+            yield batch.append_column(_METRICS_FIELD, pa.nulls(batch.num_rows, pa.string()))
         last = self._last_input
         if schema is None or last is None or self._metrics is None:  # an empty task
             return
@@ -124,7 +124,7 @@ class MetricsRows:
             last.column(field.name) if field.name in last.schema.names else pa.nulls(1, field.type)
             for field in schema
         ]
-        columns.append(pa.array([self._metrics.to_json()], pa.binary()))
+        columns.append(pa.array([self._metrics.to_json().decode()], pa.string()))
         yield pa.RecordBatch.from_arrays(columns, schema=schema.append(_METRICS_FIELD))
 
 
@@ -134,8 +134,8 @@ class _SummedResult(dict[str, Any]):
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         for key, value in dict(*args, **kwargs).items():
-            if key == "metrics" and isinstance(value, list):
-                self.setdefault("metrics", []).extend(value)
+            if key == "metrics" and self.get(key):
+                self[key] = f"{self[key]}\n{value}" if value else self[key]
             else:
                 self[key] = value
 
@@ -145,7 +145,8 @@ def observed(df: Any, name: str) -> Any:
     observed under ``name``, then without the metrics rows and column."""
     from pyspark.sql import functions as F
 
-    metrics = F.collect_list(F.col(METRICS_COLUMN)).alias("metrics")
+    # one string (PySpark 4.0 cannot send an array back as an observed value)
+    metrics = F.concat_ws("\n", F.collect_list(F.col(METRICS_COLUMN))).alias("metrics")
     if df.isStreaming:  # Connect refuses an Observation on a stream; a named one is reported
         watched = df.observe(name, metrics)  # in each micro-batch's progress (observedMetrics)
     else:
@@ -164,8 +165,8 @@ def _merged_observations(source: Any) -> LookupMetrics:
     if source.isStreaming:
         raise ValueError(
             "over Spark Connect, the metrics of a streaming lookup_join are in the progress of "
-            "each micro-batch: query.lastProgress.observedMetrics['asynclookup_...'] holds one "
-            "JSON document per task (LookupMetrics.from_json reads one)"
+            "each micro-batch: query.lastProgress.observedMetrics['asynclookup_...'] holds a "
+            "line of JSON per task (LookupMetrics.from_json reads one)"
         )
     observations = {
         name: observation
@@ -177,8 +178,8 @@ def _merged_observations(source: Any) -> LookupMetrics:
     merged = LookupMetrics()
     for observation in observations.values():
         result = getattr(observation, "_result", None) or {}  # nothing run yet: no metrics
-        for document in result.get("metrics", []):
-            merged.merge(LookupMetrics.from_json(bytes(document)))
+        for document in (result.get("metrics") or "").splitlines():
+            merged.merge(LookupMetrics.from_json(document))
     return merged
 
 

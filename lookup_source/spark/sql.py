@@ -53,7 +53,7 @@ def register_lookup_table(
     Without ``schema``, the store describes the table (Postgres) and its primary key is the key.
 
     ``pushdown=True`` lets ``WHERE key IN (...)`` fetch just those keys (with
-    ``spark.sql.python.filterPushdown.enabled=true``). It is off by default because Spark 4.3
+    ``spark.sql.python.filterPushdown.enabled=true``). It is off by default because Spark 4.1+
     caches the pushed-down key list per view and reuses it for a later query on the view whose
     filters it cannot push (``SELECT *``, ``OR``...), which would then see only those keys. Off,
     such queries scan the table (Postgres, Redis) and Spark filters the rows: always right.

@@ -84,7 +84,7 @@ def test_without_pushdown_a_store_that_cannot_scan_asks_for_the_keys_option(spar
 
 def test_pyproject_and_the_test_matrix_start_at_the_oldest_supported_pyspark() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
-    declared = re.search(r'"pyspark>=([0-9.]+)"', pyproject)
+    declared = re.search(r'"pyspark\[sql\]>=([0-9.]+)"', pyproject)
     assert declared is not None
     assert parse_version(declared.group(1)) == OLDEST_SUPPORTED
     makefile = (ROOT / "Makefile").read_text()
@@ -93,3 +93,38 @@ def test_pyproject_and_the_test_matrix_start_at_the_oldest_supported_pyspark() -
     minors = [parse_version(v) for v in matrix.group(1).split()]
     assert minors[0] == OLDEST_SUPPORTED
     assert parse_version(pyspark.__version__) in minors  # this run is one of the matrix
+
+
+def _makefile_matrix() -> tuple[list[str], dict[str, str]]:
+    makefile = (ROOT / "Makefile").read_text()
+    matrix = re.search(r"^SPARK_VERSIONS \?= (.+)$", makefile, re.M)
+    assert matrix is not None
+    pins = dict(re.findall(r"^SPARK_PIN_([0-9.]+) := ([0-9.]+)$", makefile, re.M))
+    return matrix.group(1).split(), pins
+
+
+def test_the_readme_versions_table_says_what_the_code_and_the_matrix_do() -> None:
+    from lookup_source.spark.versions import CONNECT_METRICS
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Supported versions") :]
+    rows = [line for line in section.splitlines()[2:12] if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    minors, pins = _makefile_matrix()
+    assert [re.sub("PySpark ", "", h) for h in header[1:]] == minors
+    features = {
+        "`lookup_join`": None,
+        "`lookup_metrics` over Spark Connect": CONNECT_METRICS,
+        "the data source": DATA_SOURCE,
+        "filter pushdown": FILTER_PUSHDOWN,
+        "the SQL table function": TABLE_FUNCTION,
+    }
+    for line in rows[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        feature = next(f for name, f in features.items() if cells[0].startswith(name))
+        marks = cells[1:]
+        for minor, mark in zip(minors, marks):
+            works = feature is None or feature.available(parse_version(minor))
+            assert mark == ("✔" if works else "—"), (cells[0], minor, mark)
+    for minor, pin in pins.items():  # the releases the README says were tested
+        assert pin.startswith(minor + ".") and pin in section[:3000], pin

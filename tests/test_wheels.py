@@ -1,0 +1,72 @@
+"""The distributions as users get them: wheels built from this checkout, installed (not
+editable) into a fresh virtual environment, and the demo run from outside the clone."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DISTRIBUTIONS = [ROOT, *(ROOT / "connectors" / name for name in ("redis", "http", "postgres"))]
+
+
+def run(command: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 600):  # type: ignore[no-untyped-def]
+    done = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
+    assert done.returncode == 0, f"{command}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
+@pytest.mark.timeout(1200)
+def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels)]
+        + [str(d) for d in DISTRIBUTIONS],
+        cwd=tmp_path,
+    )
+    built = sorted(p.name for p in wheels.glob("*.whl"))
+    assert [re.sub(r"-\d.*", "", name) for name in built] == [
+        "asynclookup",
+        "asynclookup_http",
+        "asynclookup_postgres",
+        "asynclookup_redis",
+    ], built
+    env_dir = tmp_path / "env"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    # the connectors' wheels by file; everything else (pyspark, pyarrow...) from the index
+    run(
+        [str(python), "-m", "pip", "install", "--quiet", "--find-links", str(wheels)]
+        + [str(p) for p in sorted(wheels.glob("*.whl"))],
+        cwd=tmp_path,
+        timeout=1200,
+    )
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON")}
+    env["PYSPARK_PYTHON"] = str(python)
+    located = run(
+        [
+            str(python),
+            "-c",
+            "import lookup_source, asynclookup_redis; print(lookup_source.__file__)",
+        ],
+        cwd=outside,
+        env=env,
+    )
+    assert str(env_dir) in located.stdout and str(ROOT) not in located.stdout
+    demo = run(
+        [str(env_dir / "bin" / "asynclookup"), "demo", "--rows", "20000", "--sample-rows", "100"],
+        cwd=outside,
+        env=env,
+    )
+    assert "A few enriched rows:" in demo.stdout, demo.stdout
+    assert re.search(r"asynclookup lookup_join \(capacity 100\)\s+20,000", demo.stdout), demo.stdout
