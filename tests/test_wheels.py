@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -24,12 +25,30 @@ def run(command: list[str], cwd: Path, env: dict[str, str] | None = None, timeou
     return done
 
 
+def _copies(where: Path) -> list[Path]:
+    """A copy of what each distribution is built from."""
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests")
+    copies = []
+    for source in DISTRIBUTIONS:
+        target = where / source.name
+        if source == ROOT:
+            target.mkdir(parents=True)
+            for name in ("pyproject.toml", "README.md"):
+                shutil.copy(source / name, target / name)
+            shutil.copytree(source / "lookup_source", target / "lookup_source", ignore=ignore)
+        else:
+            shutil.copytree(source, target, ignore=ignore)
+        copies.append(target)
+    return copies
+
+
 @pytest.mark.timeout(1200)
 def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
+    sources = _copies(tmp_path / "sources")  # pip builds in the source tree: not in the clone
     run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels)]
-        + [str(d) for d in DISTRIBUTIONS],
+        + [str(d) for d in sources],
         cwd=tmp_path,
     )
     built = sorted(p.name for p in wheels.glob("*.whl"))
