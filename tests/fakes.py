@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, Key, LookupClient, LookupResult, Matches
-from lookup_source.engine.operator import EngineSpec
+from lookup_source.engine.spec import EngineSpec
 from lookup_source.options import LookupOptions, RetrySettings
 
 INT64 = pa.int64()

@@ -43,6 +43,6 @@ def run_keys(
         plan.engine_spec(names, how="left"),
         plan.connector_config(),
         client_factory=client_factory,
-        on_stats=stats.append if stats is not None else None,
+        on_metrics=stats.append if stats is not None else None,
     )
     return [row for b in out for row in b.to_pylist()]

@@ -8,6 +8,10 @@
 
 Caches are keyed by the connector configuration (connector, address, options, key and value
 columns), so two lookup tables never share entries. Both are thread-safe.
+
+The engine sees a cache through one small protocol, :class:`CacheLayer`: what it knows of a
+batch's keys (:meth:`CacheLayer.lookup`) and what to keep of an answer (``store_*``);
+:func:`task_cache` sets up the one a task's options ask for.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, Key, LookupClient, Matches
+
+if TYPE_CHECKING:
+    from lookup_source.engine.loop import TaskLoop
+    from lookup_source.options import CacheSettings
 
 log = logging.getLogger("lookup_source")
 
@@ -296,3 +304,140 @@ def clear_worker_caches() -> None:
     """Forget every cache of this process (for tests)."""
     with _CACHES_LOCK:
         _CACHES.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# What the engine sees of a cache
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CacheAnswer:
+    """What a cache knows of a batch's distinct keys: the positions still to fetch
+    (``wanted``), the columnar hits (``matches``, ``key_index`` = positions), the hits in the
+    record form (``record_positions``, ``records``), and the counts for the metrics."""
+
+    wanted: np.ndarray
+    matches: Matches | None = None
+    record_positions: list[int] = field(default_factory=list)
+    records: dict[Key, Any] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+    missing: int = 0
+    """Keys the cache knows to be missing."""
+
+
+class CacheLayer(Protocol):
+    """A task's view of its worker's cache."""
+
+    def lookup(self, keys: list[Key], fields: Sequence[pa.Field]) -> CacheAnswer:
+        """What the cache knows of a batch's distinct ``keys``."""
+        ...
+
+    def store(self, keys: Sequence[Key], answer: Matches | Mapping[Key, Any]) -> None:
+        """Keep what the store answered for ``keys`` (columnar, or the record form)."""
+        ...
+
+
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, tuple)) and not value)
+
+
+class _Layer:
+    """Answers a batch's keys from ``cache`` (anything with ``get_many``)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def lookup(self, keys: list[Key], fields: Sequence[pa.Field]) -> CacheAnswer:
+        everything = np.arange(len(keys), dtype=np.int64)
+        if not keys:
+            return CacheAnswer(everything)
+        hits = self.cache.get_many(keys)
+        if not hits:
+            return CacheAnswer(everything, misses=len(keys))
+        wanted: list[int] = []
+        columnar: list[tuple[int, CachedRows | CachedError]] = []
+        answer = CacheAnswer(everything)
+        for position, key in enumerate(keys):
+            value = hits.get(key)
+            if value is None:
+                wanted.append(position)
+            elif value is MISSING:
+                answer.missing += 1
+            elif isinstance(value, (CachedRows, CachedError)):
+                columnar.append((position, value))
+            else:
+                answer.records[key] = value
+                answer.record_positions.append(position)
+        if columnar:
+            answer.matches = cached_matches(columnar, fields)
+        answer.wanted = np.asarray(wanted, dtype=np.int64)
+        answer.hits = len(keys) - len(wanted)
+        answer.misses = len(wanted)
+        return answer
+
+    def store(self, keys: Sequence[Key], answer: Matches | Mapping[Key, Any]) -> None:
+        """Nothing: a full cache is loaded by scans only."""
+
+
+class PartialCacheLayer(_Layer):
+    """A task's view of a :class:`PartialCache`: answers come from it and go into it."""
+
+    def __init__(self, cache: PartialCache, *, cache_missing: bool) -> None:
+        super().__init__(cache)
+        self.cache_missing = cache_missing
+
+    def store(self, keys: Sequence[Key], answer: Matches | Mapping[Key, Any]) -> None:
+        if isinstance(answer, Matches):
+            found = np.zeros(len(keys), dtype=bool)
+            found[answer.key_index] = True
+            self.cache.put_many(cache_rows(keys, answer, found, cache_missing=self.cache_missing))
+            return
+        items = []
+        for key in keys:
+            value = answer.get(key)
+            if _absent(value):
+                if self.cache_missing:
+                    items.append((key, MISSING))
+            elif isinstance(value, Mapping) or (
+                isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value)
+            ):
+                items.append((key, value))
+        if items:
+            self.cache.put_many(items)
+
+
+def task_cache(
+    settings: CacheSettings,
+    config: ConnectorConfig,
+    client: LookupClient,
+    loop: TaskLoop,
+    factory: Callable[[ConnectorConfig], LookupClient],
+    value_fields: Sequence[pa.Field],
+) -> CacheLayer | None:
+    """The cache a task's settings ask for, shared with the other tasks of this worker: a full
+    cache (loaded now by ``client`` if this worker has not yet, reloaded in the background when
+    due), a partial one, or None."""
+    if settings.mode == "full":
+        full = worker_cache(
+            f"full reload={settings.reload_ms}",
+            config,
+            lambda: FullCache(settings.reload_ms / 1000),
+        )
+        key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
+        with full.load_lock:
+            if not full.loaded:
+                full.install(loop.run(load_table(client, key_fields, value_fields)))
+        if full.claim_reload():
+            reload_in_background(full, lambda: factory(config), key_fields, value_fields)
+        return _Layer(full)
+    if settings.max_rows > 0:
+        # a lookup with other cache settings gets a cache of its own, with its settings
+        partial = worker_cache(
+            f"partial max-rows={settings.max_rows} ttl={settings.ttl_ms}",
+            config,
+            lambda: PartialCache(settings.max_rows, settings.ttl_ms / 1000),
+        )
+        return PartialCacheLayer(partial, cache_missing=settings.missing_keys)
+    return None

@@ -84,6 +84,18 @@ class RequestDeadline:
         """Whether an attempt may still start at ``when``."""
         return when < self.ends
 
+    def timeout_error(
+        self, error: BaseException, limit_s: float, attempt: int
+    ) -> LookupTimeoutError:
+        """What a timed-out attempt (given ``limit_s``) failed with: the connector's own
+        :class:`LookupTimeoutError`, else ``deadline.ms`` when it cut the attempt short, else
+        ``timeout.ms``."""
+        if isinstance(error, LookupTimeoutError):
+            return error
+        if limit_s < self.timeout_s:
+            return self.error(attempt)
+        return LookupTimeoutError(f"no answer within timeout.ms={round(self.timeout_s * 1000)}")
+
     def error(self, attempts: int, cause: BaseException | None = None) -> LookupTimeoutError:
         last = f"; the last attempt failed with {type(cause).__name__}: {cause}" if cause else ""
         return LookupTimeoutError(

@@ -1,5 +1,6 @@
 """Which keys are being asked right now, so that a later batch shares the request instead of
-asking the same key again (a task's keys only: other tasks ask for themselves).
+asking the same key again (a task's keys only: other tasks ask for themselves), and how a
+shared request's answer reaches every batch that waits for it (:func:`deliver`).
 
 Matching is vectorised: the keys of a new batch are probed against the keys of every request
 in flight in one ``index_in`` (or, for composite keys, one encoding of the rows).
@@ -7,13 +8,15 @@ in flight in one ``index_in`` (or, for composite keys, one encoding of the rows)
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Generic, TypeVar
+from collections.abc import Hashable, Mapping
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
+from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import match_rows
+from lookup_source.engine.batches import Job, RecordPart, Request
 
 R = TypeVar("R", bound=Hashable)
 
@@ -32,6 +35,24 @@ class InFlightKeys(Generic[R]):
 
     def discard(self, request: R) -> None:
         self._requests.pop(request, None)
+
+    def share(self: InFlightKeys[Request], job: Job, wanted: np.ndarray) -> tuple[np.ndarray, int]:
+        """Subscribe ``job`` to the requests in flight that already ask some of its keys (at
+        ``wanted``, positions among its distinct keys); return the positions still to ask and
+        how many were shared."""
+        if not self._requests or not len(wanted):
+            return wanted, 0
+        keys = job.distinct.keys
+        probe = keys if len(wanted) == keys.num_rows else keys.take(pa.array(wanted))
+        shared = self.find(probe)
+        if not shared:
+            return wanted, 0
+        taken = np.zeros(len(wanted), dtype=bool)
+        for request, rows, request_rows in shared:
+            request.subscribers.append((job, wanted[rows], request_rows))
+            job.pending += 1
+            taken[rows] = True
+        return wanted[~taken], int(taken.sum())
 
     def find(self, keys: pa.RecordBatch) -> list[tuple[R, np.ndarray, np.ndarray]]:
         """For the rows of ``keys`` already in flight: ``(request, rows of keys, rows of the
@@ -54,3 +75,43 @@ class InFlightKeys(Generic[R]):
             rows = probe_rows[mine]
             out.append((requests[which], rows, found[rows] - starts[which]))
         return out
+
+
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, tuple)) and not value)
+
+
+def deliver(request: Request, answer: Matches | Mapping[Any, Any]) -> int:
+    """Hand ``answer`` (``key_index`` = rows of the request's keys, or the record form) to the
+    batch that asked and to each batch sharing the request, as answers for its own key
+    positions; return how many of their keys are missing."""
+    if not isinstance(answer, Matches):
+        return _deliver_records(request, answer)
+    size = request.keys.num_rows
+    found = np.zeros(size, dtype=bool)
+    found[answer.key_index] = True
+    request.owner.parts.append(
+        Matches(request.positions[answer.key_index], answer.values, answer.errors)
+    )
+    missing = int(size - found.sum())
+    for job, positions, request_rows in request.subscribers:
+        slot = np.full(size, -1, dtype=np.int64)
+        slot[request_rows] = positions
+        mine = slot[answer.key_index]
+        keep = mine >= 0
+        rows = pa.array(np.flatnonzero(keep))
+        errors = answer.errors.take(rows) if answer.errors is not None else None
+        job.parts.append(Matches(mine[keep], answer.values.take(rows), errors))
+        missing += int((~found[request_rows]).sum())
+    return missing
+
+
+def _deliver_records(request: Request, answer: Mapping[Any, Any]) -> int:
+    keys = request.python_keys()
+    request.owner.record_parts.append(RecordPart(request.positions, keys, answer))
+    missing = sum(1 for k in keys if _absent(answer.get(k)))
+    for job, positions, request_rows in request.subscribers:
+        shared = [keys[r] for r in request_rows]
+        job.record_parts.append(RecordPart(positions, shared, answer))
+        missing += sum(1 for k in shared if _absent(answer.get(k)))
+    return missing

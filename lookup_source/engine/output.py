@@ -1,8 +1,13 @@
-"""Join the answers of a lookup to its input rows, in Arrow: the output of every lookup and scan.
+"""All that follows an answer, in Arrow: the output of every lookup and scan.
 
-The input is a batch, the index of each row's key among the batch's distinct keys (null for a
-null key), and the :class:`~lookup_source.connectors.base.Matches` gathered for those keys
-(``key_index`` = the distinct key's position). The output keeps the input rows in their order:
+:class:`OutputBuilder` turns what a batch gathered — answers, cache hits, failed requests — into
+its output: messages that name their key, ``lookup.max-matches``, ``on.error`` (fail the task,
+or keep the rows with nulls and the reason in ``_lookup_error``), then :func:`join_matches`.
+
+:func:`join_matches` takes a batch, the index of each row's key among the batch's distinct keys
+(null for a null key), and the :class:`~lookup_source.connector_api.Matches` gathered for those
+keys (``key_index`` = the distinct key's position). The output keeps the input rows in their
+order:
 
 - a key with one match gets its values; with several, its row is repeated once per match, in
   the order of the matches (a one-to-many lookup join);
@@ -16,13 +21,17 @@ No Python object is made per row: positions are computed with numpy, rows moved 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import Matches
+from lookup_source.connector_api.values import conform_matches, records_to_matches
+from lookup_source.engine.batches import Job, RecordPart
 from lookup_source.errors import LookupFailedError
+from lookup_source.options import ERROR_COLUMN, LookupOptions
 
 
 def concat_matches(parts: Sequence[Matches], fields: Sequence[pa.Field]) -> Matches:
@@ -149,3 +158,159 @@ def join_matches(
             columns.append(errors.take(_nullable(answer)))
         schema_fields.append(pa.field(error_column, pa.string()))
     return pa.RecordBatch.from_arrays(columns, schema=pa.schema(schema_fields))
+
+
+def describe_error(error: BaseException) -> str:
+    """``TypeName: message`` (or the type's name alone)."""
+    text = str(error).strip()
+    name = type(error).__name__
+    return f"{name}: {text}" if text else name
+
+
+def keyed_messages(matches: Matches, keys: Callable[[], Sequence[Any]]) -> Matches:
+    """``matches`` with each error message prefixed by the key it concerns: ``key 7: ...``
+    (``keys()``: the asked keys, which ``key_index`` points into)."""
+    errors = matches.errors
+    if errors is None or errors.null_count == len(errors):
+        return matches
+    everything = keys()
+    index = matches.key_index
+    messages = [
+        None if text is None else f"key {everything[index[row]]!r}: {text}"
+        for row, text in enumerate(errors.to_pylist())
+    ]
+    return Matches(index, matches.values, pa.array(messages, type=pa.string()))
+
+
+def failed_rows(positions: np.ndarray, fields: Sequence[pa.Field], message: str) -> Matches:
+    """One error row, with null values, for each key position of ``positions``."""
+    values = pa.RecordBatch.from_pylist([], schema=pa.schema(list(fields)))
+    nulls = values.take(pa.nulls(len(positions), type=pa.int64()))
+    return Matches(positions, nulls, pa.array([message] * len(positions), type=pa.string()))
+
+
+def records_as_matches(parts: Sequence[RecordPart], fields: Sequence[pa.Field]) -> Matches:
+    """Answers in the record form, of all the requests of a batch, converted together."""
+    positions = np.concatenate([p.positions for p in parts])
+    keys = [k for p in parts for k in p.keys]
+    merged: dict[Any, Any] = {}
+    for part in parts:
+        merged.update(part.result)
+    matches = keyed_messages(records_to_matches(keys, merged, fields), lambda: keys)
+    return Matches(positions[matches.key_index], matches.values, matches.errors)
+
+
+def over_max_matches(
+    matches: Matches,
+    num_keys: int,
+    keys: Callable[[], Sequence[Any]],
+    limit: int,
+    fields: Sequence[pa.Field],
+) -> Matches:
+    """``matches`` with each key that has more than ``limit`` matches replaced by one error
+    naming it (then handled by ``on.error``)."""
+    if len(matches.key_index) <= limit:
+        return matches
+    counts = np.bincount(matches.key_index, minlength=num_keys)
+    over = np.flatnonzero(counts > limit)
+    if not len(over):
+        return matches
+    asked = keys()
+    rows = pa.array(np.flatnonzero(~np.isin(matches.key_index, over)))
+    errors = matches.errors
+    kept = Matches(
+        matches.key_index[rows.to_numpy()],
+        matches.values.take(rows),
+        errors.take(rows) if errors is not None else None,
+    )
+    messages = [
+        f"key {asked[k]!r}: {counts[k]:,} matches, more than lookup.max-matches={limit} "
+        "(raise it, or set it to 0 for no limit)"
+        for k in over.tolist()
+    ]
+    nulls = pa.RecordBatch.from_arrays(
+        [pa.nulls(len(over), f.type) for f in fields], schema=pa.schema(list(fields))
+    )
+    failed = Matches(over.astype(np.int64), nulls, pa.array(messages, pa.string()))
+    return concat_matches([kept, failed], fields)
+
+
+class OutputBuilder:
+    """What a lookup emits for its batches, as its options say (``on.error``,
+    ``lookup.max-matches``, ``how``), for the connector ``connector`` at ``address``."""
+
+    def __init__(
+        self,
+        options: LookupOptions,
+        fields: Sequence[pa.Field],
+        *,
+        how: str,
+        connector: str,
+        address: str | None,
+    ) -> None:
+        self.options = options
+        self.fields = list(fields)
+        self.how = how
+        self.connector = connector
+        self.address = address
+
+    def request_failed(
+        self,
+        error: BaseException,
+        attempts: int,
+        keys: Sequence[Any],
+        targets: Sequence[tuple[Job, np.ndarray]],
+        failure: BaseException | None,
+    ) -> BaseException | None:
+        """A request for ``keys`` failed for good. Under ``on.error=fail``: the error that
+        fails the task (``failure``, the one already failing it, counts these keys too).
+        Otherwise: each of ``targets`` (a batch, the positions of its keys) gets error rows;
+        None."""
+        reason = describe_error(error)
+        if self.options.on_error == "fail":
+            # (the batches sharing the request asked the same keys: not counted again)
+            if isinstance(failure, LookupFailedError):  # failed before the task stopped
+                return failure.with_more(len(keys), keys)
+            new = LookupFailedError(
+                connector=self.connector,
+                address=self.address,
+                failed_keys=len(keys),
+                attempts=attempts,
+                reason=reason,
+                sample_keys=keys,
+            )
+            new.__cause__ = error
+            return failure or new
+        after = f" after {attempts} attempts" if attempts > 1 else ""
+        message = f"{self.connector} lookup failed{after}: {reason}"
+        for job, positions in targets:
+            job.parts.append(failed_rows(positions, self.fields, message))
+        return failure
+
+    def build(self, job: Job) -> pa.RecordBatch:
+        """The output of a batch whose lookups are all done; raises the ``on.error=fail``
+        error of a value that could not be used."""
+        fields = self.fields
+        parts = [conform_matches(part, fields) for part in job.parts]
+        if job.record_parts:
+            parts.append(records_as_matches(job.record_parts, fields))
+        matches = concat_matches(parts, fields)
+        if self.options.max_matches:
+            matches = over_max_matches(
+                matches, len(job.distinct), job.python_keys, self.options.max_matches, fields
+            )
+        if self.options.on_error == "fail":
+            failure = value_failure(
+                matches, job.python_keys(), connector=self.connector, address=self.address
+            )
+            if failure is not None:
+                raise failure
+        return join_matches(
+            job.batch,
+            job.distinct.indices,
+            len(job.distinct),
+            matches,
+            how=self.how,
+            error_column=ERROR_COLUMN if self.options.error_column else None,
+            fields=fields,
+        )

@@ -1,11 +1,35 @@
-"""Backoff between attempts: fixed, or exponential with jitter."""
+"""Retries: the backoff between attempts, the policy that decides what is tried again, and the
+attempt loop of one request (:class:`Attempts`), in the manner of Flink's
+``RetryableResultHandlerDelegator`` and redis-py's ``Retry``: the engine hands a request over
+and gets an answer back, or a :class:`FinalFailure` once the policy gives up.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
+from lookup_source.connector_api import LookupClient, Matches
+from lookup_source.connector_api.values import conform_matches
+from lookup_source.engine.deadline import RequestDeadline, with_deadline, with_timeout
+from lookup_source.engine.limit import ConcurrencyLimit
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.output import concat_matches
+from lookup_source.engine.rate_limit import RateLimiter
+from lookup_source.errors import OverloadedError
 from lookup_source.options import RetrySettings
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+Answer = Matches | Mapping[Any, Any]
+"""A request's answer: columnar (``key_index`` = rows of the request's keys) or the record
+form (key -> record)."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +85,6 @@ class RetryPolicy:
     settings: RetrySettings
     retry_on_miss: bool = False
 
-    @property
-    def max_attempts(self) -> int:
-        return self.settings.max_attempts
-
     def retry_error(self, attempt: int, retryable: bool) -> bool:
         """Whether attempt number ``attempt`` (1 = the first), which failed, is tried again."""
         return retryable and attempt < self.settings.max_attempts
@@ -78,3 +98,175 @@ class RetryPolicy:
     ) -> float:
         """The wait before the attempt after ``attempt``."""
         return Backoff(self.settings).delay_s(attempt, retry_after_s=retry_after_s, rng=rng)
+
+
+class FinalFailure(Exception):
+    """A request that failed for good: the last error, after ``attempts`` attempts."""
+
+    def __init__(self, error: BaseException, attempts: int) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.attempts = attempts
+
+
+def _absent(value: Any) -> bool:
+    """Whether a record-form value means "no match": None, or an empty list of records."""
+    return value is None or (isinstance(value, (list, tuple)) and not value)
+
+
+class Attempts:
+    """The attempt loop of a task's requests: each attempt waits for the rate limiter, runs
+    under its time limit (``timeout.ms``, less near ``deadline.ms``), and is counted; a failed
+    attempt is retried as the :class:`RetryPolicy` says, after its backoff (or the store's
+    ``retry_after``), and so are missing keys under ``retry.on-miss``. The concurrency limit
+    hears of every answer, timeout and overload."""
+
+    def __init__(
+        self,
+        client: LookupClient,
+        policy: RetryPolicy,
+        *,
+        deadline: Callable[[float], RequestDeadline],
+        limit: ConcurrencyLimit,
+        limit_changed: Callable[[bool], None],
+        in_flight: Callable[[], int],
+        metrics: LookupMetrics,
+        fields: list[pa.Field],
+        rate_limiter: RateLimiter | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self._policy = policy
+        self._deadline = deadline
+        self._limit = limit
+        self._limit_changed = limit_changed
+        self._in_flight = in_flight
+        self._metrics = metrics
+        self._fields = fields
+        self._rate_limiter = rate_limiter
+        self._sleep = sleep
+        self._rng = rng
+        self._columnar = client.columnar
+        self._cheap_deadline = bool(getattr(client, "honours_cancellation", False))
+        self.abandoned: set[asyncio.Future[Any]] = set()
+        """Attempts that overstayed their time limit and ignored cancellation."""
+
+    async def run(self, keys: pa.RecordBatch, python_keys: Callable[[], list[Any]]) -> Answer:
+        """The answer for ``keys`` (``python_keys()``: the same keys as Python values), or
+        :class:`FinalFailure`."""
+        loop = asyncio.get_running_loop()
+        policy = self._policy
+        metrics = self._metrics
+        answers: list[Matches] = []
+        merged: dict[Any, Any] = {}
+        rows: np.ndarray | None = None  # None: every key of the request
+        attempt = 0
+        deadline = self._deadline(loop.time())
+        while True:
+            attempt += 1
+            if self._rate_limiter is not None:
+                await self._rate_limiter.acquire()
+            limit_s = deadline.limit_s(loop.time())
+            if limit_s <= 0:  # the rate limiter held the attempt past the deadline
+                raise FinalFailure(deadline.error(attempt - 1), attempt - 1)
+            metrics.requests += 1
+            started = loop.time()
+            try:
+                result = await self._attempt(keys, python_keys, rows, limit_s)
+            except (asyncio.TimeoutError, TimeoutError) as exc:
+                metrics.timeouts += 1
+                self._limit_changed(self._limit.on_overload(started, loop.time()))
+                error: BaseException = deadline.timeout_error(exc, limit_s, attempt)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = exc
+                if isinstance(exc, OverloadedError):
+                    self._limit_changed(self._limit.on_overload(started, loop.time()))
+            else:
+                now = loop.time()
+                metrics.record_latency(now - started)
+                self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
+                result = self._checked(result)
+                if not policy.retry_on_miss and rows is None:  # the common case: one answer
+                    return self._merge([result]) if isinstance(result, Matches) else result
+                if isinstance(result, Matches):
+                    if rows is not None:
+                        result = Matches(rows[result.key_index], result.values, result.errors)
+                    answers.append(result)
+                    missing = _missing_rows(keys.num_rows, answers)
+                else:
+                    merged.update(result)
+                    missing = np.asarray(
+                        [r for r, k in enumerate(python_keys()) if _absent(merged.get(k))],
+                        dtype=np.int64,
+                    )
+                delay = policy.delay_s(attempt, rng=self._rng)
+                if not policy.retry_missing(attempt, len(missing)) or not deadline.allows(
+                    loop.time() + delay
+                ):
+                    return self._merge(answers) if self._columnar else merged
+                rows = missing  # late dimension rows: ask again for the missing keys only
+                metrics.retries += 1
+                await self._sleep(delay)
+                continue
+            if not policy.retry_error(attempt, self._client.is_retryable(error)):
+                raise FinalFailure(error, attempt)
+            retry_after = getattr(error, "retry_after", None)
+            delay = policy.delay_s(attempt, retry_after_s=retry_after, rng=self._rng)
+            if not deadline.allows(loop.time() + delay):
+                raise FinalFailure(deadline.error(attempt, error), attempt)
+            metrics.retries += 1
+            await self._sleep(delay)
+
+    async def _attempt(
+        self,
+        keys: pa.RecordBatch,
+        python_keys: Callable[[], list[Any]],
+        rows: np.ndarray | None,
+        limit_s: float,
+    ) -> Any:
+        """One call to the client for the keys (or the given rows of them), for at most
+        ``limit_s`` seconds."""
+        if self._columnar:
+            asked = keys if rows is None else keys.take(pa.array(rows))
+            call: Awaitable[Any] = self._client.lookup_arrow(asked)
+        else:
+            everything = python_keys()
+            call = self._client.lookup(
+                everything if rows is None else [everything[r] for r in rows]
+            )
+        if self._cheap_deadline:
+            return await with_timeout(call, limit_s)
+        return await with_deadline(call, limit_s, self.abandoned)
+
+    def _checked(self, result: Any) -> Answer:
+        """The client's answer, or a TypeError that fails the task (a connector bug)."""
+        name = self._client.name
+        if self._columnar:
+            if not isinstance(result, Matches):
+                raise TypeError(
+                    f"connector {name!r} returned {type(result).__name__} from "
+                    "lookup_arrow(); it must return Matches"
+                )
+            return result
+        if result is None:
+            return {}
+        if not isinstance(result, Mapping):
+            raise TypeError(
+                f"connector {name!r} returned {type(result).__name__} from "
+                "lookup(); it must return a mapping of key -> record"
+            )
+        return result
+
+    def _merge(self, answers: list[Matches]) -> Matches:
+        conformed = [conform_matches(answer, self._fields) for answer in answers]
+        return concat_matches(conformed, self._fields)
+
+
+def _missing_rows(size: int, answers: list[Matches]) -> np.ndarray:
+    found = np.zeros(size, dtype=bool)
+    for answer in answers:
+        found[answer.key_index] = True
+    return np.flatnonzero(~found)

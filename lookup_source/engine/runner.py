@@ -11,21 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
-from lookup_source.engine.cache import (
-    FullCache,
-    PartialCache,
-    load_table,
-    reload_in_background,
-    worker_cache,
-)
+from lookup_source.engine.cache import task_cache
 from lookup_source.engine.loop import TaskLoop
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.operator import EngineSpec, LookupEngine
+from lookup_source.engine.operator import LookupEngine
+from lookup_source.engine.spec import EngineSpec
 
 log = logging.getLogger("lookup_source")
 
@@ -50,10 +44,10 @@ class LookupTask:
         config: ConnectorConfig,
         *,
         client_factory: ClientFactory | None = None,
-        on_stats: Callable[[LookupMetrics], None] | None = None,
+        on_metrics: Callable[[LookupMetrics], None] | None = None,
     ) -> None:
         self.config = config
-        self._on_stats = on_stats
+        self._on_metrics = on_metrics
         self._loop = TaskLoop()
         self._client: LookupClient | None = None
         self._engine: LookupEngine | None = None
@@ -62,45 +56,17 @@ class LookupTask:
             factory = client_factory or spec.options.connector_class()
             self._client = factory(config)
             self._loop.run(self._client.open())
-            cache = self._worker_cache(spec, config, factory)
+            cache = task_cache(
+                spec.options.cache, config, self._client, self._loop, factory, spec.value_fields
+            )
             self._engine = LookupEngine(self._client, spec, cache=cache)
         except BaseException:
             self.close()
             raise
 
-    def _worker_cache(self, spec: EngineSpec, config: ConnectorConfig, factory: Any) -> Any:
-        settings = spec.options.cache
-        if settings.mode == "full":
-            cache = worker_cache(
-                f"full reload={settings.reload_ms}",
-                config,
-                lambda: FullCache(settings.reload_ms / 1000),
-            )
-            key_fields = [
-                pa.field(name, kind) for name, kind in zip(config.key_columns, config.key_types)
-            ]
-            value_fields = list(spec.value_fields)
-            assert self._client is not None
-            with cache.load_lock:
-                if not cache.loaded:
-                    cache.install(
-                        self._loop.run(load_table(self._client, key_fields, value_fields))
-                    )
-            if cache.claim_reload():
-                reload_in_background(cache, lambda: factory(config), key_fields, value_fields)
-            return cache
-        if settings.max_rows > 0:
-            # a lookup with other cache settings gets a cache of its own, with its settings
-            return worker_cache(
-                f"partial max-rows={settings.max_rows} ttl={settings.ttl_ms}",
-                config,
-                lambda: PartialCache(settings.max_rows, settings.ttl_ms / 1000),
-            )
-        return None
-
     @property
-    def stats(self) -> LookupMetrics | None:
-        return self._engine.stats if self._engine is not None else None
+    def metrics(self) -> LookupMetrics | None:
+        return self._engine.metrics if self._engine is not None else None
 
     def submit(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         assert self._engine is not None
@@ -128,10 +94,10 @@ class LookupTask:
         finally:
             loop.close()
         if self._engine is not None:
-            self._engine.stats.peak_rss_mb = _peak_rss_mb()
-            if self._on_stats is not None:
-                self._on_stats(self._engine.stats)
-            log.debug("asynclookup task stats: %s", self._engine.stats)
+            self._engine.metrics.peak_rss_mb = _peak_rss_mb()
+            if self._on_metrics is not None:
+                self._on_metrics(self._engine.metrics)
+            log.debug("asynclookup task metrics: %s", self._engine.metrics)
 
 
 def _peak_rss_mb() -> float:
@@ -149,10 +115,10 @@ def run_lookups(
     config: ConnectorConfig,
     *,
     client_factory: ClientFactory | None = None,
-    on_stats: Callable[[LookupMetrics], None] | None = None,
+    on_metrics: Callable[[LookupMetrics], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Look up the keys of ``batches``; yield them with the value columns appended."""
-    task = LookupTask(spec, config, client_factory=client_factory, on_stats=on_stats)
+    task = LookupTask(spec, config, client_factory=client_factory, on_metrics=on_metrics)
     try:
         for batch in batches:
             yield from task.submit(batch)

@@ -19,8 +19,8 @@ from pyspark.sql.types import (
 )
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.operator import EngineSpec
 from lookup_source.engine.runner import run_lookups
+from lookup_source.engine.spec import EngineSpec
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.metrics import (
@@ -141,11 +141,11 @@ def _lookup_partition(
     if metrics_rows:  # Spark Connect: the task's metrics leave as one last row
         rows = MetricsRows()
         yield from rows.output(
-            run_lookups(rows.watch(batches), spec, config, on_stats=rows.finished)
+            run_lookups(rows.watch(batches), spec, config, on_metrics=rows.finished)
         )
         return
-    on_stats = metrics.add if metrics is not None else None
-    yield from run_lookups(batches, spec, config, on_stats=on_stats)
+    on_metrics = metrics.add if metrics is not None else None
+    yield from run_lookups(batches, spec, config, on_metrics=on_metrics)
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class MetricsRows:
     null, even in a row a filter drops) with null value columns::
 
         rows = MetricsRows()
-        yield from rows.output(run_lookups(rows.watch(batches), ..., on_stats=rows.finished))
+        yield from rows.output(run_lookups(rows.watch(batches), ..., on_metrics=rows.finished))
     """
 
     def __init__(self) -> None:

@@ -16,7 +16,7 @@ from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.operator import EngineSpec
+from lookup_source.engine.spec import EngineSpec
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.ddl import DDLError, parse_ddl

@@ -87,7 +87,7 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = No
                 self.task = LookupTask(
                     self.spec,
                     plan.connector_config(),
-                    on_stats=metrics.add if metrics is not None else None,
+                    on_metrics=metrics.add if metrics is not None else None,
                 )
             yield from self.task.submit(table)
 

@@ -156,7 +156,7 @@ def lookup_rows(
         plan.engine_spec(names, how=how),
         plan.connector_config(),
         client_factory=client_factory,
-        on_stats=stats.append if stats is not None else None,
+        on_metrics=stats.append if stats is not None else None,
     )
     return [row for b in out for row in b.to_pylist()]
 

@@ -106,7 +106,7 @@ def run(
         plan.engine_spec(("id",), how="left"),
         plan.connector_config(),
         client_factory=client_factory,
-        on_stats=stats.append if stats is not None else None,
+        on_metrics=stats.append if stats is not None else None,
     )
     return [row for batch in out for row in batch.to_pylist()]
 

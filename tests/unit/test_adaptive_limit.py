@@ -159,8 +159,8 @@ def test_the_engine_finds_the_room_the_store_has() -> None:
     engine, store, rows = asyncio.run(_run(adaptive=True, room=8))
     assert rows == fixed_rows and [r["name"] for r in rows] == [f"user-{k}" for k in range(2000)]
     assert store.refused < fixed_store.refused / 4  # far fewer failed attempts
-    assert engine.stats.retries == store.refused
-    low, high = engine.stats.limit_range or (0, 0)
+    assert engine.metrics.retries == store.refused
+    low, high = engine.metrics.limit_range or (0, 0)
     assert low <= 8 < high  # it started above the room, and came under it
-    history = engine.stats.limit_history[0]
+    history = engine.metrics.limit_history[0]
     assert history[0][1] == 10 and all(1 <= limit <= 64 for _, limit in history)

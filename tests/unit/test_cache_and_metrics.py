@@ -41,7 +41,7 @@ def run(
         spec,
         make_config(spec),
         client_factory=lambda c: FakeClient(c, store),
-        on_stats=stats.append if stats is not None else None,
+        on_metrics=stats.append if stats is not None else None,
     )
     return [row for batch in out for row in batch.to_pylist()]
 

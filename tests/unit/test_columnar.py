@@ -127,7 +127,7 @@ def test_a_key_in_flight_for_an_earlier_batch_is_not_asked_again(form: str) -> N
         out = await engine.submit(key_batch([1, 2, 3]))
         out += await engine.submit(key_batch([3, 4, 1, 1]))  # 1 and 3 are in flight
         out += await engine.finish()
-        stats.append(engine.stats)
+        stats.append(engine.metrics)
         return out
 
     stats: list[Any] = []
@@ -169,11 +169,11 @@ def test_a_shared_request_that_fails_fails_for_every_batch_sharing_it(on_error: 
 
 @pytest.mark.parametrize("form", ["record", "columnar"])
 def test_cache_serves_one_to_many_and_misses_without_a_request(form: str) -> None:
-    from lookup_source.engine.cache import PartialCache
+    from lookup_source.engine.cache import PartialCache, PartialCacheLayer
 
     store = FakeStore({1: [{"name": "a", "n": 1}, {"name": "b", "n": 2}], 2: {"name": "c", "n": 3}})
     spec = make_spec(make_options(batch_size=10))
-    cache = PartialCache(max_rows=100)
+    cache = PartialCacheLayer(PartialCache(max_rows=100), cache_missing=True)
     config = make_config(spec)
     client = CLIENTS[form](config, store)
 

@@ -47,7 +47,7 @@ def test_peak_in_flight_never_exceeds_capacity_and_reaches_it() -> None:
     store.latency = lambda keys: 0.005
     spec = make_spec(make_options(capacity=7, batch_size=2))
     batches = [key_batch(list(range(i, i + 20))) for i in range(0, 400, 20)]
-    engine_stats = []
+    engine_metrics = []
     config = make_config(spec)
     list(
         run_lookups(
@@ -55,11 +55,11 @@ def test_peak_in_flight_never_exceeds_capacity_and_reaches_it() -> None:
             spec,
             config,
             client_factory=lambda c: FakeClient(c, store),
-            on_stats=engine_stats.append,
+            on_metrics=engine_metrics.append,
         )
     )
     assert store.peak_in_flight == 7
-    assert engine_stats[0].peak_in_flight == 7
+    assert engine_metrics[0].peak_in_flight == 7
 
 
 def test_capacity_is_kept_busy_across_batch_boundaries() -> None:

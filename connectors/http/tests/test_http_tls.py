@@ -3,6 +3,8 @@ way it can be wrong failing at once with the option to fix."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,8 +68,26 @@ class BlockingTlsServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        class Server(http.server.ThreadingHTTPServer):
+            def get_request(self) -> tuple[Any, Any]:
+                raw, address = self.socket.accept()
+                tls = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+                try:
+                    tls.do_handshake()
+                except (ssl.SSLError, OSError):
+                    # OpenSSL has sent its alert. Under TLS 1.3 the client may already have
+                    # sent its request: closing with it unread would reset the connection
+                    # (RST) and the alert would be lost, so read it first, as nginx does.
+                    plain = socket.socket(fileno=tls.detach())
+                    plain.settimeout(0.5)
+                    with contextlib.suppress(OSError):
+                        while plain.recv(65_536):
+                            pass
+                    plain.close()
+                    raise
+                return tls, address
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
 
     def __enter__(self) -> BlockingTlsServer:

@@ -1,0 +1,105 @@
+"""The engine's units of work: an input batch on its way (:class:`Job`), one request to the
+store (:class:`Request`), and answers in the record form waiting to be converted
+(:class:`RecordPart`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from lookup_source.connector_api import Matches
+from lookup_source.connector_api.keys import python_keys
+from lookup_source.engine.keys import DistinctKeys, cast_key_column, distinct_keys
+from lookup_source.engine.spec import EngineSpec
+
+
+@dataclass(eq=False)
+class RecordPart:
+    """Answers in the record form for some of a batch's keys (``positions`` among its distinct
+    keys), converted together when the batch is complete."""
+
+    positions: np.ndarray
+    keys: list[Any]
+    result: Mapping[Any, Any]
+
+
+@dataclass(eq=False)
+class Job:
+    """One input batch on its way through the engine: its distinct keys, the answers gathered
+    for them, and how many requests it still waits for."""
+
+    number: int
+    batch: pa.RecordBatch
+    distinct: DistinctKeys
+    parts: list[Matches] = field(default_factory=list)
+    record_parts: list[RecordPart] = field(default_factory=list)
+    pending: int = 0
+    done: bool = False
+    _python_keys: list[Any] | None = None
+
+    @classmethod
+    def of(cls, number: int, batch: pa.RecordBatch, spec: EngineSpec, names: list[str]) -> Job:
+        """Input batch ``batch``, its key columns (``spec.key_columns``) cast to the declared
+        key types and reduced to distinct keys named ``names``."""
+        columns = []
+        for position, column in enumerate(spec.key_columns):
+            array = batch.column(column)
+            if isinstance(array, pa.ChunkedArray):
+                array = array.combine_chunks()
+            key_type = spec.key_types[position] if position < len(spec.key_types) else None
+            columns.append(cast_key_column(array, key_type, column))
+        return cls(number, batch, distinct_keys(columns, names))
+
+    def keys_at(self, positions: np.ndarray) -> pa.RecordBatch:
+        """The distinct keys at ``positions`` (ascending), without a copy when contiguous."""
+        keys = self.distinct.keys
+        if len(positions) == keys.num_rows:
+            return keys
+        if positions[-1] - positions[0] + 1 == len(positions):
+            return keys.slice(int(positions[0]), len(positions))
+        return keys.take(pa.array(positions))
+
+    def python_keys(self) -> list[Any]:
+        """The distinct keys as Python values (made once, when first needed)."""
+        if self._python_keys is None:
+            self._python_keys = python_keys(self.distinct.keys)
+        return self._python_keys
+
+
+Subscriber = tuple[Job, np.ndarray, np.ndarray]
+"""A later batch sharing a request: (its job, positions among its distinct keys, the rows of
+the request's keys they are)."""
+
+
+@dataclass(eq=False)
+class Request:
+    """One request: some distinct keys of one batch (``positions``), and the later batches
+    that share it."""
+
+    keys: pa.RecordBatch
+    owner: Job
+    positions: np.ndarray
+    subscribers: list[Subscriber] = field(default_factory=list)
+    _python_keys: list[Any] | None = None
+
+    def python_keys(self) -> list[Any]:
+        if self._python_keys is None:
+            everything = self.owner.python_keys()
+            self._python_keys = [everything[p] for p in self.positions.tolist()]
+        return self._python_keys
+
+    def jobs(self) -> list[Job]:
+        """The batch that asked, then those sharing the request."""
+        return [self.owner] + [job for job, _, _ in self.subscribers]
+
+    def targets(self) -> list[tuple[Job, np.ndarray]]:
+        """Each batch waiting for the request, with the positions of its keys it asks."""
+        return [(self.owner, self.positions)] + [(job, at) for job, at, _ in self.subscribers]
+
+    def shared_keys(self) -> int:
+        """How many keys the batches sharing the request wait for."""
+        return sum(len(at) for _, at, _ in self.subscribers)

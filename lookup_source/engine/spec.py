@@ -1,0 +1,29 @@
+"""What the engine needs besides the client: :class:`EngineSpec`, built on the driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from lookup_source.options import LookupOptions
+
+DEFAULT_OUTPUT_ROWS = 10_000
+"""Most rows per output batch unless the spec says otherwise (Spark's default
+``spark.sql.execution.arrow.maxRecordsPerBatch``)."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which input columns hold the key, which value columns to append, how to join, and the
+    options. Plain values only, so it pickles into every task."""
+
+    options: LookupOptions
+    key_columns: tuple[str, ...]
+    value_fields: tuple[pa.Field, ...]
+    key_types: tuple[pa.DataType | None, ...] = ()
+    how: str = "left"
+
+    def __post_init__(self) -> None:
+        if self.how not in ("left", "inner"):
+            raise ValueError(f"how must be 'left' or 'inner', got {self.how!r}")
