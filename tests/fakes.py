@@ -105,6 +105,12 @@ def make_config(spec: EngineSpec) -> ConnectorConfig:
     )
 
 
+def flat(outputs: Sequence[Any]) -> list[pa.RecordBatch]:
+    """The batches of the engine's outputs (``submit`` and ``finish`` return, per input batch
+    that is done, an iterator of bounded output batches)."""
+    return [batch for output in outputs for batch in output]
+
+
 def key_batch(keys: Sequence[Any], *, name: str = "k", kind: pa.DataType = INT64) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array(keys, type=kind), pa.array(range(len(keys)), type=pa.int64())],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +15,9 @@ from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.engine.keys import DistinctKeys, cast_key_column, distinct_keys
 from lookup_source.engine.spec import EngineSpec
+
+if TYPE_CHECKING:
+    from lookup_source.engine.output import JoinedRows
 
 
 @dataclass(eq=False)
@@ -39,6 +42,9 @@ class Job:
     record_parts: list[RecordPart] = field(default_factory=list)
     pending: int = 0
     done: bool = False
+    output: JoinedRows | None = None
+    held_rows: int = 0
+    """Rows this batch holds in the engine's buffer: its input rows, then its matches."""
     _python_keys: list[Any] | None = None
 
     @classmethod
@@ -52,7 +58,7 @@ class Job:
                 array = array.combine_chunks()
             key_type = spec.key_types[position] if position < len(spec.key_types) else None
             columns.append(cast_key_column(array, key_type, column))
-        return cls(number, batch, distinct_keys(columns, names))
+        return cls(number, batch, distinct_keys(columns, names), held_rows=batch.num_rows)
 
     def keys_at(self, positions: np.ndarray) -> pa.RecordBatch:
         """The distinct keys at ``positions`` (ascending), without a copy when contiguous."""

@@ -12,9 +12,10 @@ It is driven batch by batch::
 
     engine = LookupEngine(client, spec)
     for batch in batches:
-        for out in await engine.submit(batch):
-            ...
-    for out in await engine.finish():
+        for output in await engine.submit(batch):
+            for out in output:          # bounded batches, made one at a time
+                ...
+    for output in await engine.finish():
         ...
 """
 
@@ -24,7 +25,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -117,8 +118,9 @@ class LookupEngine:
     def in_flight(self) -> int:
         return self._in_flight
 
-    async def submit(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
-        """Start the lookups of ``batch``; return the output batches that are ready.
+    async def submit(self, batch: pa.RecordBatch) -> list[Iterator[pa.RecordBatch]]:
+        """Start the lookups of ``batch``; return the output of the batches that are ready
+        (each an iterator of bounded batches, made as it is read).
 
         Returns once all of the batch's requests are in flight and there is room for more
         input: a free request slot and fewer buffered rows than the budget.
@@ -126,7 +128,7 @@ class LookupEngine:
         self._raise_if_failed()
         job = self._new_job(batch)
         self._queue.put(job)
-        self._buffered_rows += batch.num_rows
+        self._buffered_rows += job.held_rows
         wanted, shared = self._in_flight_keys.share(job, self._from_cache(job))
         self.metrics.shared_keys += shared
         size = self._batch_size
@@ -139,8 +141,8 @@ class LookupEngine:
         await self._wait_until(self._has_room)
         return self._take_ready()
 
-    async def finish(self) -> list[pa.RecordBatch]:
-        """Wait for every outstanding lookup; return the remaining output batches in order."""
+    async def finish(self) -> list[Iterator[pa.RecordBatch]]:
+        """Wait for every outstanding lookup; return the output of the remaining batches."""
         await self._wait_until(self._queue.all_done)
         return self._take_ready()
 
@@ -272,17 +274,22 @@ class LookupEngine:
 
     def _complete(self, job: Job) -> None:
         try:
-            output = self._output.build(job)
+            job.output = self._output.build(job)
         except Exception as exc:
             self._fail(exc)
             return
         job.done = True
-        job.batch = output  # the input batch is no longer needed
+        job.held_rows += job.output.held_rows  # its matches wait with it until emitted
+        self._buffered_rows += job.output.held_rows
         self._queue.complete(job)
 
-    def _take_ready(self) -> list[pa.RecordBatch]:
+    def _take_ready(self) -> list[Iterator[pa.RecordBatch]]:
+        """The output of each batch that may leave now, each made lazily in batches of at most
+        ``output_rows`` rows."""
         ready = []
         for job in self._queue.pop_ready():
-            self._buffered_rows -= len(job.distinct.indices)
-            ready.append(job.batch)
+            self._buffered_rows -= job.held_rows
+            assert job.output is not None
+            ready.append(job.output.batches(self.spec.output_rows))
+            job.output = None
         return ready

@@ -21,7 +21,7 @@ No Python object is made per row: positions are computed with numpy, rows moved 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,6 +106,119 @@ def _nullable(positions: np.ndarray) -> pa.Array:
     return pa.array(positions, mask=positions < 0, type=pa.int64())
 
 
+OUTPUT_BATCH_BYTES = 64 * 1024 * 1024
+"""Most bytes (estimated) per output batch, whatever the rows per batch allow."""
+
+
+class JoinedRows:
+    """A batch's rows joined to their matches, made slice by slice: a key with many matches
+    repeats its input row once per match, and :meth:`batches` emits those rows in batches of
+    bounded size, so memory does not grow with the fan-out. Only per-input-row positions are
+    computed up front; the rows of a slice are taken when it is asked for.
+    """
+
+    def __init__(
+        self,
+        batch: pa.RecordBatch,
+        indices: pa.Array,
+        num_keys: int,
+        matches: Matches,
+        *,
+        how: str,
+        error_column: str | None,
+        fields: Sequence[pa.Field],
+    ) -> None:
+        matches, self._is_error = _without_extra_rows_of_failed_keys(matches)
+        self._batch = batch
+        self._matches = matches
+        self._error_column = error_column
+        self._fields = list(fields)
+        index = matches.key_index
+        counts = np.bincount(index, minlength=num_keys) if len(index) else np.zeros(num_keys, int)
+        key_of_row = indices.fill_null(num_keys).to_numpy(zero_copy_only=False).astype(np.int64)
+        self._kept: np.ndarray | None = None  # input rows that an inner join keeps (one-to-one)
+        self._ends: np.ndarray | None = None  # one-to-many: where each input row's output ends
+        if not len(index) or counts.max() <= 1:
+            first = np.full(num_keys + 1, -1, dtype=np.int64)
+            first[index] = np.arange(len(index))
+            answer = first[key_of_row]
+            if how == "inner" and not (answer >= 0).all():
+                self._kept = np.flatnonzero(answer >= 0)
+                answer = answer[self._kept]
+            self._answer = answer
+            self.num_rows = len(answer)
+        else:  # one-to-many: each input row once per match of its key
+            self._matched = np.append(counts, 0)[key_of_row]
+            self._emit = self._matched if how == "inner" else np.maximum(self._matched, 1)
+            self._ends = np.cumsum(self._emit)
+            self._order = np.argsort(index, kind="stable")
+            self._starts = np.append(np.cumsum(counts) - counts, 0)
+            self._key_of_row = key_of_row
+            self.num_rows = int(self._ends[-1]) if len(self._ends) else 0
+
+    @property
+    def held_rows(self) -> int:
+        """The rows of matches this output holds until it is emitted."""
+        return self._matches.num_rows
+
+    def slice(self, start: int, stop: int) -> pa.RecordBatch:
+        """Output rows ``start`` to ``stop``."""
+        batch = self._batch
+        if self._ends is None:
+            answer = self._answer[start:stop]
+            if self._kept is not None:
+                batch = batch.take(pa.array(self._kept[start:stop]))
+            elif start or stop < batch.num_rows:
+                batch = batch.slice(start, stop - start)
+        else:
+            positions = np.arange(start, stop, dtype=np.int64)
+            repeat = np.searchsorted(self._ends, positions, side="right")
+            offset = positions - (self._ends[repeat] - self._emit[repeat])
+            slot = self._starts[self._key_of_row[repeat]] + offset
+            last = max(len(self._order) - 1, 0)
+            has = self._matched[repeat] > 0
+            answer = np.where(has, self._order[np.minimum(slot, last)], -1)
+            batch = batch.take(pa.array(repeat))
+        return self._with_values(batch, answer)
+
+    def _with_values(self, batch: pa.RecordBatch, answer: np.ndarray) -> pa.RecordBatch:
+        matches = self._matches
+        value_rows = answer
+        if self._is_error.any():  # an error row contributes its message, never its values
+            value_rows = np.where(self._is_error[np.maximum(answer, 0)], -1, answer)
+        taken = matches.values.take(_nullable(value_rows))
+        columns = list(batch.columns) + [taken.column(f.name) for f in self._fields]
+        schema_fields = list(batch.schema) + self._fields
+        if self._error_column is not None:
+            errors = matches.errors
+            if errors is None:
+                columns.append(pa.nulls(len(answer), type=pa.string()))
+            else:
+                columns.append(errors.take(_nullable(answer)))
+            schema_fields.append(pa.field(self._error_column, pa.string()))
+        return pa.RecordBatch.from_arrays(columns, schema=pa.schema(schema_fields))
+
+    def rows_per_batch(self, max_rows: int, max_bytes: int = OUTPUT_BATCH_BYTES) -> int:
+        """How many output rows a batch may hold: ``max_rows`` (0 or less: no limit), fewer
+        when rows are so wide that ``max_bytes`` would be passed."""
+        batch, values = self._batch, self._matches.values
+        row_bytes = batch.nbytes / max(1, batch.num_rows) + values.nbytes / max(1, values.num_rows)
+        by_bytes = max(1, int(max_bytes // max(1.0, row_bytes)))
+        return min(max_rows, by_bytes) if max_rows > 0 else by_bytes
+
+    def batches(
+        self, max_rows: int, max_bytes: int = OUTPUT_BATCH_BYTES
+    ) -> Iterator[pa.RecordBatch]:
+        """The output in batches of at most :meth:`rows_per_batch` rows, made one at a time
+        (one empty batch when there is no row)."""
+        step = self.rows_per_batch(max_rows, max_bytes)
+        if self.num_rows <= step:
+            yield self.slice(0, self.num_rows)
+            return
+        for start in range(0, self.num_rows, step):
+            yield self.slice(start, min(start + step, self.num_rows))
+
+
 def join_matches(
     batch: pa.RecordBatch,
     indices: pa.Array,
@@ -116,48 +229,12 @@ def join_matches(
     error_column: str | None,
     fields: Sequence[pa.Field],
 ) -> pa.RecordBatch:
-    """``batch`` with the value columns ``fields`` (and ``error_column``) appended."""
-    matches, is_error = _without_extra_rows_of_failed_keys(matches)
-    index = matches.key_index
-    rows = batch.num_rows
-    counts = np.bincount(index, minlength=num_keys) if len(index) else np.zeros(num_keys, int)
-    key_of_row = indices.fill_null(num_keys).to_numpy(zero_copy_only=False).astype(np.int64)
-    counts_ext = np.append(counts, 0)
-    if not len(index) or counts.max() <= 1:
-        first = np.full(num_keys + 1, -1, dtype=np.int64)
-        first[index] = np.arange(len(index))
-        answer = first[key_of_row]
-        if how == "inner":
-            keep = answer >= 0
-            if not keep.all():
-                batch = batch.filter(pa.array(keep))
-                answer = answer[keep]
-    else:  # one-to-many: repeat each input row once per match of its key
-        matched = counts_ext[key_of_row]
-        emit = matched if how == "inner" else np.maximum(matched, 1)
-        repeat = np.repeat(np.arange(rows), emit)
-        group_start = np.repeat(np.cumsum(emit) - emit, emit)
-        offset = np.arange(len(repeat)) - group_start
-        order = np.argsort(index, kind="stable")
-        starts = np.append(np.cumsum(counts) - counts, 0)
-        slot = starts[key_of_row][repeat] + offset
-        has = matched[repeat] > 0
-        answer = np.where(has, order[np.minimum(slot, max(len(order) - 1, 0))], -1)
-        batch = batch.take(pa.array(repeat))
-    value_rows = answer
-    if is_error.any():  # an error row contributes its message, never its values
-        value_rows = np.where(is_error[np.maximum(answer, 0)], -1, answer)
-    taken = matches.values.take(_nullable(value_rows))
-    columns = list(batch.columns) + [taken.column(f.name) for f in fields]
-    schema_fields = list(batch.schema) + list(fields)
-    if error_column is not None:
-        errors = matches.errors
-        if errors is None:
-            columns.append(pa.nulls(len(answer), type=pa.string()))
-        else:
-            columns.append(errors.take(_nullable(answer)))
-        schema_fields.append(pa.field(error_column, pa.string()))
-    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(schema_fields))
+    """``batch`` with the value columns ``fields`` (and ``error_column``) appended, in one
+    batch (:class:`JoinedRows` makes it in bounded slices)."""
+    joined = JoinedRows(
+        batch, indices, num_keys, matches, how=how, error_column=error_column, fields=fields
+    )
+    return joined.slice(0, joined.num_rows)
 
 
 def describe_error(error: BaseException) -> str:
@@ -287,9 +364,9 @@ class OutputBuilder:
             job.parts.append(failed_rows(positions, self.fields, message))
         return failure
 
-    def build(self, job: Job) -> pa.RecordBatch:
-        """The output of a batch whose lookups are all done; raises the ``on.error=fail``
-        error of a value that could not be used."""
+    def build(self, job: Job) -> JoinedRows:
+        """The output of a batch whose lookups are all done, to be made slice by slice; raises
+        the ``on.error=fail`` error of a value that could not be used."""
         fields = self.fields
         parts = [conform_matches(part, fields) for part in job.parts]
         if job.record_parts:
@@ -305,7 +382,7 @@ class OutputBuilder:
             )
             if failure is not None:
                 raise failure
-        return join_matches(
+        return JoinedRows(
             job.batch,
             job.distinct.indices,
             len(job.distinct),

@@ -68,13 +68,16 @@ class LookupTask:
     def metrics(self) -> LookupMetrics | None:
         return self._engine.metrics if self._engine is not None else None
 
-    def submit(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    def submit(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """Look up ``batch``; the output that is ready, made batch by batch as it is read."""
         assert self._engine is not None
-        return self._loop.run(self._engine.submit(batch))
+        ready = self._loop.run(self._engine.submit(batch))
+        return (out for output in ready for out in output)
 
-    def finish(self) -> list[pa.RecordBatch]:
+    def finish(self) -> Iterator[pa.RecordBatch]:
         assert self._engine is not None
-        return self._loop.run(self._engine.finish())
+        ready = self._loop.run(self._engine.finish())
+        return (out for output in ready for out in output)
 
     def close(self) -> None:
         """Cancel what is in flight, close the client and the loop. Safe to call twice."""

@@ -23,6 +23,9 @@ class EngineSpec:
     value_fields: tuple[pa.Field, ...]
     key_types: tuple[pa.DataType | None, ...] = ()
     how: str = "left"
+    output_rows: int = DEFAULT_OUTPUT_ROWS
+    """Most rows per output batch (Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch``;
+    0 or less: bounded by bytes only): a key with many matches is emitted in several batches."""
 
     def __post_init__(self) -> None:
         if self.how not in ("left", "inner"):

@@ -30,7 +30,7 @@ from lookup_source.spark.metrics import (
     new_accumulator,
     observed,
 )
-from lookup_source.spark.plan import LookupPlan
+from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.versions import CONNECT_METRICS
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def lookup_join(
     if lookup_options.partition_by_key:
         df = partitioned_by_key(df, on_columns)
     out_schema = output_schema(df.schema, plan)
-    spec = plan.engine_spec(tuple(on_columns), how=how)
+    spec = plan.engine_spec(tuple(on_columns), how=how, output_rows=output_rows(df.sparkSession))
     accumulator = new_accumulator(df.sparkSession)
     connect = accumulator is None  # Spark Connect: metrics travel in rows, to an observation
     function = functools.partial(

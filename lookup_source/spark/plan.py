@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import types as spark_types
@@ -16,7 +17,7 @@ from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.spec import EngineSpec
+from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS, EngineSpec
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.ddl import DDLError, parse_ddl
@@ -180,11 +181,29 @@ class LookupPlan:
             timeout_s=opts.timeout_ms / 1000.0,
         )
 
-    def engine_spec(self, input_key_columns: tuple[str, ...], how: str) -> EngineSpec:
+    def engine_spec(
+        self,
+        input_key_columns: tuple[str, ...],
+        how: str,
+        output_rows: int = DEFAULT_OUTPUT_ROWS,
+    ) -> EngineSpec:
         return EngineSpec(
             options=self.options,
             key_columns=input_key_columns,
             value_fields=self.value_arrow_fields(),
             key_types=self.key_arrow_types(),
             how=how,
+            output_rows=output_rows,
         )
+
+
+MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
+def output_rows(spark: Any) -> int:
+    """Rows per Arrow batch in this session (``spark.sql.execution.arrow.maxRecordsPerBatch``):
+    the most a lookup emits in one output batch, whatever the number of matches per key."""
+    try:
+        return int(spark.conf.get(MAX_RECORDS_PER_BATCH, str(DEFAULT_OUTPUT_ROWS)))
+    except Exception:  # not a number, or no session to ask
+        return DEFAULT_OUTPUT_ROWS

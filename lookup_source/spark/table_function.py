@@ -17,9 +17,10 @@ from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
 from lookup_source.engine.runner import LookupTask
+from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS
 from lookup_source.errors import SchemaError
 from lookup_source.spark.join import TABLE_ARGUMENT, output_schema, resolve_on
-from lookup_source.spark.plan import LookupPlan
+from lookup_source.spark.plan import LookupPlan, output_rows
 
 
 @dataclass
@@ -44,6 +45,7 @@ def _constant(argument: AnalyzeArgument | None, what: str, default: str | None =
 def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = None) -> Any:
     """A Python UDTF that performs the lookup join of ``plan`` from SQL, on Arrow batches."""
     buckets = _shuffle_partitions(spark)
+    rows_per_batch = output_rows(spark) if spark is not None else DEFAULT_OUTPUT_ROWS
 
     class LookupJoinFunction:
         @staticmethod
@@ -77,7 +79,9 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = No
             )
 
         def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
-            self.spec = plan.engine_spec(analyze_result.on, how=analyze_result.how)
+            self.spec = plan.engine_spec(
+                analyze_result.on, how=analyze_result.how, output_rows=rows_per_batch
+            )
             self.task: LookupTask | None = None
 
         def eval(

@@ -113,3 +113,55 @@ def test_the_guard_names_the_key_with_too_many_matches(
     )
     rows = kept.filter("uid = 7").collect()
     assert len(rows) == 7 and all(r.item is None for r in rows)  # one null row per event
+
+
+@pytest.fixture
+def hot_key(pg: Any, table_name: str) -> Iterator[str]:
+    """User 7 has 2,000 orders."""
+    table = f"{table_name}_hot"
+    pg(f"CREATE TABLE {table} (order_id bigserial PRIMARY KEY, uid bigint, item text, qty int)")
+    pg.many(
+        f"INSERT INTO {table} (uid, item, qty) VALUES ($1, $2, $3)",
+        [(7, f"order {n}", n) for n in range(2_000)],
+    )
+    pg(f"CREATE INDEX ON {table} (uid)")
+    yield table
+    pg(f"DROP TABLE {table}")
+
+
+def test_a_hot_key_leaves_in_bounded_batches_in_bounded_memory(
+    postgres_srv: Any, hot_key: str
+) -> None:
+    """10,000 input rows of a key with 2,000 rows in Postgres: 20,000,000 output rows, in
+    batches of at most maxRecordsPerBatch (10,000), while Arrow's memory stays under what one
+    ordinary batch takes, far below the ~1 GB the output would take at once."""
+    import pyarrow as pa
+
+    from lookup_source.engine.runner import run_lookups
+    from lookup_source.spark.plan import LookupPlan
+
+    plan = LookupPlan.build(options(postgres_srv, hot_key), SCHEMA)
+    spec = plan.engine_spec(("uid",), how="left")
+    assert spec.output_rows == 10_000
+    inputs = [pa.record_batch({"event_id": pa.array(range(10_000)), "uid": pa.array([7] * 10_000)})]
+    before = pa.total_allocated_bytes()
+    rows = largest = peak = 0
+    for batch in run_lookups(inputs, spec, plan.connector_config()):
+        if rows == 0:  # the first input row, once per order, in the order Postgres gave them
+            assert batch.column("event_id").to_pylist()[:2] == [0, 0]
+            assert batch.column("item").to_pylist()[:2] == ["order 0", "order 1"]
+        rows += batch.num_rows
+        largest = max(largest, batch.num_rows)
+        peak = max(peak, pa.total_allocated_bytes() - before)
+    assert rows == 20_000_000
+    assert largest <= 10_000
+    assert peak < 64 * 1024 * 1024, peak
+
+
+def test_spark_gets_every_row_of_a_hot_key(spark: Any, postgres_srv: Any, hot_key: str) -> None:
+    events = spark.range(10_000, numPartitions=1).select(
+        F.col("id").alias("event_id"), F.lit(7).cast("long").alias("uid")
+    )
+    out = lookup_join(events, "uid", schema=SCHEMA, options=options(postgres_srv, hot_key))
+    assert out.count() == 20_000_000
+    assert out.where("qty = 1999").count() == 10_000  # every event got the last order too

@@ -14,7 +14,7 @@ from lookup_source.engine.metrics import LIMIT_POINTS, LookupMetrics
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.errors import OptionError, OverloadedError
 from lookup_source.options import parse_options
-from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+from tests.fakes import FakeClient, FakeStore, flat, key_batch, make_config, make_options, make_spec
 
 
 def answered(limit: AdaptiveLimit, n: int, *, latency: float = 0.01, start: float = 0.0) -> None:
@@ -149,8 +149,8 @@ async def _run(adaptive: bool, room: int) -> tuple[LookupEngine, Crowded, list[A
     engine = LookupEngine(CrowdedClient(make_config(spec), store), spec)
     out = []
     for start in range(0, 2000, 500):
-        out += await engine.submit(key_batch(list(range(start, start + 500))))
-    out += await engine.finish()
+        out += flat(await engine.submit(key_batch(list(range(start, start + 500)))))
+    out += flat(await engine.finish())
     return engine, store, [row for batch in out for row in batch.to_pylist()]
 
 

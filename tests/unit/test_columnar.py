@@ -25,6 +25,7 @@ from tests.fakes import (
     FakeClient,
     FakeColumnarClient,
     FakeStore,
+    flat,
     key_batch,
     make_config,
     make_options,
@@ -124,9 +125,9 @@ def test_a_key_in_flight_for_an_earlier_batch_is_not_asked_again(form: str) -> N
 
     async def drive() -> list[pa.RecordBatch]:
         engine = LookupEngine(client, spec)
-        out = await engine.submit(key_batch([1, 2, 3]))
-        out += await engine.submit(key_batch([3, 4, 1, 1]))  # 1 and 3 are in flight
-        out += await engine.finish()
+        out = flat(await engine.submit(key_batch([1, 2, 3])))
+        out += flat(await engine.submit(key_batch([3, 4, 1, 1])))  # 1 and 3 are in flight
+        out += flat(await engine.finish())
         stats.append(engine.metrics)
         return out
 
@@ -148,9 +149,9 @@ def test_a_shared_request_that_fails_fails_for_every_batch_sharing_it(on_error: 
     async def drive() -> list[pa.RecordBatch]:
         engine = LookupEngine(FakeColumnarClient(make_config(spec), store), spec)
         try:
-            out = await engine.submit(key_batch([1, 2]))
-            out += await engine.submit(key_batch([5, 1]))
-            return out + await engine.finish()
+            out = flat(await engine.submit(key_batch([1, 2])))
+            out += flat(await engine.submit(key_batch([5, 1])))
+            return out + flat(await engine.finish())
         finally:
             await engine.aclose()
 
@@ -179,7 +180,7 @@ def test_cache_serves_one_to_many_and_misses_without_a_request(form: str) -> Non
 
     async def drive(keys: list[Any]) -> list[tuple[Any, ...]]:
         engine = LookupEngine(client, spec, cache=cache)
-        out = await engine.submit(key_batch(keys)) + await engine.finish()
+        out = flat(await engine.submit(key_batch(keys))) + flat(await engine.finish())
         return [(r["k"], r["name"]) for b in out for r in b.to_pylist()]
 
     first = asyncio.run(drive([1, 2, 3]))

@@ -13,7 +13,7 @@ import pytest
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError, TransientError
-from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+from tests.fakes import FakeClient, FakeStore, flat, key_batch, make_config, make_options, make_spec
 
 TABLE = {i: {"name": f"user-{i}", "n": i * 10} for i in range(1000)}
 
@@ -137,7 +137,7 @@ def test_input_is_pulled_only_while_there_is_room() -> None:
 
         async def feed() -> None:
             for batch in batches:
-                await engine.submit(batch)
+                flat(await engine.submit(batch))
 
         feeder = asyncio.ensure_future(feed())
         await asyncio.sleep(0.2)
@@ -169,7 +169,7 @@ def test_buffered_rows_stay_bounded_under_head_of_line_blocking() -> None:
 
         async def feed() -> None:
             for batch in batches:
-                await engine.submit(batch)
+                flat(await engine.submit(batch))
 
         feeder = asyncio.ensure_future(feed())
         await asyncio.sleep(0.2)  # the head batch is still waiting for key 0
@@ -289,8 +289,8 @@ def test_backoff_delays(backoff: str) -> None:
         engine = LookupEngine(
             FakeClient(make_config(spec), store), spec, sleep=fake_sleep, rng=random.Random(1)
         )
-        out = await engine.submit(key_batch([1]))
-        return out + await engine.finish()
+        out = flat(await engine.submit(key_batch([1])))
+        return out + flat(await engine.finish())
 
     out = asyncio.run(drive())
     assert rows(out)[0]["name"] == "user-1"
@@ -316,8 +316,8 @@ def test_retry_after_hint_is_honoured_but_capped() -> None:
 
     async def drive() -> None:
         engine = LookupEngine(FakeClient(make_config(spec), store), spec, sleep=fake_sleep)
-        await engine.submit(key_batch([1]))
-        await engine.finish()
+        flat(await engine.submit(key_batch([1])))
+        flat(await engine.finish())
 
     asyncio.run(drive())
     assert delays == [0.3, 1.0]
