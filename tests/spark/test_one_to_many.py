@@ -158,10 +158,20 @@ def test_a_hot_key_leaves_in_bounded_batches_in_bounded_memory(
     assert peak < 64 * 1024 * 1024, peak
 
 
-def test_spark_gets_every_row_of_a_hot_key(spark: Any, postgres_srv: Any, hot_key: str) -> None:
+@pytest.mark.parametrize(
+    "surface", ["lookup_join", pytest.param("table function", marks=needs(TABLE_FUNCTION))]
+)
+def test_spark_gets_every_row_of_a_hot_key(
+    spark: Any, postgres_srv: Any, hot_key: str, surface: str
+) -> None:
     events = spark.range(10_000, numPartitions=1).select(
         F.col("id").alias("event_id"), F.lit(7).cast("long").alias("uid")
     )
-    out = lookup_join(events, "uid", schema=SCHEMA, options=options(postgres_srv, hot_key))
+    if surface == "lookup_join":
+        out = lookup_join(events, "uid", schema=SCHEMA, options=options(postgres_srv, hot_key))
+    else:
+        register_lookup_table(spark, "hot", schema=SCHEMA, options=options(postgres_srv, hot_key))
+        events.createOrReplaceTempView("hot_events")
+        out = spark.sql("SELECT * FROM hot_lookup(TABLE(hot_events), 'uid')")
     assert out.count() == 20_000_000
     assert out.where("qty = 1999").count() == 10_000  # every event got the last order too
