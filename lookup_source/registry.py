@@ -49,6 +49,10 @@ FIRST_PARTY: dict[str, FirstParty] = {
 }
 
 
+FUNCTION_CLIENT = "lookup_source.functions:FunctionLookupClient"
+"""``connector=function``: your own async function (``lookup_join(..., fetch=...)``)."""
+
+
 def _load(target: str, *, what: str, first_party: FirstParty | None = None) -> type[LookupClient]:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
@@ -100,6 +104,8 @@ def resolve_connector(name: str) -> type[LookupClient]:
     if ":" in name:
         return _load(name, what=f"connector class '{name}'")
     key = name.lower()
+    if key == "function":
+        return _load(FUNCTION_CLIENT, what="the function connector")
     first_party = FIRST_PARTY.get(key)
     installed = _installed()
     if key in installed:

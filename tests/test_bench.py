@@ -61,6 +61,13 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         assert any(m.startswith("raw async client") for s, m in methods if s == scenario)
     for scenario in ("redis", "postgres", "http-batch-2ms"):
         assert any(m.startswith("sync batched loop") for s, m in methods if s == scenario)
+    fetched = {
+        (r["scenario"], r["method"]): r["rows"] for r in results if "your own function" in r["method"]
+    }
+    assert fetched == {
+        ("http-get-2ms", "asynclookup fetch= (your own function)"): 1000,
+        ("http-batch-2ms", "asynclookup fetch_many= (your own function)"): 3000,
+    }
     assert ("redis", "asynclookup scan + broadcast join") in methods
     assert ("postgres", "Spark JDBC read + broadcast join") in methods
     assert ("http-get-2ms", "Little's law bound") in methods

@@ -9,7 +9,8 @@ For each scenario (a store, a latency), in the same run, against the same server
    batch POST of ``batch.size`` keys, values decoded into columns, inside ``mapInArrow``;
 5. for stores that scan: the table read whole and broadcast-joined (and, for Postgres, Spark's
    own JDBC reader);
-6. asynclookup: ``lookup_join`` ordered and unordered, and the SQL table function;
+6. asynclookup: ``lookup_join`` ordered and unordered, and the SQL table function (HTTP: also
+   the same lookups through ``fetch=`` / ``fetch_many=``, a user's own function);
 7. the Spark floor: the same ``mapInArrow`` appending computed columns, no I/O;
 8. the ceiling: the raw async client alone, outside Spark, in as many processes as tasks.
 
@@ -87,6 +88,8 @@ def methods_for(store: Store, distribution: str) -> list[Method]:
     if store.kind == "postgres":
         chosen.append(m.jdbc_broadcast)
     chosen += [m.asynclookup("ordered"), m.asynclookup("unordered")]
+    if store.kind == "http":
+        chosen.append(m.asynclookup_fetch)
     if distribution == "zipf":
         chosen.append(m.asynclookup("ordered", cache=True))
         chosen.append(m.asynclookup("ordered", cache=True, by_key=True))

@@ -19,9 +19,10 @@ from pyspark.sql.types import (
 )
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.runner import run_lookups
+from lookup_source.engine.runner import ClientFactory, run_lookups
 from lookup_source.engine.spec import EngineSpec
-from lookup_source.errors import OptionError, SchemaError
+from lookup_source.errors import ConfigurationError, OptionError, SchemaError
+from lookup_source.functions import LookupFunction
 from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.metrics import (
     METRICS_COLUMN,
@@ -42,8 +43,10 @@ def lookup_join(
     on: str | Sequence[str],
     *,
     schema: StructType | str,
-    options: Mapping[str, Any] | LookupOptions,
+    options: Mapping[str, Any] | LookupOptions | None = None,
     how: str = "left",
+    fetch: Any = None,
+    fetch_many: Any = None,
 ) -> DataFrame:
     """Return ``df`` with the value columns of ``schema`` looked up by key and appended.
 
@@ -54,20 +57,26 @@ def lookup_join(
     ``null``/``column`` keep them. Works on streaming DataFrames too; an event-time watermark
     set before the join still holds after it.
 
+    The lookup goes through the connector of ``options`` or through your own async function:
+    ``fetch`` (one key per call; returns a record, a list of records or None) or
+    ``fetch_many`` (a list of keys per call; returns key -> record or records). With a
+    function, ``options`` may be left out.
+
     >>> enriched = lookup_join(                                         # doctest: +SKIP
     ...     events, "user_id",
     ...     schema="user_id long, name string, tier int",
     ...     options={"connector": "redis", "url": "redis://localhost:6379/0",
     ...              "redis.key.pattern": "user:{key}"},
     ... )
+    >>> async def fetch(user_id):                                       # doctest: +SKIP
+    ...     return {"name": f"user {user_id}", "tier": 1}
+    >>> enriched = lookup_join(events, "user_id", schema="user_id long, name string, tier int",
+    ...                        fetch=fetch)                             # doctest: +SKIP
     """
     if how not in ("left", "inner"):
         raise SchemaError(f"how must be 'left' or 'inner', got {how!r}")
-    lookup_options = (
-        options
-        if isinstance(options, LookupOptions)
-        else parse_options({str(k): v for k, v in options.items()})
-    )
+    function = LookupFunction.of(fetch, fetch_many)
+    lookup_options = lookup_options_of(options, function)
     if lookup_options.rate_limit_total:
         lookup_options = lookup_options.split_rate(concurrent_tasks(df))
     plan = LookupPlan.build(lookup_options, schema)
@@ -78,21 +87,59 @@ def lookup_join(
     spec = plan.engine_spec(tuple(on_columns), how=how, output_rows=output_rows(df.sparkSession))
     accumulator = new_accumulator(df.sparkSession)
     connect = accumulator is None  # Spark Connect: metrics travel in rows, to an observation
-    function = functools.partial(
+    task = functools.partial(
         _lookup_partition,
         spec=spec,
         config=plan.connector_config(),
         metrics=accumulator,
         metrics_rows=connect and CONNECT_METRICS.available(),
+        client_factory=function.client if function is not None else None,
     )
     # the function's name appears in the plan of every DataFrame derived from the result:
     # lookup_metrics finds the accumulator (or the observation) by it
     name = name_lookup(accumulator)
-    function.__name__ = name  # type: ignore[attr-defined]
-    if not function.keywords["metrics_rows"]:
-        return df.mapInArrow(function, out_schema)
+    task.__name__ = name  # type: ignore[attr-defined]
+    if not task.keywords["metrics_rows"]:
+        return df.mapInArrow(task, out_schema)
     with_metrics = StructType([*out_schema.fields, StructField(METRICS_COLUMN, StringType())])
-    return observed(df.mapInArrow(function, with_metrics), name)
+    return observed(df.mapInArrow(task, with_metrics), name)
+
+
+def lookup_options_of(
+    options: Mapping[str, Any] | LookupOptions | None, function: LookupFunction | None
+) -> LookupOptions:
+    """The options of a lookup through their connector, or through ``function``."""
+    if function is not None:
+        if isinstance(options, LookupOptions):
+            raise OptionError(
+                "options", f"with {function.argument}=, give the options as a mapping of strings"
+            )
+        check_pickles(function)
+        return parse_options(function.options(options))
+    if options is None:
+        raise OptionError(
+            "connector",
+            "is required: give options={'connector': 'redis' | 'http' | 'postgres' | ...}, or "
+            "your own async function as fetch= or fetch_many=",
+        )
+    if isinstance(options, LookupOptions):
+        return options
+    return parse_options({str(k): v for k, v in options.items()})
+
+
+def check_pickles(function: LookupFunction) -> None:
+    """Fail now, naming the function, if it cannot travel to the executors (Spark would fail
+    later, with a long trace)."""
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.dumps(function.function)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"{function.argument}={function.name} cannot be pickled to the executors "
+            f"({type(exc).__name__}: {exc}): make sessions, clients and locks in "
+            "async def open(self), not before"
+        ) from None
 
 
 def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -136,16 +183,25 @@ def _lookup_partition(
     config: ConnectorConfig,
     metrics: Any = None,
     metrics_rows: bool = False,
+    client_factory: ClientFactory | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The function each task runs (under mapInArrow); module level, so it pickles by name."""
     if metrics_rows:  # Spark Connect: the task's metrics leave as one last row
         rows = MetricsRows()
         yield from rows.output(
-            run_lookups(rows.watch(batches), spec, config, on_metrics=rows.finished)
+            run_lookups(
+                rows.watch(batches),
+                spec,
+                config,
+                client_factory=client_factory,
+                on_metrics=rows.finished,
+            )
         )
         return
     on_metrics = metrics.add if metrics is not None else None
-    yield from run_lookups(batches, spec, config, on_metrics=on_metrics)
+    yield from run_lookups(
+        batches, spec, config, client_factory=client_factory, on_metrics=on_metrics
+    )
 
 
 @dataclass(frozen=True)

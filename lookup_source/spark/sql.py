@@ -27,8 +27,9 @@ from pyspark.sql.types import StructType
 
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.errors import OptionError, SchemaError
+from lookup_source.functions import LookupFunction
 from lookup_source.options import LookupOptions, parse_options
-from lookup_source.spark.join import cluster_cores
+from lookup_source.spark.join import cluster_cores, lookup_options_of
 from lookup_source.spark.metrics import new_accumulator
 from lookup_source.spark.plan import INFERRING, LookupPlan
 from lookup_source.spark.versions import TABLE_FUNCTION
@@ -43,14 +44,20 @@ def register_lookup_table(
     spark: SparkSession,
     name: str,
     *,
-    options: Mapping[str, Any] | LookupOptions,
+    options: Mapping[str, Any] | LookupOptions | None = None,
     schema: StructType | str | None = None,
     pushdown: bool = False,
+    fetch: Any = None,
+    fetch_many: Any = None,
 ) -> None:
     """Register ``name`` (a temporary view over the ``asynclookup`` data source) and the table
     function ``<name>_lookup(TABLE(t), 'key_column[,key_column]' [, 'left' | 'inner'])``.
 
     Without ``schema``, the store describes the table (Postgres) and its primary key is the key.
+
+    With your own async function as ``fetch=`` or ``fetch_many=`` (see ``lookup_join``), only
+    the table function is registered (a view reads through the data source, whose options are
+    strings); ``schema`` is required and ``options`` optional.
 
     ``pushdown=True`` lets ``WHERE key IN (...)`` fetch just those keys (with
     ``spark.sql.python.filterPushdown.enabled=true``). It is off by default because Spark 4.1+
@@ -64,7 +71,24 @@ def register_lookup_table(
     from lookup_source.spark.datasource import AsyncLookupDataSource
     from lookup_source.spark.table_function import lookup_table_function
 
-    raw = _raw_options(options)
+    function = LookupFunction.of(fetch, fetch_many)
+    if function is not None:
+        if schema is None:
+            raise SchemaError(
+                f"with {function.argument}=, give the schema: the key column(s), then the "
+                "value columns your function returns, e.g. 'user_id long, name string'"
+            )
+        lookup_options = lookup_options_of(options, function)
+        if lookup_options.rate_limit_total:
+            lookup_options = lookup_options.split_rate(cluster_cores(spark))
+        plan = LookupPlan.build(lookup_options, schema)
+        metrics = new_accumulator(spark, name)
+        table_function = lookup_table_function(plan, metrics, spark, function.client)
+        spark.udtf.register(f"{name}_lookup", table_function)
+        return
+    if options is None:
+        lookup_options_of(None, None)  # raises: a connector or a function is required
+    raw = _raw_options(options or {})
     if not any(key.strip().lower() == "filter.pushdown" for key in raw):
         raw["filter.pushdown"] = "true" if pushdown else "false"
     lookup_options = parse_options(raw)

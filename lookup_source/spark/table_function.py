@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
-from lookup_source.engine.runner import LookupTask
+from lookup_source.engine.runner import ClientFactory, LookupTask
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS
 from lookup_source.errors import SchemaError
 from lookup_source.spark.join import TABLE_ARGUMENT, output_schema, resolve_on
@@ -42,7 +42,12 @@ def _constant(argument: AnalyzeArgument | None, what: str, default: str | None =
     return argument.value
 
 
-def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = None) -> Any:
+def lookup_table_function(
+    plan: LookupPlan,
+    metrics: Any = None,
+    spark: Any = None,
+    client_factory: ClientFactory | None = None,
+) -> Any:
     """A Python UDTF that performs the lookup join of ``plan`` from SQL, on Arrow batches."""
     buckets = _shuffle_partitions(spark)
     rows_per_batch = output_rows(spark) if spark is not None else DEFAULT_OUTPUT_ROWS
@@ -91,6 +96,7 @@ def lookup_table_function(plan: LookupPlan, metrics: Any = None, spark: Any = No
                 self.task = LookupTask(
                     self.spec,
                     plan.connector_config(),
+                    client_factory=client_factory,
                     on_metrics=metrics.add if metrics is not None else None,
                 )
             yield from self.task.submit(table)

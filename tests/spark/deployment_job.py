@@ -22,6 +22,11 @@ from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
 SCHEMA = "user_id long, name string"
 
 
+async def fetch_name(user_id: int) -> dict[str, str] | None:
+    """A lookup function of the job's own (pickled by value, from __main__)."""
+    return {"name": f"fn {user_id}"} if user_id < 1_000 else None
+
+
 def main() -> None:
     where, redis_url, prefix = sys.argv[1:4]
     builder = SparkSession.builder.appName("asynclookup-deployment")
@@ -40,6 +45,8 @@ def main() -> None:
     )
     joined = lookup_join(events, "user_id", schema=SCHEMA, options=options)
     join_rows = sorted((r.event_id, r.user_id, r.name) for r in joined.collect())
+    by_function = lookup_join(events, "user_id", schema=SCHEMA, fetch=fetch_name)
+    function_rows = sorted((r.event_id, r.name) for r in by_function.collect())
     read_rows = None
     if DATA_SOURCE.available():
         read = (
@@ -69,6 +76,7 @@ def main() -> None:
         json.dumps(
             {
                 "join": join_rows,
+                "function": function_rows,
                 "read": read_rows,
                 "table": table_rows,
                 "columns": joined.columns,

@@ -57,6 +57,11 @@ def expected() -> dict[str, Any]:
     return {"join": [list(r) for r in join], "read": [[1, "user 1"], [2, "user 2"], [3, "user 3"]]}
 
 
+def check_function(rows: list[list[Any]]) -> None:
+    """The job's own async function, pickled from its __main__ to every executor."""
+    assert rows == [[e, f"fn {e % 1_100}" if e % 1_100 < 1_000 else None] for e in range(5_000)]
+
+
 def check_metrics(metrics: dict[str, Any]) -> None:
     """What every task of the join counted, merged on the driver (3 partitions of 5,000 rows;
     keys 1,000 to 1,099 are missing), and a second action adds its own."""
@@ -75,6 +80,7 @@ def test_local_cluster_matches_local(
     result = run_job("local-cluster[2,1,1024]", redis_srv.url, prefix)
     want = expected()
     assert result["join"] == want["join"]
+    check_function(result["function"])
     check_metrics(result["metrics"])  # the accumulator crossed the executors
     if DATA_SOURCE.available():
         assert result["read"] == want["read"]
@@ -90,6 +96,7 @@ def test_spark_connect(redis_srv: Any, prefix: str, loaded: None) -> None:
     want = expected()
     assert result["join"] == want["join"]
     assert result["columns"] == ["event_id", "user_id", "name"]  # no metrics column left
+    check_function(result["function"])
     check_metrics(result["metrics"])  # observed metrics, over Connect
     if DATA_SOURCE.available():
         assert result["read"] == want["read"]

@@ -156,7 +156,8 @@ def _statements(sql: str) -> list[str]:
 
 def test_the_readme_has_examples_of_every_surface() -> None:
     code = "".join(example.code for example in EXAMPLES)
-    for surface in ("lookup_join(", "readStream", 'format("asynclookup")', "_lookup(TABLE("):
+    surfaces = ("lookup_join(", "readStream", 'format("asynclookup")', "_lookup(TABLE(", "fetch=")
+    for surface in surfaces:
         assert surface in code
 
 
@@ -207,6 +208,11 @@ def _check_metrics(namespace: dict[str, Any], out: str, workspace: str) -> None:
     assert m.rows == 4 and m.missing_keys == 1 and m.failed_keys == 0 and m.requests >= 1
 
 
+def _check_function(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    assert _names(namespace["enriched"]) == ["user-10", "user-11", None, "user-99"]
+    assert "user-10" in out and "user-99" in out  # fetch_many printed them too
+
+
 def _check_data_source(namespace: dict[str, Any], out: str, workspace: str) -> None:
     if "users" in namespace:
         assert _names(namespace["users"], "user_id") == ["Ada", "Grace"]
@@ -224,6 +230,7 @@ CHECKS = {
     "Enrich a DataFrame": _check_lookup_join,
     "Streaming": _check_streaming,
     "Metrics": _check_metrics,
+    "Your own async function": _check_function,
     "Read a dimension table by key": _check_data_source,
     "SQL": _check_sql,
     "HTTP connector": _check_http,

@@ -1,0 +1,263 @@
+"""Your own ``async def`` as the lookup (Flink's ``AsyncFunction``), adapted to the connector API.
+
+Two forms, exactly one per lookup::
+
+    async def fetch(key):                 # one key (a tuple for composite keys)
+        return {"name": ..., "tier": ...}  # a record, a list of records (several matches),
+                                           # or None (missing)
+
+    async def fetch_many(keys):           # distinct, non-null keys, at most batch.size
+        return {key: record_or_records}   # missing keys left out
+
+An object may be passed instead of a function (Flink's ``RichAsyncFunction``): its async
+``__call__`` is the lookup, and its ``async def open(self)`` / ``async def close(self)``, when it
+has them, run once per task on the executor (``close`` however the task ends). It is pickled on
+the driver and rebuilt in each task, so sessions and pools belong in ``open``::
+
+    class Users:
+        async def open(self):
+            self.session = aiohttp.ClientSession()
+
+        async def __call__(self, key):
+            async with self.session.get(f"https://api/users/{key}") as answer:
+                return None if answer.status == 404 else await answer.json()
+
+        async def close(self):
+            await self.session.close()
+
+The function is a connector like any other (:class:`FunctionLookupClient`, ``connector`` =
+``function``), so every engine feature applies. What it raises means what it means for a
+connector: :class:`TransientError` (with ``retry_after``) is retried, :class:`PermanentError` is
+not; a timeout or an ``OSError`` (refused, reset connections) is transient; any other exception
+is permanent. Messages name the function by its qualified name, and the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from lookup_source.connector_api import (
+    ConnectorConfig,
+    ConnectorOptions,
+    Key,
+    LookupClient,
+    LookupResult,
+    OptionError,
+    OptionSpec,
+    PermanentError,
+    RecordError,
+    TransientError,
+    choice,
+    parse_text,
+)
+from lookup_source.errors import AsyncLookupError, ConfigurationError
+
+FUNCTION_CONNECTOR = "function"
+"""The ``connector`` of a lookup through a function: chosen by ``fetch=`` or ``fetch_many=``."""
+
+FETCH_MANY_BATCH_SIZE = 100
+"""Keys per ``fetch_many`` call unless ``batch.size`` says otherwise."""
+
+
+def _is_async(function: Any) -> bool:
+    """An ``async def`` (a partial of one too), or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(function):
+        return True
+    if inspect.isfunction(function) or inspect.ismethod(function):
+        return False
+    return inspect.iscoroutinefunction(getattr(type(function), "__call__", None))  # noqa: B004
+
+
+def qualified_name(function: Any) -> str:
+    """``module.qualname`` of a function (or of an object's class), for messages."""
+    target: Any = getattr(function, "func", function)  # a functools.partial: its function
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        target = type(target)
+    module = getattr(target, "__module__", None)
+    name = str(getattr(target, "__qualname__", repr(target))).replace(".<locals>", "")
+    return f"{module}.{name}" if module and module not in ("__main__", "builtins") else name
+
+
+@dataclass(frozen=True)
+class LookupFunction:
+    """A user's lookup function and its form, checked on the driver; it travels to the
+    executors inside the task's closure and makes each task's client (:meth:`client`)."""
+
+    function: Any
+    many: bool
+    name: str
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    @classmethod
+    def of(cls, fetch: Any = None, fetch_many: Any = None) -> LookupFunction | None:
+        """The function given as ``fetch=`` or ``fetch_many=`` (None if neither)."""
+        if fetch is None and fetch_many is None:
+            return None
+        if fetch is not None and fetch_many is not None:
+            raise ConfigurationError(
+                "give fetch= (one key per call) or fetch_many= (a list of keys per call), not both"
+            )
+        argument, function = ("fetch", fetch) if fetch is not None else ("fetch_many", fetch_many)
+        name = qualified_name(function)
+        if not callable(function) or not _is_async(function):
+            raise ConfigurationError(
+                f"{argument}= must be an async function (async def) or an object with an async "
+                f"__call__; {name} is not async (to call blocking code, await "
+                "asyncio.to_thread(...) inside an async def)"
+            )
+        for hook in ("open", "close"):
+            method = getattr(function, hook, None)
+            if method is not None and not inspect.iscoroutinefunction(method):
+                raise ConfigurationError(
+                    f"{argument}={name}: its {hook}() must be async def {hook}(self), run once "
+                    "per task on the executor"
+                )
+        return cls(function, many=fetch_many is not None, name=name)
+
+    @property
+    def argument(self) -> str:
+        return "fetch_many" if self.many else "fetch"
+
+    def options(self, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The lookup's options with the function as its connector; ``options`` may be left
+        out (every option keeps its default) and may not name another connector."""
+        given = {str(k): v for k, v in (options or {}).items()}
+        for key, value in given.items():
+            if key.strip().lower() == "connector" and str(value).strip() != FUNCTION_CONNECTOR:
+                raise OptionError(
+                    "connector",
+                    f"is {value!r}, but {self.argument}= is given: a lookup goes through one "
+                    f"connector or one function; drop the connector option or {self.argument}=",
+                )
+        return {
+            **given,
+            "connector": FUNCTION_CONNECTOR,
+            "function.form": self.argument,
+            "function.name": self.name,
+            "function.id": self.token,  # two functions never share a cache
+        }
+
+    def client(self, config: ConnectorConfig) -> FunctionLookupClient:
+        """The client of one task (the runner's client factory)."""
+        return FunctionLookupClient(config, self)
+
+
+class FunctionLookupClient(LookupClient):
+    """A :class:`LookupFunction` as a connector: one ``fetch`` call per key, or one
+    ``fetch_many`` call per request, their exceptions translated at this boundary."""
+
+    name: ClassVar[str] = FUNCTION_CONNECTOR
+    default_batch_size: ClassVar[int] = 1
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "function.form",
+            choice("fetch", "fetch_many"),
+            None,
+            "Set by lookup_join(fetch=... | fetch_many=...): which form the function has.",
+        ),
+        OptionSpec("function.name", parse_text, None, "Set with function.form: its name."),
+        OptionSpec("function.id", parse_text, None, "Set with function.form: its identity."),
+    )
+
+    def __init__(self, config: ConnectorConfig, function: LookupFunction | None = None) -> None:
+        super().__init__(config)
+        if function is None:
+            raise OptionError("connector", _CHOSEN_BY_FUNCTION)
+        self.function = function
+        self.name = f"{function.argument}={function.name}"  # type: ignore[misc]
+        self._call = function.function
+
+    @classmethod
+    def batch_size_default(cls, connector_options: Mapping[str, Any]) -> int:
+        return (
+            FETCH_MANY_BATCH_SIZE if connector_options.get("function.form") == "fetch_many" else 1
+        )
+
+    @classmethod
+    def describe_batch_size_default(cls) -> str:
+        return f"1 per fetch, {FETCH_MANY_BATCH_SIZE} per fetch_many"
+
+    @classmethod
+    def validate_options(cls, options: ConnectorOptions) -> None:
+        form = options.options.get("function.form")
+        if form is None:
+            raise OptionError("connector", _CHOSEN_BY_FUNCTION)
+        if form == "fetch" and options.batch_size > 1:
+            raise OptionError(
+                "batch.size",
+                f"is {options.batch_size}, but fetch= looks up one key per call; pass "
+                "fetch_many= to receive keys in batches",
+            )
+
+    async def open(self) -> None:
+        opener = getattr(self._call, "open", None)
+        if opener is not None:
+            await opener()
+
+    async def close(self) -> None:
+        closer = getattr(self._call, "close", None)
+        if closer is not None:
+            await closer()
+
+    async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        if self.function.many:
+            return await self._fetch_many(list(keys))
+        if len(keys) == 1:
+            return {keys[0]: await self._fetch(keys[0])}
+        answers = await asyncio.gather(*(self._fetch(key) for key in keys))
+        return dict(zip(keys, answers))
+
+    async def _fetch(self, key: Key) -> Any:
+        try:
+            value = await self._call(key)
+        except Exception as error:
+            raise self._translated(error, f"{self.function.name}({key!r})") from error
+        return self._checked(value, f"{self.function.name}({key!r})")
+
+    async def _fetch_many(self, keys: list[Key]) -> LookupResult:
+        call = f"{self.function.name}([{len(keys)} keys])"
+        try:
+            result = await self._call(keys)
+        except Exception as error:
+            raise self._translated(error, call) from error
+        if result is None:
+            return {}
+        if not isinstance(result, Mapping):
+            raise PermanentError(
+                f"{call} returned {type(result).__name__}; fetch_many must return a mapping "
+                "key -> record (or list of records), leaving missing keys out"
+            )
+        return {key: self._checked(value, call) for key, value in result.items()}
+
+    @staticmethod
+    def _translated(error: Exception, call: str) -> Exception:
+        """What the function raised, as the engine reads it."""
+        if isinstance(error, AsyncLookupError):
+            return error
+        text = f"{call} raised {type(error).__name__}: {error}".rstrip(": ")
+        if isinstance(error, (TimeoutError, asyncio.TimeoutError, OSError)):
+            return TransientError(text)
+        return PermanentError(text)
+
+    @staticmethod
+    def _checked(value: Any, call: str) -> Any:
+        """A record, a list of records or None as they are; anything else an error of its key."""
+        if value is None or isinstance(value, (Mapping, RecordError)):
+            return value
+        if isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value):
+            return list(value)
+        return RecordError(
+            f"{call} returned {type(value).__name__}, not a record: return a mapping of value "
+            "columns, a list of them (several matches) or None (missing)"
+        )
+
+
+_CHOSEN_BY_FUNCTION = (
+    f"'{FUNCTION_CONNECTOR}' is chosen by passing your async function as fetch= or "
+    "fetch_many= to lookup_join or register_lookup_table, which the data source cannot take"
+)
