@@ -368,8 +368,9 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
     """
     values: dict[str, str] = {}
     # A catalog table (CREATE TABLE ... USING asynclookup OPTIONS (...)) hands its options over
-    # as "option.<name>", beside table properties (provider, owner...) that are not ours.
-    from_catalog = any(str(key).strip().lower().startswith("option.") for key in raw)
+    # as "option.<name>", beside table properties (provider, owner...) that are not ours; its
+    # connector is always among them. (Any other "option.x" is an unknown option, named.)
+    from_catalog = any(str(key).strip().lower() == "option.connector" for key in raw)
     for key, value in raw.items():
         name = str(key).strip().lower()
         if from_catalog:

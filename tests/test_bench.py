@@ -62,7 +62,9 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     for scenario in ("redis", "postgres", "http-batch-2ms"):
         assert any(m.startswith("sync batched loop") for s, m in methods if s == scenario)
     fetched = {
-        (r["scenario"], r["method"]): r["rows"] for r in results if "your own function" in r["method"]
+        (r["scenario"], r["method"]): r["rows"]
+        for r in results
+        if "your own function" in r["method"]
     }
     assert fetched == {
         ("http-get-2ms", "asynclookup fetch= (your own function)"): 1000,
