@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,11 @@ def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) 
         "asynclookup_postgres",
         "asynclookup_redis",
     ], built
+    core = next(wheels.glob("asynclookup-*.whl"))
+    with zipfile.ZipFile(core) as archive:
+        names = archive.namelist()
+    assert "lookup_source/__init__.py" in names, names[:20]
+    assert "lookup_source/functions.py" in names and "lookup_source/py.typed" in names
     env_dir = tmp_path / "env"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -68,6 +74,9 @@ def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) 
         cwd=tmp_path,
         timeout=1200,
     )
+    listed = run([str(python), "-m", "pip", "list"], cwd=tmp_path).stdout
+    for distribution in ("asynclookup ", "asynclookup-redis", "asynclookup-http", "pyspark"):
+        assert distribution in listed, listed
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON")}
