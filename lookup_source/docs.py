@@ -7,7 +7,7 @@ rewrites the README's section (``make docs``); a test checks the README against 
 from __future__ import annotations
 
 from lookup_source.connector_api.options import OptionSpec
-from lookup_source.options import CORE_OPTIONS
+from lookup_source.options import DECLARED, CoreOption
 from lookup_source.registry import FIRST_PARTY, resolve_connector
 
 
@@ -21,17 +21,21 @@ def _default(spec: OptionSpec) -> str:
     return text if text.startswith("(") or " " in text else f"`{text}`"
 
 
-def _table(specs: tuple[OptionSpec, ...]) -> list[str]:
+def _table(options: tuple[OptionSpec | CoreOption, ...]) -> list[str]:
     lines = ["| option | default | meaning |", "|---|---|---|"]
-    for spec in specs:
+    for item in options:
+        spec = item.spec if isinstance(item, CoreOption) else item
+        scope = item.describe_scope() if isinstance(item, CoreOption) else None
+        doc = f"*For {scope}.* {spec.doc}" if scope else spec.doc
         name = f"{spec.name}<Name>" if spec.prefix else spec.name
-        lines.append(f"| `{name}` | {_default(spec)} | {spec.doc} |")
+        lines.append(f"| `{name}` | {_default(spec)} | {doc} |")
     return lines
 
 
 def options_markdown() -> str:
-    """The options section of the README: core options, then each first-party connector's."""
-    lines = ["### Options of every connector", "", *_table(CORE_OPTIONS)]
+    """The options section of the README: core options (with the surfaces that take them,
+    when not every one), then each first-party connector's."""
+    lines = ["### Options of every connector", "", *_table(DECLARED)]
     for name in FIRST_PARTY:
         client = resolve_connector(name)
         if client.option_specs:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lookup_source.connector_api.client import ConnectorOptions, LookupClient
 from lookup_source.connector_api.options import (
     OptionSpec,
+    Parser,
     choice,
     parse_bool,
     parse_column_list,
@@ -37,7 +38,7 @@ from lookup_source.redaction import redact_url
 from lookup_source.registry import available_connectors, resolve_connector
 
 # ---------------------------------------------------------------------------------------------
-# The core options
+# How a core option is declared: once, on the field it fills
 # ---------------------------------------------------------------------------------------------
 
 
@@ -46,6 +47,84 @@ KEYS_PER_PARTITION = 10_000
 
 DEFAULT_SCAN_PARTITIONS = 4
 """Read tasks of a whole-table scan when ``partitions`` is not set."""
+
+ERROR_COLUMN = "_lookup_error"
+
+SURFACES = ("lookup_join", "table function", "data source")
+EVERYWHERE = frozenset(SURFACES)
+JOINS = frozenset({"lookup_join", "table function"})
+READER = frozenset({"data source"})
+
+_DECLARED = "asynclookup.option"
+_GROUP = "asynclookup.group"
+
+
+@dataclass(frozen=True)
+class CoreOption:
+    """A core option as declared on its field (Flink's ``ConfigOption``): its key, parser,
+    default and doc (:class:`OptionSpec`), its unit, the surfaces that take it, and the
+    attribute of :class:`LookupOptions` it fills (``retry.max_attempts`` inside a group)."""
+
+    spec: OptionSpec
+    attribute: str
+    unit: str | None = None
+    scope: frozenset[str] = EVERYWHERE
+
+    @property
+    def key(self) -> str:
+        return self.spec.name
+
+    def describe_scope(self) -> str | None:
+        """Where the option applies, when not everywhere."""
+        if self.scope == EVERYWHERE:
+            return None
+        names = {"lookup_join": "lookup_join", "table function": "the SQL table function"}
+        if self.scope == READER:
+            return "the data source only"
+        return " and ".join(names.get(name, name) for name in SURFACES if name in self.scope)
+
+
+def option(
+    key: str,
+    parse: Parser,
+    default: Any,
+    doc: str,
+    *,
+    unit: str | None = None,
+    scope: frozenset[str] = EVERYWHERE,
+    default_doc: str | None = None,
+) -> Any:
+    """A dataclass field that is a core option: its key is written here, and only here."""
+    declared = (OptionSpec(key, parse, default, doc, default_doc=default_doc), unit, scope)
+    return field(default=default, metadata={_DECLARED: declared})
+
+
+def _milliseconds_as_seconds(positive: bool) -> Parser:
+    whole = parse_positive_int if positive else parse_non_negative_int
+
+    def parse(value: str) -> float:
+        return whole(value) / 1000.0
+
+    return parse
+
+
+def duration_ms(
+    key: str, default_ms: int, doc: str, *, positive: bool = False, default_doc: str | None = None
+) -> Any:
+    """A duration: given in milliseconds (the key ends in ``.ms``), held in seconds."""
+    spec = OptionSpec(
+        key,
+        _milliseconds_as_seconds(positive),
+        default_ms / 1000.0,
+        doc,
+        default_doc=default_doc or str(default_ms),
+    )
+    return field(default=default_ms / 1000.0, metadata={_DECLARED: (spec, "ms", EVERYWHERE)})
+
+
+def group(settings: type) -> Any:
+    """A field that holds a group of options (a dataclass of :func:`option` fields)."""
+    return field(default_factory=settings, metadata={_GROUP: settings})
 
 
 def _ratio_above_one(value: str) -> float:
@@ -58,30 +137,110 @@ def _ratio_above_one(value: str) -> float:
     return ratio
 
 
-CORE_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec(
+# ---------------------------------------------------------------------------------------------
+# The core options
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    """How failed attempts (and, with ``retry.on-miss``, missing keys) are tried again."""
+
+    max_attempts: int = option(
+        "retry.max-attempts",
+        parse_positive_int,
+        3,
+        "Attempts per request, the first included (1 = no retry). Only errors that can "
+        "succeed on retry (timeouts, dropped connections, 429/503) are retried.",
+    )
+    backoff: str = option(
+        "retry.backoff",
+        choice("exponential", "fixed"),
+        "exponential",
+        "`exponential` (doubling, with jitter) or `fixed` delay between attempts.",
+    )
+    initial_delay_s: float = duration_ms(
+        "retry.initial-delay.ms", 100, "Delay before the first retry."
+    )
+    max_delay_s: float = duration_ms("retry.max-delay.ms", 5_000, "Longest delay between tries.")
+    on_miss: bool = option(
+        "retry.on-miss",
+        parse_bool,
+        False,
+        "Retry a missing key with the same backoff before treating it as missing (dimension "
+        "rows that arrive after the facts).",
+    )
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """The lookup cache: ``mode`` partial (LRU, on when ``max_rows`` > 0) or full."""
+
+    mode: str = option(
+        "cache.mode",
+        choice("partial", "full"),
+        "partial",
+        "`partial`: an LRU of looked-up keys per Python worker (on when cache.max-rows > 0); "
+        "`full`: the whole table, loaded once per worker through the connector's scan.",
+    )
+    max_rows: int = option(
+        "cache.max-rows",
+        parse_non_negative_int,
+        0,
+        "Keys kept by the partial cache per worker (0 = no cache).",
+    )
+    ttl_s: float = duration_ms(
+        "cache.ttl.ms", 0, "A cached key expires this long after it was written (0 = never)."
+    )
+    missing_keys: bool = option(
+        "cache.missing-keys",
+        parse_bool,
+        True,
+        "Cache misses too, so a missing key is not asked again until it expires.",
+    )
+    reload_s: float = duration_ms(
+        "cache.reload.ms",
+        0,
+        "Full cache: reload the table in the background this often (0 = never).",
+    )
+
+
+@dataclass(frozen=True)
+class LookupOptions:
+    """Every option, typed and validated. Build it with :func:`parse_options`.
+
+    Each core option is declared once, on the field it fills (:func:`option`): its key, type,
+    default, unit, the surfaces that take it and its doc; :data:`CORE_OPTIONS` and the
+    README's tables are read from these declarations. It pickles (it only holds plain values),
+    so it travels from the driver to the executors.
+    """
+
+    connector: str = option(
         "connector",
         parse_required_text,
         None,
         "Which client performs the lookups: `redis`, `http`, `postgres`, the name of an "
-        "installed `asynclookup.connectors` entry point, or `package.module:Class`. Required.",
+        "installed `asynclookup.connectors` entry point, or `package.module:Class`. Required "
+        "(`function` when you pass your own async function as fetch=).",
         default_doc="(required)",
-    ),
-    OptionSpec("url", parse_text, None, "Address of the store, in the connector's URL syntax."),
-    OptionSpec(
+    )
+    url: str | None = option(
+        "url", parse_text, None, "Address of the store, in the connector's URL syntax."
+    )
+    key_columns: tuple[str, ...] | None = option(
         "key.column",
         parse_column_list,
         None,
         "Key column(s) of the schema, comma-separated for a composite key.",
         default_doc="first column of the schema",
-    ),
-    OptionSpec(
+    )
+    capacity: int = option(
         "capacity",
         parse_positive_int,
         100,
         "Most requests in flight at once per task; when full, the task stops pulling input.",
-    ),
-    OptionSpec(
+    )
+    capacity_adaptive: bool = option(
         "capacity.adaptive",
         parse_bool,
         False,
@@ -89,218 +248,108 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
         "grows while answers come back as fast as lately, and shrinks by a quarter on a "
         "timeout or an overload answer (HTTP 429/503, Postgres out of connections), by a tenth "
         "on a rising latency. The limit over time is in the metrics (`limit_history`).",
-    ),
-    OptionSpec(
+    )
+    capacity_latency_tolerance: float = option(
         "capacity.latency-tolerance",
         _ratio_above_one,
         2.0,
         "capacity.adaptive: the limit shrinks when the recent latency exceeds this multiple of "
         "the lowest latency seen lately.",
-    ),
-    OptionSpec(
+    )
+    batch_size: int = option(
         "batch.size",
         parse_positive_int,
-        None,
-        "Most keys per request (MGET, `= ANY($1)`, batch POST).",
+        LookupClient.default_batch_size,  # the connector decides: parse_options
+        "Most keys per request (MGET, `= ANY($1)`, batch POST, fetch_many).",
         default_doc="the connector's",
-    ),
-    OptionSpec("timeout.ms", parse_positive_int, 10_000, "Time limit of each attempt, in ms."),
-    OptionSpec(
+    )
+    timeout_s: float = duration_ms(
+        "timeout.ms", 10_000, "Time limit of each attempt, in ms.", positive=True
+    )
+    deadline_s: float = duration_ms(
         "deadline.ms",
-        parse_non_negative_int,
         0,
         "Time limit of a key's lookup across all its attempts and the backoff between them, "
         "from its first attempt, in ms; past it the lookup fails and on.error applies "
         "(Flink's async timeout). 0 = bounded by timeout.ms and retry.max-attempts only.",
-    ),
-    OptionSpec(
-        "retry.max-attempts",
-        parse_positive_int,
-        3,
-        "Attempts per request, the first included (1 = no retry). Only errors that can "
-        "succeed on retry (timeouts, dropped connections, 429/503) are retried.",
-    ),
-    OptionSpec(
-        "retry.backoff",
-        choice("exponential", "fixed"),
-        "exponential",
-        "`exponential` (doubling, with jitter) or `fixed` delay between attempts.",
-    ),
-    OptionSpec(
-        "retry.initial-delay.ms", parse_non_negative_int, 100, "Delay before the first retry."
-    ),
-    OptionSpec("retry.max-delay.ms", parse_non_negative_int, 5_000, "Longest delay between tries."),
-    OptionSpec(
+    )
+    retry: RetrySettings = group(RetrySettings)
+    output_mode: str = option(
         "output.mode",
         choice("ordered", "unordered"),
         "ordered",
         "`ordered` emits rows in input order; `unordered` emits each input batch as soon as "
         "all its lookups are done (rows keep their order inside a batch).",
-    ),
-    OptionSpec(
+    )
+    on_error: str = option(
         "on.error",
         choice("fail", "null", "column"),
         "fail",
         "After the last attempt: `fail` fails the task with an error naming the connector and "
         "how many keys failed; `null` fills the value columns with nulls; `column` also adds a "
         "string column `_lookup_error` with the reason (null where the lookup succeeded).",
-    ),
-    OptionSpec(
+    )
+    rate_limit: float = option(
         "rate.limit",
         parse_rate,
         0.0,
         "Most requests per second per task, retries included (0 = no limit); for "
         "third-party APIs with a quota.",
+        unit="requests/s",
         default_doc="0",
-    ),
-    OptionSpec(
+    )
+    rate_limit_total: float = option(
         "rate.limit.total",
         parse_rate,
         0.0,
         "Most requests per second for the whole lookup (your API quota), retries included; "
         "split evenly over the most tasks of the lookup that can run at once (0 = no limit). "
         "See the README for what it cannot promise.",
+        unit="requests/s",
         default_doc="0",
-    ),
-    OptionSpec(
-        "retry.on-miss",
-        parse_bool,
-        False,
-        "Retry a missing key with the same backoff before treating it as missing (dimension "
-        "rows that arrive after the facts).",
-    ),
-    OptionSpec(
+    )
+    max_matches: int = option(
         "lookup.max-matches",
         parse_non_negative_int,
         10_000,
         "Most matches one key may have (a one-to-many lookup emits a row per match); a key "
         "with more is an error naming it, handled by on.error. 0 = no limit.",
-    ),
-    OptionSpec(
+    )
+    partition_by_key: bool = option(
         "partition.by-key",
         parse_bool,
         False,
         "Hash-partition the input by the key columns before the lookup, so each worker sees "
-        "(and caches) a disjoint share of the keys; costs a shuffle. For lookup_join and a "
-        "table function registered with it; not the data source.",
-    ),
-    OptionSpec(
-        "cache.mode",
-        choice("partial", "full"),
-        "partial",
-        "`partial`: an LRU of looked-up keys per Python worker (on when cache.max-rows > 0); "
-        "`full`: the whole table, loaded once per worker through the connector's scan.",
-    ),
-    OptionSpec(
-        "cache.max-rows",
-        parse_non_negative_int,
-        0,
-        "Keys kept by the partial cache per worker (0 = no cache).",
-    ),
-    OptionSpec(
-        "cache.ttl.ms",
-        parse_non_negative_int,
-        0,
-        "A cached key expires this long after it was written (0 = never).",
-    ),
-    OptionSpec(
-        "cache.missing-keys",
-        parse_bool,
-        True,
-        "Cache misses too, so a missing key is not asked again until it expires.",
-    ),
-    OptionSpec(
-        "cache.reload.ms",
-        parse_non_negative_int,
-        0,
-        "Full cache: reload the table in the background this often (0 = never).",
-    ),
-    OptionSpec(
+        "(and caches) a disjoint share of the keys; costs a shuffle.",
+        scope=JOINS,
+    )
+    cache: CacheSettings = group(CacheSettings)
+    keys: tuple[Any, ...] | None = option(
         "keys",
         parse_keys,
         None,
-        "Reader only: a JSON array of keys to fetch (arrays of values for composite keys).",
-    ),
-    OptionSpec(
+        "A JSON array of keys to fetch (arrays of values for composite keys).",
+        scope=READER,
+    )
+    filter_pushdown: bool = option(
         "filter.pushdown",
         parse_bool,
         True,
-        "Reader only: with spark.sql.python.filterPushdown.enabled=true (PySpark 4.1+), turn "
+        "With spark.sql.python.filterPushdown.enabled=true (PySpark 4.1+), turn "
         "`key IN (...)` / `key = ...` filters into the keys to fetch. Spark 4.1 to 4.3 cache a "
         "pushed-down read per DataFrame or view: see Spark caveats.",
-    ),
-    OptionSpec(
+        scope=READER,
+    )
+    partitions: int | None = option(
         "partitions",
         parse_positive_int,
         None,
-        "Data source only: how many read tasks the keys (or a whole-table scan) are split over.",
+        "How many read tasks the keys (or a whole-table scan) are split over.",
+        scope=READER,
         default_doc=f"one per {KEYS_PER_PARTITION:,} keys; a scan: {DEFAULT_SCAN_PARTITIONS}",
-    ),
-)
-
-DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in CORE_OPTIONS if not spec.prefix}
-"""Each core option's default, from its spec: the one place it is written."""
-
-ERROR_COLUMN = "_lookup_error"
-
-# Options Spark itself may add to a data source's options; they mean nothing to us.
-_SPARK_ADDED_OPTIONS = frozenset({"path"})
-
-
-@dataclass(frozen=True)
-class RetrySettings:
-    """How failed attempts are retried."""
-
-    max_attempts: int = DEFAULTS["retry.max-attempts"]
-    backoff: str = DEFAULTS["retry.backoff"]
-    initial_delay_ms: int = DEFAULTS["retry.initial-delay.ms"]
-    max_delay_ms: int = DEFAULTS["retry.max-delay.ms"]
-
-
-@dataclass(frozen=True)
-class CacheSettings:
-    """The lookup cache: ``mode`` partial (LRU, on when ``max_rows`` > 0) or full."""
-
-    mode: str = DEFAULTS["cache.mode"]
-    max_rows: int = DEFAULTS["cache.max-rows"]
-    ttl_ms: int = DEFAULTS["cache.ttl.ms"]
-    missing_keys: bool = DEFAULTS["cache.missing-keys"]
-    reload_ms: int = DEFAULTS["cache.reload.ms"]
-
-    @property
-    def enabled(self) -> bool:
-        return self.mode == "full" or self.max_rows > 0
-
-
-@dataclass(frozen=True)
-class LookupOptions:
-    """Every option, typed and validated. Build it with :func:`parse_options`.
-
-    It pickles (it only holds plain values), so it travels from the driver to the executors.
-    """
-
-    connector: str
-    url: str | None = None
-    key_columns: tuple[str, ...] | None = None
-    capacity: int = DEFAULTS["capacity"]
-    capacity_adaptive: bool = DEFAULTS["capacity.adaptive"]
-    capacity_latency_tolerance: float = DEFAULTS["capacity.latency-tolerance"]
-    batch_size: int = LookupClient.default_batch_size  # the connector decides: parse_options
-    timeout_ms: int = DEFAULTS["timeout.ms"]
-    deadline_ms: int = DEFAULTS["deadline.ms"]
-    retry: RetrySettings = field(default_factory=RetrySettings)
-    output_mode: str = DEFAULTS["output.mode"]
-    on_error: str = DEFAULTS["on.error"]
-    rate_limit: float = DEFAULTS["rate.limit"]
-    rate_limit_total: float = DEFAULTS["rate.limit.total"]
-    retry_on_miss: bool = DEFAULTS["retry.on-miss"]
-    max_matches: int = DEFAULTS["lookup.max-matches"]
-    cache: CacheSettings = field(default_factory=CacheSettings)
-    keys: tuple[Any, ...] | None = None
-    partitions: int | None = None
-    filter_pushdown: bool = DEFAULTS["filter.pushdown"]
-    partition_by_key: bool = DEFAULTS["partition.by-key"]
+    )
     connector_options: Mapping[str, Any] = field(default_factory=dict)
+    """The connector's own options (``<connector>.*``), parsed by its option specs."""
 
     def split_rate(self, tasks: int) -> LookupOptions:
         """These options for one of ``tasks`` tasks that may run at once: ``rate.limit.total``
@@ -333,7 +382,7 @@ class LookupOptions:
             key_columns=self.key_columns,
             capacity=self.capacity,
             batch_size=self.batch_size,
-            timeout_s=self.timeout_ms / 1000.0,
+            timeout_s=self.timeout_s,
         )
 
     def connector_class(self) -> type[LookupClient]:
@@ -343,9 +392,29 @@ class LookupOptions:
         return (
             f"LookupOptions(connector={self.connector!r}, url={self.display_url!r}, "
             f"key_columns={self.key_columns!r}, capacity={self.capacity}, "
-            f"batch_size={self.batch_size}, timeout_ms={self.timeout_ms}, retry={self.retry!r}, "
-            f"output_mode={self.output_mode!r}, on_error={self.on_error!r})"
+            f"batch_size={self.batch_size}, timeout.ms={round(self.timeout_s * 1000)}, "
+            f"retry={self.retry!r}, output_mode={self.output_mode!r}, "
+            f"on_error={self.on_error!r})"
         )
+
+
+def _declared(settings: type, prefix: str = "") -> Iterator[CoreOption]:
+    for item in dataclasses.fields(settings):
+        if _GROUP in item.metadata:
+            yield from _declared(item.metadata[_GROUP], f"{prefix}{item.name}.")
+        elif _DECLARED in item.metadata:
+            spec, unit, scope = item.metadata[_DECLARED]
+            yield CoreOption(spec, prefix + item.name, unit, scope)
+
+
+DECLARED: tuple[CoreOption, ...] = tuple(_declared(LookupOptions))
+"""Every core option, in the order of its declaration."""
+
+CORE_OPTIONS: tuple[OptionSpec, ...] = tuple(declared.spec for declared in DECLARED)
+"""The specs of the core options (how each is named, parsed, defaulted and documented)."""
+
+# Options Spark itself may add to a data source's options; they mean nothing to us.
+_SPARK_ADDED_OPTIONS = frozenset({"path"})
 
 
 def _find_spec(name: str, specs: tuple[OptionSpec, ...]) -> OptionSpec | None:
@@ -358,6 +427,20 @@ def _find_spec(name: str, specs: tuple[OptionSpec, ...]) -> OptionSpec | None:
 def _suggest(name: str, names: list[str]) -> str | None:
     near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     return near[0] if near else None
+
+
+def _build(settings: type, parsed: Mapping[str, Any], prefix: str = "") -> Any:
+    """An instance of ``settings`` (LookupOptions or one of its groups) from the parsed values
+    by key; an option not given keeps its declared default."""
+    values: dict[str, Any] = {}
+    for item in dataclasses.fields(settings):
+        if _GROUP in item.metadata:
+            values[item.name] = _build(item.metadata[_GROUP], parsed, f"{prefix}{item.name}.")
+        elif _DECLARED in item.metadata:
+            key = item.metadata[_DECLARED][0].name
+            if key in parsed:
+                values[item.name] = parsed[key]
+    return settings(**values)
 
 
 def parse_options(raw: Mapping[str, str]) -> LookupOptions:
@@ -381,7 +464,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
             continue
         if value is None:
             raise OptionError(name, "has no value")
-        values[name] = value if isinstance(value, str) else _stringify(value)
+        values[name] = value if isinstance(value, str) else option_text(value)
 
     if "connector" not in values:
         raise OptionError("connector", "is required: redis, http, postgres or package.module:Class")
@@ -409,49 +492,18 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         if not spec.prefix and spec.name not in connector_values:
             connector_values[spec.name] = spec.default
 
-    given = {**DEFAULTS, **parsed}  # every core option, its default where it was not set
-    retry = RetrySettings(
-        max_attempts=given["retry.max-attempts"],
-        backoff=given["retry.backoff"],
-        initial_delay_ms=given["retry.initial-delay.ms"],
-        max_delay_ms=given["retry.max-delay.ms"],
-    )
-    if retry.max_delay_ms < retry.initial_delay_ms:
+    parsed["connector"] = connector_name
+    if "batch.size" not in parsed:
+        parsed["batch.size"] = client_class.batch_size_default(connector_values)
+    options: LookupOptions = _build(LookupOptions, parsed)
+    options = dataclasses.replace(options, connector_options=connector_values)
+    retry = options.retry
+    if retry.max_delay_s < retry.initial_delay_s:
         raise OptionError(
             "retry.max-delay.ms",
-            f"({retry.max_delay_ms}) is smaller than retry.initial-delay.ms "
-            f"({retry.initial_delay_ms})",
+            f"({round(retry.max_delay_s * 1000)}) is smaller than retry.initial-delay.ms "
+            f"({round(retry.initial_delay_s * 1000)})",
         )
-    options = LookupOptions(
-        connector=connector_name,
-        url=given["url"],
-        key_columns=given["key.column"],
-        capacity=given["capacity"],
-        batch_size=given["batch.size"] or client_class.batch_size_default(connector_values),
-        timeout_ms=given["timeout.ms"],
-        deadline_ms=given["deadline.ms"],
-        capacity_adaptive=given["capacity.adaptive"],
-        capacity_latency_tolerance=given["capacity.latency-tolerance"],
-        retry=retry,
-        output_mode=given["output.mode"],
-        on_error=given["on.error"],
-        rate_limit=given["rate.limit"],
-        rate_limit_total=given["rate.limit.total"],
-        retry_on_miss=given["retry.on-miss"],
-        max_matches=given["lookup.max-matches"],
-        cache=CacheSettings(
-            mode=given["cache.mode"],
-            max_rows=given["cache.max-rows"],
-            ttl_ms=given["cache.ttl.ms"],
-            missing_keys=given["cache.missing-keys"],
-            reload_ms=given["cache.reload.ms"],
-        ),
-        keys=given["keys"],
-        partitions=given["partitions"],
-        filter_pushdown=given["filter.pushdown"],
-        partition_by_key=given["partition.by-key"],
-        connector_options=connector_values,
-    )
     client_class.validate_options(options.for_connector())
     return options
 
@@ -470,14 +522,11 @@ def _unknown_option(name: str, connector: str, specs: tuple[OptionSpec, ...]) ->
     )
 
 
-def _stringify(value: object) -> str:
+def option_text(value: object) -> str:
+    """A Python option value as the string every option is given as (``True`` -> ``true``, a
+    list -> JSON)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return json.dumps(list(value))
     return str(value)
-
-
-def options_table() -> list[tuple[str, str, str]]:
-    """(name, default, description) of every core option, for documentation."""
-    return [(spec.name, spec.describe_default(), spec.doc) for spec in CORE_OPTIONS]

@@ -66,13 +66,18 @@ class FakeClient(LookupClient):
 
 
 def make_options(**overrides: Any) -> LookupOptions:
+    """Options for the fake connector; durations may be given in ms, as the options are."""
     retry = RetrySettings(
         max_attempts=overrides.pop("max_attempts", 3),
         backoff=overrides.pop("backoff", "fixed"),
-        initial_delay_ms=overrides.pop("initial_delay_ms", 1),
-        max_delay_ms=overrides.pop("max_delay_ms", 50),
+        initial_delay_s=overrides.pop("initial_delay_ms", 1) / 1000,
+        max_delay_s=overrides.pop("max_delay_ms", 50) / 1000,
+        on_miss=overrides.pop("retry_on_miss", False),
     )
-    values: dict[str, Any] = {"connector": "fake", "batch_size": 10, "timeout_ms": 2000}
+    for name in ("timeout", "deadline"):
+        if f"{name}_ms" in overrides:
+            overrides[f"{name}_s"] = overrides.pop(f"{name}_ms") / 1000
+    values: dict[str, Any] = {"connector": "fake", "batch_size": 10, "timeout_s": 2.0}
     values.update(overrides)
     return LookupOptions(retry=retry, **values)
 

@@ -421,9 +421,9 @@ def task_cache(
     due), a partial one, or None."""
     if settings.mode == "full":
         full = worker_cache(
-            f"full reload={settings.reload_ms}",
+            f"full reload={settings.reload_s}",
             config,
-            lambda: FullCache(settings.reload_ms / 1000),
+            lambda: FullCache(settings.reload_s),
         )
         key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
         with full.load_lock:
@@ -435,9 +435,9 @@ def task_cache(
     if settings.max_rows > 0:
         # a lookup with other cache settings gets a cache of its own, with its settings
         partial = worker_cache(
-            f"partial max-rows={settings.max_rows} ttl={settings.ttl_ms}",
+            f"partial max-rows={settings.max_rows} ttl={settings.ttl_s}",
             config,
-            lambda: PartialCache(settings.max_rows, settings.ttl_ms / 1000),
+            lambda: PartialCache(settings.max_rows, settings.ttl_s),
         )
         return PartialCacheLayer(partial, cache_missing=settings.missing_keys)
     return None

@@ -75,11 +75,10 @@ class LookupEngine:
         )
         if self._concurrency.adaptive:
             self.metrics.record_limit(time.time(), self._concurrency.value)
-        timeout_s, deadline_s = options.timeout_ms / 1000.0, options.deadline_ms / 1000.0
         self._attempts = Attempts(
             client,
-            RetryPolicy(options.retry, retry_on_miss=options.retry_on_miss),
-            deadline=lambda now: RequestDeadline(timeout_s, deadline_s, now),
+            RetryPolicy(options.retry),
+            deadline=lambda now: RequestDeadline(options.timeout_s, options.deadline_s, now),
             limit=self._concurrency,
             limit_changed=self._limit_changed,
             in_flight=lambda: self._in_flight,

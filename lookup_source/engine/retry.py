@@ -40,7 +40,7 @@ class Backoff:
     uniform draw between half the delay and the delay), so that many tasks retrying at once do
     not hammer the store in lock step. ``fixed``: always ``initial``.
 
-    >>> Backoff(RetrySettings(backoff="fixed", initial_delay_ms=200)).delay_s(3)
+    >>> Backoff(RetrySettings(backoff="fixed", initial_delay_s=0.2)).delay_s(3)
     0.2
     """
 
@@ -48,8 +48,8 @@ class Backoff:
 
     def base_delay_s(self, retry: int) -> float:
         """The delay before retry number ``retry`` (1 = the first retry), without jitter."""
-        initial = self.settings.initial_delay_ms / 1000.0
-        cap = self.settings.max_delay_ms / 1000.0
+        initial = self.settings.initial_delay_s
+        cap = self.settings.max_delay_s
         if self.settings.backoff == "fixed":
             return min(initial, cap)
         return min(cap, initial * (2 ** max(0, retry - 1)))
@@ -64,7 +64,7 @@ class Backoff:
             draw = (rng or random).random()
             base = base / 2 + draw * base / 2
         if retry_after_s is not None and retry_after_s > base:
-            base = min(retry_after_s, self.settings.max_delay_ms / 1000.0)
+            base = min(retry_after_s, self.settings.max_delay_s)
         return base
 
 
@@ -74,16 +74,19 @@ class RetryPolicy:
     engine (Flink's ``AsyncRetryStrategy``, redis-py's ``Retry``).
 
     Two predicates decide: an *error* predicate (the connector's ``is_retryable``, given per
-    call) and a *result* predicate, ``retry_on_miss``: keys the store does not have yet are
+    call) and a *result* predicate, ``retry.on-miss``: keys the store does not have yet are
     asked again (late dimension rows). Both stop after ``max_attempts`` attempts.
 
-    >>> policy = RetryPolicy(RetrySettings(max_attempts=2, backoff="fixed"), retry_on_miss=True)
+    >>> policy = RetryPolicy(RetrySettings(max_attempts=2, backoff="fixed", on_miss=True))
     >>> policy.retry_missing(attempt=1, missing=3), policy.retry_missing(attempt=2, missing=3)
     (True, False)
     """
 
     settings: RetrySettings
-    retry_on_miss: bool = False
+
+    @property
+    def retry_on_miss(self) -> bool:
+        return self.settings.on_miss
 
     def retry_error(self, attempt: int, retryable: bool) -> bool:
         """Whether attempt number ``attempt`` (1 = the first), which failed, is tried again."""

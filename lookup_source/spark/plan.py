@@ -178,7 +178,7 @@ class LookupPlan:
             options=dict(opts.connector_options),
             capacity=opts.capacity,
             batch_size=opts.batch_size,
-            timeout_s=opts.timeout_ms / 1000.0,
+            timeout_s=opts.timeout_s,
         )
 
     def engine_spec(

@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import LookupOptions, parse_options
+from lookup_source.options import LookupOptions, option_text, parse_options
 from lookup_source.spark.join import cluster_cores, lookup_options_of
 from lookup_source.spark.metrics import new_accumulator
 from lookup_source.spark.plan import INFERRING, LookupPlan
@@ -118,6 +118,4 @@ def _raw_options(options: Mapping[str, Any] | LookupOptions) -> dict[str, str]:
         raise OptionError(
             "options", "register_lookup_table takes the options as a mapping of strings"
         )
-    from lookup_source.options import _stringify
-
-    return {str(k): v if isinstance(v, str) else _stringify(v) for k, v in options.items()}
+    return {str(k): v if isinstance(v, str) else option_text(v) for k, v in options.items()}

@@ -177,7 +177,7 @@ def test_retry_on_miss_finds_late_rows() -> None:
             store.table[777] = {"name": "late", "n": 777}  # the row arrives after the fact
         return await original(self, keys)
 
-    spec = make_spec(dataclasses.replace(make_options(max_attempts=3), retry_on_miss=True))
+    spec = make_spec(make_options(max_attempts=3, retry_on_miss=True))
     stats: list[LookupMetrics] = []
     FakeClient.lookup = late  # type: ignore[method-assign]
     try:
@@ -217,8 +217,8 @@ def test_cache_options_parse() -> None:
             "retry.on-miss": "true",
         }
     )
-    assert options.cache == CacheSettings("partial", 5, 1000, False, 0)
-    assert options.retry_on_miss
+    assert options.cache == CacheSettings("partial", 5, 1.0, False, 0.0)
+    assert options.retry.on_miss
 
 
 def test_full_cache_reports_malformed_values_and_keeps_every_match() -> None:

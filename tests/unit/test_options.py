@@ -23,11 +23,11 @@ def test_defaults() -> None:
     opts = parse_options(BASE)
     assert opts.capacity == 100
     assert opts.batch_size == 500  # the redis connector's default
-    assert opts.timeout_ms == 10_000
+    assert opts.timeout_s == 10.0
     assert opts.retry.max_attempts == 3
     assert opts.retry.backoff == "exponential"
-    assert opts.retry.initial_delay_ms == 100
-    assert opts.retry.max_delay_ms == 5_000
+    assert opts.retry.initial_delay_s == 0.1
+    assert opts.retry.max_delay_s == 5.0
     assert opts.output_mode == "ordered" and opts.ordered
     assert opts.on_error == "fail"
     assert opts.key_columns is None and opts.keys is None and opts.partitions is None
@@ -66,9 +66,9 @@ def test_every_option_parses() -> None:
         }
     )
     assert opts.key_columns == ("tenant", "user_id")
-    assert (opts.capacity, opts.batch_size, opts.timeout_ms) == (64, 1000, 250)
+    assert (opts.capacity, opts.batch_size, opts.timeout_s) == (64, 1000, 0.25)
     assert opts.retry.max_attempts == 1 and opts.retry.backoff == "fixed"
-    assert (opts.retry.initial_delay_ms, opts.retry.max_delay_ms) == (0, 10)
+    assert (opts.retry.initial_delay_s, opts.retry.max_delay_s) == (0, 0.01)
     assert not opts.ordered and opts.error_column
     assert opts.keys == (("a", 1), ("b", 2))
     assert opts.partitions == 4
