@@ -23,6 +23,9 @@ msgspec and the exception tree::
   Python values with the checks the engine applies; ``JsonColumns`` decodes JSON documents
   into typed columns in native code; ``python_keys`` and ``match_rows`` handle keys;
 - :class:`OptionSpec` and its parsers; :class:`KeyTemplate`; :func:`secret_from_env`;
+- the kit every connector shares: :func:`require_url`, :func:`password_env_option` and
+  :func:`password_from_env`, :func:`excerpt` (of a bad answer), :func:`error_rows`,
+  :func:`scanned_keys`, :func:`pooled` (a connection dropped when an exchange is in doubt);
 - TLS: :func:`tls_option_specs` (the ``<name>.tls.*`` options), :class:`TlsSettings` (their
   ``ssl.SSLContext``) and :func:`tls_failure` (a certificate problem as an error naming the
   option to fix);
@@ -45,6 +48,16 @@ from lookup_source.connector_api.client import (
 )
 from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
 from lookup_source.connector_api.keys import encode_rows, match_rows, python_keys
+from lookup_source.connector_api.kit import (
+    EXCERPT_CHARS,
+    error_rows,
+    excerpt,
+    password_env_option,
+    password_from_env,
+    pooled,
+    require_url,
+    scanned_keys,
+)
 from lookup_source.connector_api.matches import Matches
 from lookup_source.connector_api.options import (
     OptionSpec,
@@ -87,6 +100,7 @@ from lookup_source.redaction import redact_url
 
 __all__ = [
     "DECODE_ERRORS",
+    "EXCERPT_CHARS",
     "SCAN_CHUNK_ROWS",
     "Classifier",
     "ConfigurationError",
@@ -117,6 +131,8 @@ __all__ = [
     "convert_columns",
     "describe_type",
     "encode_rows",
+    "error_rows",
+    "excerpt",
     "key_text",
     "match_rows",
     "parse_bool",
@@ -127,10 +143,15 @@ __all__ = [
     "parse_rate",
     "parse_required_text",
     "parse_text",
+    "password_env_option",
+    "password_from_env",
+    "pooled",
     "python_keys",
     "records_from_matches",
     "records_to_matches",
     "redact_url",
+    "require_url",
+    "scanned_keys",
     "secret_from_env",
     "tls_failure",
     "tls_option_specs",

@@ -12,12 +12,19 @@ A connector wraps each method that talks to its store::
             return PermanentError  # a wrong password does not get better by retrying
         if isinstance(error, mylib.Unavailable):
             return TransientError
-        return tls_failure(error, "mylib")  # a certificate problem, named; else the defaults
+        return None  # the defaults
+
+
+    MYLIB_ERRORS = translated_errors("mylib", classify, tls="mylib")
 
 
     async def lookup_arrow(self, keys):
-        with translated_errors("mylib", classify):
+        with MYLIB_ERRORS:
             ...
+
+With ``tls="<connector>"``, a certificate problem is named first, whatever the classifier says
+(:func:`~lookup_source.connector_api.tls.tls_failure`: which ``<connector>.tls.*`` option to
+fix); it is never retried.
 
 An exception the classifier does not place is translated by default: a timeout or an
 ``OSError`` (refused, reset or dropped connections) becomes a :class:`TransientError`, any other
@@ -34,6 +41,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Literal
 
+from lookup_source.connector_api.tls import tls_failure
 from lookup_source.errors import AsyncLookupError, ConnectorError, PermanentError, TransientError
 
 Classifier = Callable[[Exception], "type[ConnectorError] | ConnectorError | None"]
@@ -42,13 +50,17 @@ message of its own), or None for the default."""
 
 
 def translate_error(
-    library: str, classify: Classifier, error: Exception
+    library: str, classify: Classifier, error: Exception, tls: str | None = None
 ) -> AsyncLookupError | Exception:
     """``error`` as asynclookup sees it (see the module docstring); ``error`` itself if it is
     already one of ours or foreign to ``library``."""
     if isinstance(error, AsyncLookupError):
         return error
-    kind = classify(error)
+    kind: type[ConnectorError] | ConnectorError | None = (
+        tls_failure(error, tls) if tls is not None else None
+    )
+    if kind is None:
+        kind = classify(error)
     if isinstance(kind, ConnectorError):  # the classifier wrote the message
         kind.__cause__ = error
         return kind
@@ -70,11 +82,12 @@ class translated_errors:
     """Raise what the body raises translated by :func:`translate_error` (a class, not a
     generator: it is entered on every request of a hot path)."""
 
-    __slots__ = ("classify", "library")
+    __slots__ = ("classify", "library", "tls")
 
-    def __init__(self, library: str, classify: Classifier) -> None:
+    def __init__(self, library: str, classify: Classifier, *, tls: str | None = None) -> None:
         self.library = library
         self.classify = classify
+        self.tls = tls
 
     def __enter__(self) -> None:
         return None
@@ -87,7 +100,7 @@ class translated_errors:
     ) -> Literal[False]:
         if not isinstance(error, Exception):
             return False  # no error, or a cancellation, KeyboardInterrupt, GeneratorExit
-        translated = translate_error(self.library, self.classify, error)
+        translated = translate_error(self.library, self.classify, error, self.tls)
         if translated is error:
             return False
         raise translated from error

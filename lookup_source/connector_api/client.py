@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from lookup_source.connector_api.keys import python_keys
+from lookup_source.connector_api.kit import scanned_keys
 from lookup_source.connector_api.matches import Matches
 from lookup_source.connector_api.options import OptionSpec
 from lookup_source.connector_api.values import records_from_matches, records_to_matches
@@ -105,14 +106,6 @@ class ConnectorConfig:
             f"key_columns={self.key_columns!r}, value_columns={self.value_columns!r}, "
             f"capacity={self.capacity}, batch_size={self.batch_size})"
         )
-
-
-def _as_scanned(values: list[Any]) -> pa.Array:
-    """Scanned key values as an Arrow array of their own type (text if they are mixed)."""
-    try:
-        return pa.array(values)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
 class LookupClient:
@@ -282,7 +275,7 @@ class LookupClient:
 
         def chunk() -> tuple[pa.RecordBatch, Matches]:
             parts = [key if isinstance(key, tuple) else (key,) for key, _ in pairs]
-            columns = [_as_scanned([p[i] for p in parts]) for i in range(len(names))]
+            columns = [scanned_keys([p[i] for p in parts]) for i in range(len(names))]
             keys = pa.RecordBatch.from_arrays(columns, names=names)
             records = {i: record for i, (_, record) in enumerate(pairs)}
             matches = records_to_matches(range(len(pairs)), records, self.value_fields)

@@ -5,6 +5,7 @@ Shared by every connector that turns a lookup key into text (a Redis key, a URL)
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable
 from typing import Any
@@ -128,3 +129,17 @@ class KeyTemplate:
         assert isinstance(key, tuple)
         values = {name: self.encode(key_text(part)) for name, part in zip(self.key_columns, key)}
         return self.template.format_map(values)
+
+    def scan_pattern(self) -> tuple[str, re.Pattern[str]]:
+        """A glob that matches every text of the template (``user:*`` for ``user:{key}``,
+        for a Redis ``SCAN MATCH``), and a regex whose groups give the key parts back."""
+        glob: list[str] = []
+        regex: list[str] = []
+        parts = list(string.Formatter().parse(self.template))
+        for position, (literal, name, _, _) in enumerate(parts):
+            glob.append(re.sub(r"([*?\[\]\\])", r"\\\1", literal))
+            regex.append(re.escape(literal))
+            if name is not None:
+                glob.append("*")
+                regex.append("(.*)" if position == len(parts) - 1 else "(.*?)")
+        return "".join(glob), re.compile("".join(regex), re.DOTALL)

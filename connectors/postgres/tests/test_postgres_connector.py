@@ -11,11 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from asynclookup_postgres.client import (
-    PostgresLookupClient,
-    infer_schema,
-    split_table_name,
-)
+from asynclookup_postgres.catalog import split_table_name
+from asynclookup_postgres.client import PostgresLookupClient
 
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
 from lookup_source.options import parse_options
@@ -190,7 +187,7 @@ def test_lookup_query_uses_the_primary_key_index(postgres_srv: Any, users: str) 
             async with (await client._connect()).acquire() as connection:
                 await connection.execute(f"CREATE INDEX ON {users} (big)")
                 await connection.execute("SET enable_seqscan = off")
-                rows = await connection.fetch("EXPLAIN " + client._query, [1, 2])
+                rows = await connection.fetch("EXPLAIN " + client._query.sql, [1, 2])
                 return "\n".join(r[0] for r in rows)
         finally:
             await client.close()
@@ -244,7 +241,7 @@ def test_schema_inference(postgres_srv: Any, users: str, pg: Any) -> None:
     options = parse_options(
         {"connector": "postgres", "url": postgres_srv.url, "postgres.table": users}
     )
-    ddl, keys = infer_schema(options.for_connector())
+    ddl, keys = PostgresLookupClient.infer_schema(options.for_connector())
     assert keys == ("id",)
     assert ddl == (
         "`id` int, `big` bigint, `name` string, `ref` string, `amount` decimal(38,10), "
@@ -253,7 +250,7 @@ def test_schema_inference(postgres_srv: Any, users: str, pg: Any) -> None:
     )
     pg(f"ALTER TABLE {users} ADD COLUMN spot point")
     with pytest.raises(SchemaError, match="column 'spot' has Postgres type point"):
-        infer_schema(options.for_connector())
+        PostgresLookupClient.infer_schema(options.for_connector())
 
 
 def test_unreachable_server_and_missing_password_variable(monkeypatch: Any) -> None:
@@ -294,7 +291,7 @@ def test_inferring_a_schema_reads_the_secret_on_the_driver_and_says_so(
         }
     )
     with pytest.raises(MissingSecretError) as info, read_on_driver(INFERRING):
-        infer_schema(options.for_connector())
+        PostgresLookupClient.infer_schema(options.for_connector())
     assert info.value.option == "postgres.password.env"
     assert str(info.value) == (
         "option 'postgres.password.env' names environment variable 'NO_SUCH_PG_PASSWORD', "
@@ -304,7 +301,7 @@ def test_inferring_a_schema_reads_the_secret_on_the_driver_and_says_so(
     )
     monkeypatch.setenv("NO_SUCH_PG_PASSWORD", "anything")  # trust auth: any password
     with read_on_driver(INFERRING):
-        ddl, keys = infer_schema(options.for_connector())
+        ddl, keys = PostgresLookupClient.infer_schema(options.for_connector())
     assert keys == ("id",) and ddl.startswith("`id` int")
 
 

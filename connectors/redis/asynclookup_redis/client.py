@@ -14,55 +14,40 @@ column at fault.
 
 from __future__ import annotations
 
-import json
-import re
-import string
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 
+from asynclookup_redis.values import RedisValues
 from lookup_source.connector_api import (
-    DECODE_ERRORS,
     ConnectorConfig,
     ConnectorError,
-    JsonColumns,
     KeyTemplate,
     LookupClient,
     Matches,
     OptionError,
     OptionSpec,
     PermanentError,
-    RecordError,
     SchemaError,
     TlsSettings,
     TransientError,
-    as_records,
-    cast_strings,
     choice,
     parse_required_text,
-    parse_text,
-    records_to_matches,
-    secret_from_env,
-    tls_failure,
+    password_env_option,
+    password_from_env,
+    pooled,
+    require_url,
     tls_option_specs,
     translated_errors,
 )
-
-_EXCERPT = 80
 
 _pack: Any
 try:
     from hiredis import pack_command as _pack
 except ImportError:  # pragma: no cover - hiredis is in the redis extra
     _pack = None
-
-
-def _excerpt(raw: bytes) -> str:
-    text = raw[:_EXCERPT].decode("utf-8", errors="replace")
-    return text + ("..." if len(raw) > _EXCERPT else "")
 
 
 def _driver_info() -> dict[str, Any]:
@@ -88,18 +73,14 @@ def _arguments(texts: list[str]) -> list[str] | list[bytes]:
     return texts
 
 
-def _present(replies: Sequence[Any]) -> list[int]:
-    """Positions of the replies that are not nil."""
-    return [i for i, reply in enumerate(replies) if reply is not None]
+def _disconnect(connection: Any) -> Any:
+    return connection.disconnect()
 
 
 def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
     """What a redis-py exception means to the engine (see ``translated_errors``)."""
     from redis import exceptions as rex
 
-    tls = tls_failure(error, "redis")
-    if tls is not None:
-        return tls  # a certificate that does not verify will not start to
     if isinstance(error, (rex.BusyLoadingError, rex.TryAgainError)):
         return TransientError  # the server is still loading its data set, or busy
     if isinstance(
@@ -112,7 +93,7 @@ def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
     return None
 
 
-_REDIS_ERRORS = translated_errors("redis", classify)
+_REDIS_ERRORS = translated_errors("redis", classify, tls="redis")
 
 
 class RedisLookupClient(LookupClient):
@@ -139,13 +120,7 @@ class RedisLookupClient(LookupClient):
             "How a key becomes a Redis key: `user:{key}`; composite keys name their columns, "
             "`{tenant}:{user_id}`.",
         ),
-        OptionSpec(
-            "redis.password.env",
-            parse_text,
-            None,
-            "Name of an environment variable, on the executors, holding the password (it "
-            "overrides one in the URL), so the secret never sits in an option.",
-        ),
+        password_env_option("redis"),
         OptionSpec(
             "redis.value.format",
             choice("json", "hash", "string"),
@@ -166,30 +141,22 @@ class RedisLookupClient(LookupClient):
         self._format: str = config.options.get("redis.value.format", "json")
         self._redis: Any = None
         self._pool: Any = None
-        self._fields = config.value_columns
-        self._binary_fields = frozenset(
-            name
-            for name, kind in zip(config.value_columns, config.value_types)
-            if pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
-        )
-        self._raw_bytes = len(self._fields) == 1 and self._fields[0] in self._binary_fields
-        self._json = JsonColumns(self.value_fields) if self._format == "json" else None
-        self._hmget_fields = [name.encode("utf-8") for name in self._fields]
+        self._values = RedisValues(config, self.value_fields, self._format)
+        self._hmget_fields = [name.encode("utf-8") for name in config.value_columns]
 
     # -- validation ----------------------------------------------------------------------------
 
     @classmethod
     def validate_config(cls, config: ConnectorConfig) -> None:
-        if not config.url:
-            raise OptionError(
-                "url", "is required for connector redis, e.g. redis://localhost:6379/0"
-            )
-        if not config.url.startswith(("redis://", "rediss://", "unix://")):
-            raise OptionError(
-                "url", f"must start with redis://, rediss:// or unix://, got {config.display_url!r}"
-            )
+        require_url(
+            "url",
+            config.url,
+            ("redis://", "rediss://", "unix://"),
+            connector="redis",
+            example="redis://localhost:6379/0",
+        )
         tls = TlsSettings.from_options("redis", config.options)
-        if tls.configured and not config.url.startswith("rediss://"):
+        if tls.configured and not str(config.url).startswith("rediss://"):
             raise OptionError(tls.first_option, "applies to TLS: use a rediss:// URL")
         KeyTemplate.validate(
             "redis.key.pattern",
@@ -215,9 +182,9 @@ class RedisLookupClient(LookupClient):
 
         assert self.config.url is not None
         extra: dict[str, Any] = {}
-        variable = self.config.options.get("redis.password.env")
-        if variable:
-            extra["password"] = secret_from_env("redis.password.env", variable)
+        password = password_from_env("redis", self.config.options)
+        if password is not None:
+            extra["password"] = password
         tls = TlsSettings.from_options("redis", self.config.options)
         if tls.configured:  # else the rediss:// URL's own ssl_* parameters, if any
             tls.context()  # a missing file or a wrong key password: said here, not retried
@@ -262,10 +229,10 @@ class RedisLookupClient(LookupClient):
         whose exchange failed or was cancelled is in doubt: it is disconnected, never reused."""
         from redis.exceptions import ResponseError
 
-        if self._pool is None:
+        pool = self._pool
+        if pool is None:
             raise RuntimeError("RedisLookupClient used before open()")
-        connection = await self._pool.get_connection()
-        try:
+        async with pooled(pool.get_connection(), pool.release, _disconnect) as connection:
             if packed is None:  # pragma: no cover - without hiredis
                 packed = b"".join(connection.pack_commands(commands))
             await connection.send_packed_command(packed, check_health=False)
@@ -276,11 +243,6 @@ class RedisLookupClient(LookupClient):
                 except ResponseError as error:
                     replies.append(error)
             return replies
-        except BaseException:
-            await connection.disconnect()
-            raise
-        finally:
-            await self._pool.release(connection)
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -296,37 +258,8 @@ class RedisLookupClient(LookupClient):
         if isinstance(replies, Exception):
             raise replies
         if self._format == "json":
-            return self._json_matches(keys, redis_keys, replies)
-        return self._string_matches(keys, redis_keys, replies)
-
-    def _json_matches(
-        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
-    ) -> Matches:
-        present = _present(replies)
-        assert self._json is not None
-        documents = [replies[i] for i in present]
-        try:
-            values = self._json.decode(documents)
-        except DECODE_ERRORS:
-            try:  # values that are arrays of objects: several matches for their key
-                index, values = self._json.decode_matches(documents)
-            except DECODE_ERRORS:
-                return self._reference(keys, self._decode_json(keys, redis_keys, replies))
-            return Matches(np.asarray(present, dtype=np.int64)[index], values)
-        return Matches(present, values)
-
-    def _string_matches(
-        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
-    ) -> Matches:
-        present = _present(replies)
-        field = self.value_fields[0]
-        raw = pa.array([replies[i] for i in present], type=pa.binary())
-        try:
-            column = raw if self._raw_bytes else cast_strings(raw.cast(pa.string()), field.type)
-            column = column.cast(field.type)
-        except (pa.ArrowException, ValueError):
-            return self._reference(keys, self._decode_strings(keys, redis_keys, replies))
-        return Matches(present, pa.RecordBatch.from_arrays([column], schema=pa.schema([field])))
+            return self._values.json(redis_keys, replies)
+        return self._values.strings(redis_keys, replies)
 
     async def _fetch_hashes(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
         fields = self._hmget_fields
@@ -343,109 +276,9 @@ class RedisLookupClient(LookupClient):
         for reply in replies:
             if isinstance(reply, Exception) and classify(reply) is TransientError:
                 raise reply
-        return self._hash_matches(keys, redis_keys, replies)
-
-    def _hash_matches(
-        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
-    ) -> Matches:
-        if any(isinstance(reply, Exception) for reply in replies):
-            return self._reference(keys, self._decode_hashes(keys, redis_keys, replies))
-        present = _present(replies)
-        arrays = []
-        try:
-            for position, field in enumerate(self.value_fields):
-                raw = pa.array([replies[i][position] for i in present], type=pa.binary())
-                if field.name in self._binary_fields:
-                    arrays.append(raw.cast(field.type))
-                else:
-                    arrays.append(cast_strings(raw.cast(pa.string()), field.type))
-        except (pa.ArrowException, ValueError):
-            return self._reference(keys, self._decode_hashes(keys, redis_keys, replies))
-        schema = pa.schema(self.value_fields)
-        return Matches(present, pa.RecordBatch.from_arrays(arrays, schema=schema))
-
-    # -- the reference path: one value at a time, naming what does not fit -----------------------
-
-    def _reference(self, keys: pa.RecordBatch, records: dict[int, Any]) -> Matches:
-        """Matches from records indexed by the position of their key."""
-        return records_to_matches(range(keys.num_rows), records, self.value_fields)
-
-    def _decode_json(
-        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
-    ) -> dict[int, Any]:
-        out: dict[int, Any] = {}
-        for position, (redis_key, raw) in enumerate(zip(redis_keys, replies)):
-            if raw is None:
-                continue
-            try:
-                record = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                out[position] = RecordError(
-                    f"Redis key {redis_key!r} does not hold valid JSON: {_excerpt(raw)!r}"
-                )
-                continue
-            except RecursionError:
-                out[position] = RecordError(
-                    f"Redis key {redis_key!r} holds JSON nested too deeply to decode: "
-                    f"{_excerpt(raw)!r}"
-                )
-                continue
-            out[position] = as_records(record, f"Redis key {redis_key!r}")
-        return out
-
-    def _decode_strings(
-        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
-    ) -> dict[int, Any]:
-        column = self._fields[0]
-        out: dict[int, Any] = {}
-        for position, (redis_key, raw) in enumerate(zip(redis_keys, replies)):
-            if raw is None:
-                continue
-            if self._raw_bytes:
-                out[position] = {column: raw}
-                continue
-            try:
-                out[position] = {column: raw.decode("utf-8")}
-            except UnicodeDecodeError:
-                out[position] = RecordError(
-                    f"Redis key {redis_key!r} holds bytes that are not UTF-8 text; declare "
-                    f"column '{column}' as binary to read them raw"
-                )
-        return out
-
-    def _decode_hashes(
-        self, keys: pa.RecordBatch, redis_keys: list[str], replies: list[Any]
-    ) -> dict[int, Any]:
-        out: dict[int, Any] = {}
-        for position, (redis_key, reply) in enumerate(zip(redis_keys, replies)):
-            if isinstance(reply, Exception):
-                out[position] = RecordError(f"Redis key {redis_key!r}: {reply}")
-                continue
-            if reply is None:
-                continue
-            out[position] = {
-                name: raw
-                if raw is None or name in self._binary_fields
-                else raw.decode("utf-8", errors="replace")
-                for name, raw in zip(self._fields, reply)
-            }
-        return out
+        return self._values.hashes(redis_keys, replies)
 
     # -- scans ---------------------------------------------------------------------------------
-
-    def _scan_pattern(self) -> tuple[str, re.Pattern[str]]:
-        """The SCAN MATCH glob of the key template, and a regex that parses keys back."""
-        glob: list[str] = []
-        regex: list[str] = []
-        fields = list(string.Formatter().parse(self._template.template))
-        for position, (literal, name, _, _) in enumerate(fields):
-            glob.append(re.sub(r"([*?\[\]\\])", r"\\\1", literal))
-            regex.append(re.escape(literal))
-            if name is not None:
-                glob.append("*")
-                last = position == len(fields) - 1
-                regex.append("(.*)" if last else "(.*?)")
-        return "".join(glob), re.compile("".join(regex), re.DOTALL)
 
     async def scan_arrow(
         self, partition: int = 0, partitions: int = 1, *, split: Any = None
@@ -456,7 +289,7 @@ class RedisLookupClient(LookupClient):
         with _REDIS_ERRORS:
             if self._redis is None:
                 raise RuntimeError("RedisLookupClient.scan_arrow() called before open()")
-            glob, regex = self._scan_pattern()
+            glob, regex = self._template.scan_pattern()
             names = list(self.config.key_columns)
             seen: set[bytes] = set()
             parts: list[tuple[str, ...]] = []

@@ -35,6 +35,7 @@ from lookup_source.connector_api import (
     PermanentError,
     RecordError,
     TransientError,
+    excerpt,
     parse_required_text,
     translated_errors,
 )
@@ -133,7 +134,8 @@ class SqliteLookupClient(LookupClient):
                 try:
                     record[name] = json.loads(text)
                 except (TypeError, ValueError):
-                    return RecordError(f"column {name!r} does not hold JSON: {str(text)[:60]!r}")
+                    shown = excerpt(str(text))
+                    return RecordError(f"column {name!r} does not hold JSON: {shown!r}")
         return record
 
 

@@ -1,0 +1,307 @@
+"""The lookup query of a Postgres connector, and how its rows become the lookup's columns.
+
+With ``postgres.table``, lookups run ``SELECT ... WHERE key = ANY($1::<key type>[])`` (composite
+keys: a join against ``unnest($1::t1[], $2::t2[]) WITH ORDINALITY``); with ``postgres.query``,
+the user's query. Which asked key a row answers is found in Arrow (integer and text keys, whose
+equality is byte equality) or reported by the server itself (``WITH ORDINALITY``: citext,
+char(n), uuid, numeric... and composite keys). Rows come back as columns: asyncpg's records are
+transposed and each column becomes one Arrow array.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from asynclookup_postgres.catalog import (
+    EXACT_KEY_TYPES,
+    FLOAT_TYPES,
+    INT_TYPES,
+    JSON_TYPES,
+    TEXT_TYPES,
+    Column,
+    describe_table,
+    quote_identifier,
+    type_name,
+)
+from lookup_source.connector_api import (
+    ConnectorConfig,
+    Matches,
+    PermanentError,
+    error_rows,
+    match_rows,
+    scanned_keys,
+    to_arrow_column,
+)
+
+
+class LookupQuery:
+    """What a lookup asks Postgres (``sql``, prepared once on the first connection) and how the
+    rows it returns become :class:`Matches` of the asked keys."""
+
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        value_fields: list[pa.Field],
+        table: tuple[str, ...] | None,
+        custom: str | None,
+    ) -> None:
+        self.config = config
+        self.value_fields = value_fields
+        self.table = table
+        self.custom = custom
+        self.sql = ""
+        self.positions_from_server = False  # the query's first column is the key's position
+        self.key_types: list[str] = []
+        self.columns: list[str] = []  # catalog names: key columns, then value columns
+        self.converters: list[tuple[int, str, Callable[[Any], Any]]] = []
+        self.value_types: list[str] = []
+
+    async def prepare(self, connection: Any) -> None:
+        """Read the table's columns (or prepare the custom query) and build the query."""
+        if self.table is not None:
+            self._prepare_table_query(await describe_table(connection, self.table))
+        else:
+            await self._prepare_custom_query(connection)
+
+    def matches(self, rows: Sequence[Any], keys: pa.RecordBatch) -> Matches:
+        """The rows of a lookup of ``keys`` as matches (rows of keys nobody asked: ignored)."""
+        if not rows:
+            return Matches.none(self.value_fields)
+        columns = list(zip(*rows))  # one tuple per column: asyncpg's records, transposed
+        width = 1 if self.positions_from_server else len(self.key_types)
+        if self.positions_from_server:
+            index = np.asarray(columns[0], dtype=np.int64) - 1
+        else:
+            returned = [self.returned_keys(columns[i], i, keys) for i in range(width)]
+            index = match_rows(returned, list(keys.columns))
+        keep = index >= 0  # a custom query may return rows for keys nobody asked
+        if not keep.all():
+            columns = [tuple(np.asarray(c, dtype=object)[keep]) for c in columns]
+            index = index[keep]
+        values, reasons = self.value_arrays(columns[width:])
+        return Matches(index, values, error_rows(reasons, len(index)))
+
+    def scanned(self, rows: Sequence[Any]) -> tuple[pa.RecordBatch, Matches]:
+        """Rows read by a scan (key columns, then value columns) as keys and their matches."""
+        width = len(self.key_types)
+        transposed = list(zip(*rows))
+        keys = pa.RecordBatch.from_arrays(
+            [_scanned_column(transposed[i], self.key_types[i]) for i in range(width)],
+            names=list(self.config.key_columns),
+        )
+        values, reasons = self.value_arrays(transposed[width:])
+        return keys, Matches(np.arange(len(rows)), values, error_rows(reasons, len(rows)))
+
+    def _resolve(self, columns: list[Column], wanted: Sequence[str]) -> list[Column]:
+        by_name = {c.name: c for c in columns}
+        by_lower: dict[str, Column] = {}
+        for c in columns:
+            by_lower.setdefault(c.name.lower(), c)
+        resolved = []
+        for name in wanted:
+            column = by_name.get(name) or by_lower.get(name.lower())
+            if column is None:
+                table = ".".join(self.table or ())
+                raise PermanentError(
+                    f"table {table} has no column '{name}' (it has "
+                    f"{', '.join(c.name for c in columns)})"
+                )
+            resolved.append(column)
+        return resolved
+
+    def _prepare_table_query(self, columns: list[Column]) -> None:
+        assert self.table is not None
+        keys = self._resolve(columns, self.config.key_columns)
+        values = self._resolve(columns, self.config.value_columns)
+        self._set_columns(keys, values)
+        table = ".".join(quote_identifier(part) for part in self.table)
+        if len(keys) == 1 and keys[0].pg_type in EXACT_KEY_TYPES:
+            key = keys[0]
+            selected = ", ".join(f"t.{quote_identifier(c.name)}" for c in keys + values)
+            self.sql = (
+                f"SELECT {selected} FROM {table} AS t "
+                f"WHERE t.{quote_identifier(key.name)} = ANY($1::{cast_type(key.pg_type)}[])"
+            )
+            return
+        # the server says which asked key each row answers: k.i, its 1-based position
+        selected = ", ".join(["k.i"] + [f"t.{quote_identifier(c.name)}" for c in values])
+        arrays = ", ".join(f"${i + 1}::{cast_type(k.pg_type)}[]" for i, k in enumerate(keys))
+        aliases = ", ".join(f"k{i}" for i in range(len(keys)))
+        join = " AND ".join(f"t.{quote_identifier(k.name)} = k.k{i}" for i, k in enumerate(keys))
+        self.sql = (
+            f"SELECT {selected} FROM {table} AS t "
+            f"JOIN unnest({arrays}) WITH ORDINALITY AS k({aliases}, i) ON {join}"
+        )
+        self.positions_from_server = True
+
+    def _set_columns(self, keys: list[Column], values: list[Column]) -> None:
+        self.key_types = [k.pg_type for k in keys]
+        self.value_types = [v.pg_type for v in values]
+        self.columns = [c.name for c in keys + values]
+        self.converters = []
+        for position, column in enumerate(values, start=len(keys)):
+            spark_name = self.config.value_columns[position - len(keys)]
+            convert = _converter(column.pg_type, self.config.value_type(spark_name))
+            if convert is not None:
+                self.converters.append((position, spark_name, convert))
+
+    async def _prepare_custom_query(self, connection: Any) -> None:
+        assert self.custom is not None
+        try:
+            statement = await connection.prepare(self.custom)
+        except Exception as exc:
+            raise PermanentError(f"postgres.query does not prepare: {exc}") from exc
+        parameters = statement.get_parameters()
+        if len(parameters) != len(self.config.key_columns):
+            raise PermanentError(
+                f"postgres.query takes {len(parameters)} parameter(s); it must take one array "
+                f"per key column ({', '.join(self.config.key_columns)})"
+            )
+        attributes = {a.name: a for a in statement.get_attributes()}
+        lower = {name.lower(): a for name, a in attributes.items()}
+        wanted = list(self.config.key_columns) + list(self.config.value_columns)
+        found = []
+        for name in wanted:
+            attribute = attributes.get(name) or lower.get(name.lower())
+            if attribute is None:
+                raise PermanentError(
+                    f"postgres.query returns no column '{name}' (it returns "
+                    f"{', '.join(attributes)})"
+                )
+            found.append(Column(attribute.name, type_name(attribute.type), False))
+        width = len(self.config.key_columns)
+        key_types = [type_name(p).removesuffix("[]") for p in parameters]
+        self._set_columns(
+            [Column(c.name, t, False) for c, t in zip(found[:width], key_types)], found[width:]
+        )
+        self.sql = self.custom
+
+    def arguments(self, keys: pa.RecordBatch) -> list[list[Any]]:
+        """The bound parameters: one list of key values per key column."""
+        arguments = []
+        for position, pg_type in enumerate(self.key_types):
+            column = keys.column(position)
+            values = column.to_pylist()
+            textual = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+            if pg_type == "uuid" or (pg_type in TEXT_TYPES and not textual):
+                values = [_key_value(v, pg_type) for v in values]
+            arguments.append(values)
+        return arguments
+
+    def returned_keys(self, values: Sequence[Any], position: int, keys: pa.RecordBatch) -> pa.Array:
+        """A key column of the answer, in the asked keys' type, to match rows to keys."""
+        wanted = keys.column(position).type
+        if self.key_types[position] not in EXACT_KEY_TYPES:
+            values = [_normal(v) for v in values]
+        array, _ = to_arrow_column(list(values), wanted, column=self.config.key_columns[position])
+        return array  # a key that does not convert is null: it matches no asked key
+
+    def value_arrays(
+        self, columns: Sequence[Sequence[Any]]
+    ) -> tuple[pa.RecordBatch, dict[int, str]]:
+        """The value columns of the answer as Arrow, and what does not fit, by row."""
+        converters = {position: convert for position, _, convert in self.converters}
+        width = len(self.key_types)
+        arrays = []
+        reasons: dict[int, str] = {}
+        for position, field in enumerate(self.value_fields):
+            values = list(columns[position])
+            convert = converters.get(position + width)
+            if convert is not None:
+                values = [_converted(v, convert) for v in values]
+            elif _native(self.value_types[position], field.type):
+                with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
+                    arrays.append(pa.array(values, type=field.type))
+                    continue
+            array, bad = to_arrow_column(values, field.type, column=field.name)
+            for row, message in bad.items():
+                reasons.setdefault(row, message)
+            arrays.append(array)
+        schema = pa.schema(self.value_fields)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema), reasons
+
+
+def _converter(pg_type: str, arrow_type: pa.DataType) -> Callable[[Any], Any] | None:
+    """How a value asyncpg returns becomes something the Arrow column accepts."""
+    textual = pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    if pg_type in JSON_TYPES and not textual:
+        return json.loads
+    if pg_type == "uuid" or pg_type == "inet":
+        return str
+    if pg_type.startswith("numeric") and pa.types.is_floating(arrow_type):
+        return float
+    if textual and pg_type not in TEXT_TYPES and pg_type not in JSON_TYPES:
+        return str
+    return None
+
+
+def _key_value(value: Any, pg_type: str) -> Any:
+    """A lookup key as the parameter type asyncpg expects for the key column."""
+    if pg_type in TEXT_TYPES and not isinstance(value, str):
+        return str(value)
+    if pg_type == "uuid" and isinstance(value, str):
+        return uuid.UUID(value)
+    return value
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
+def cast_type(pg_type: str) -> str:
+    """The type to cast the key array to: ``character`` alone means char(1), which would cut
+    every key to one letter; ``bpchar`` is blank-padded text of any length."""
+    return "bpchar" if pg_type == "character" else pg_type
+
+
+def _scanned_column(values: Sequence[Any], pg_type: str) -> pa.Array:
+    """A key column read by a scan, as Arrow (uuid as text, integral numerics as integers)."""
+    if pg_type not in EXACT_KEY_TYPES:
+        values = [_normal(v) for v in values]
+    return scanned_keys(values)
+
+
+def _converted(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(value)``; on failure the value as it is, which then is reported not to fit."""
+    if value is None:
+        return None
+    try:
+        return convert(value)
+    except (ValueError, TypeError):
+        return value
+
+
+def _native(pg_type: str, arrow_type: pa.DataType) -> bool:
+    """Whether asyncpg's values of ``pg_type`` go into ``arrow_type`` as they are (no bool
+    read as a number, no float as an integer: the checks of the reference path hold)."""
+    if pa.types.is_integer(arrow_type):
+        return pg_type in INT_TYPES
+    if pa.types.is_floating(arrow_type):
+        return pg_type in INT_TYPES or pg_type in FLOAT_TYPES
+    if pa.types.is_boolean(arrow_type):
+        return pg_type == "boolean"
+    return True
+
+
+def in_range(query: str, key: str, lower: int | None, upper: int | None) -> tuple[str, list[Any]]:
+    """``query`` restricted to the keys in [lower, upper) (None: open on that side; the range
+    open below also takes NULL keys), with the bounds as parameters."""
+    if lower is None and upper is None:
+        return query, []
+    if lower is None:
+        return f"{query} WHERE ({key} < $1 OR {key} IS NULL)", [upper]
+    if upper is None:
+        return f"{query} WHERE {key} >= $1", [lower]
+    return f"{query} WHERE {key} >= $1 AND {key} < $2", [lower, upper]

@@ -1,0 +1,123 @@
+"""The connector kit (lookup_source.connector_api.kit and friends): what the connectors share."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lookup_source.connector_api import (
+    KeyTemplate,
+    OptionError,
+    PermanentError,
+    TransientError,
+    error_rows,
+    excerpt,
+    password_env_option,
+    password_from_env,
+    pooled,
+    require_url,
+    scanned_keys,
+    translated_errors,
+)
+from lookup_source.errors import MissingSecretError
+
+
+def test_excerpt_of_bytes_and_text() -> None:
+    assert excerpt(b"short") == "short"
+    assert excerpt(b"\xff" + b"a" * 200) == "\ufffd" + "a" * 119 + "..."
+    assert excerpt("x" * 10, limit=4) == "xxxx..."
+
+
+def test_require_url_names_the_option_and_hides_the_password() -> None:
+    with pytest.raises(OptionError, match="option 'url': is required for connector redis, e.g."):
+        require_url("url", None, ("redis://",), connector="redis", example="redis://h")
+    with pytest.raises(OptionError) as raised:
+        require_url(
+            "http.batch.url",
+            "ftp://me:secret@h/x",
+            ("http://", "https://"),
+            connector="http",
+            example="https://h",
+        )
+    assert str(raised.value) == (
+        "option 'http.batch.url': must start with http:// or https://, got 'ftp://me:***@h/x'"
+    )
+    require_url("url", "HTTPS://h", ("http://", "https://"), connector="http", example="")
+
+
+def test_password_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = password_env_option("mystore")
+    assert spec.name == "mystore.password.env" and spec.default is None
+    assert password_from_env("mystore", {}) is None
+    monkeypatch.setenv("MYSTORE_PW", "s3cret")
+    assert password_from_env("mystore", {"mystore.password.env": "MYSTORE_PW"}) == "s3cret"
+    with pytest.raises(MissingSecretError, match="'mystore.password.env' names .* 'NOPE'"):
+        password_from_env("mystore", {"mystore.password.env": "NOPE"})
+
+
+def test_error_rows_and_scanned_keys() -> None:
+    assert error_rows({}, 3) is None
+    assert error_rows({1: "bad"}, 3).to_pylist() == [None, "bad", None]  # type: ignore[union-attr]
+    assert scanned_keys([1, 2, None]).type == pa.int64()
+    assert scanned_keys(["a", 1]).to_pylist() == ["a", "1"]  # mixed: as text
+
+
+def test_pooled_drops_a_connection_in_doubt_and_always_releases() -> None:
+    events: list[str] = []
+
+    class Connection:
+        async def drop(self) -> None:
+            events.append("dropped")
+
+    async def acquire() -> Connection:
+        events.append("acquired")
+        return Connection()
+
+    async def release(connection: Connection) -> None:
+        events.append("released")
+
+    async def drop(connection: Connection) -> None:
+        await connection.drop()
+
+    async def exchange(fail: BaseException | None) -> None:
+        async with pooled(acquire(), release, drop):
+            if fail is not None:
+                raise fail
+
+    asyncio.run(exchange(None))
+    assert events == ["acquired", "released"]
+    events.clear()
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(exchange(ConnectionResetError()))
+    assert events == ["acquired", "dropped", "released"]
+    events.clear()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(exchange(asyncio.CancelledError()))
+    assert events == ["acquired", "dropped", "released"]  # a cancelled exchange is in doubt
+
+
+def test_a_key_template_gives_its_scan_pattern() -> None:
+    glob, regex = KeyTemplate("p", "user[{key}]*", ("id",)).scan_pattern()
+    assert glob == "user\\[*\\]\\*"
+    match = regex.fullmatch("user[42]*")
+    assert match is not None and match.groups() == ("42",)
+    glob, regex = KeyTemplate("p", "{tenant}:{id}", ("tenant", "id")).scan_pattern()
+    assert glob == "*:*"
+    match = regex.fullmatch("acme:7:x")
+    assert match is not None and match.groups() == ("acme", "7:x")
+
+
+def test_translated_errors_name_a_certificate_problem_first() -> None:
+    def classify(error: Exception) -> Any:
+        return TransientError  # whatever the library says: a certificate problem is permanent
+
+    failure = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] unknown ca")
+    named = pytest.raises(PermanentError, match="set mystore.tls.ca-file to the CA")
+    with named, translated_errors("ssl", classify, tls="mystore"):
+        raise failure
+    with pytest.raises(TransientError), translated_errors("ssl", classify):
+        raise failure
