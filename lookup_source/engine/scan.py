@@ -1,7 +1,7 @@
 """Read a whole table through a connector's scan, as typed Arrow batches.
 
 Each chunk of a scan (``LookupClient.scan_arrow``: the keys it found and their matches) goes
-through the same output builder as lookups (:func:`lookup_source.output.join_matches`): key
+through the same output builder as lookups (:func:`lookup_source.engine.output.join_matches`): key
 and value columns in the declared types, one row per match, malformed values reported per key
 as ``on.error`` asks.
 """
