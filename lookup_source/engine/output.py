@@ -2,9 +2,9 @@
 
 :class:`OutputBuilder` turns what a batch gathered — answers, cache hits, failed requests — into
 its output: messages that name their key, ``lookup.max-matches``, ``on.error`` (fail the task,
-or keep the rows with nulls and the reason in ``_lookup_error``), then :func:`join_matches`.
+or keep the rows with nulls and the reason in ``_lookup_error``), then :class:`JoinedRows`.
 
-:func:`join_matches` takes a batch, the index of each row's key among the batch's distinct keys
+:class:`JoinedRows` takes a batch, the index of each row's key among the batch's distinct keys
 (null for a null key), and the :class:`~lookup_source.connector_api.Matches` gathered for those
 keys (``key_index`` = the distinct key's position). The output keeps the input rows in their
 order:
@@ -161,6 +161,10 @@ class JoinedRows:
         """The rows of matches this output holds until it is emitted."""
         return self._matches.num_rows
 
+    def whole(self) -> pa.RecordBatch:
+        """Every output row, in one batch (a scan's chunk; lookups use :meth:`batches`)."""
+        return self.slice(0, self.num_rows)
+
     def slice(self, start: int, stop: int) -> pa.RecordBatch:
         """Output rows ``start`` to ``stop``."""
         batch = self._batch
@@ -217,24 +221,6 @@ class JoinedRows:
             return
         for start in range(0, self.num_rows, step):
             yield self.slice(start, min(start + step, self.num_rows))
-
-
-def join_matches(
-    batch: pa.RecordBatch,
-    indices: pa.Array,
-    num_keys: int,
-    matches: Matches,
-    *,
-    how: str,
-    error_column: str | None,
-    fields: Sequence[pa.Field],
-) -> pa.RecordBatch:
-    """``batch`` with the value columns ``fields`` (and ``error_column``) appended, in one
-    batch (:class:`JoinedRows` makes it in bounded slices)."""
-    joined = JoinedRows(
-        batch, indices, num_keys, matches, how=how, error_column=error_column, fields=fields
-    )
-    return joined.slice(0, joined.num_rows)
 
 
 def describe_error(error: BaseException) -> str:

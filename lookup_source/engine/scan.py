@@ -1,7 +1,7 @@
 """Read a whole table through a connector's scan, as typed Arrow batches.
 
 Each chunk of a scan (``LookupClient.scan_arrow``: the keys it found and their matches) goes
-through the same output builder as lookups (:func:`lookup_source.engine.output.join_matches`): key
+through the same output builder as lookups (:class:`lookup_source.engine.output.JoinedRows`): key
 and value columns in the declared types, one row per match, malformed values reported per key
 as ``on.error`` asks.
 """
@@ -18,7 +18,7 @@ from lookup_source.connector_api import ConnectorConfig, LookupClient, Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_matches, to_arrow_column
 from lookup_source.engine.loop import TaskLoop
-from lookup_source.engine.output import concat_matches, join_matches, value_failure
+from lookup_source.engine.output import JoinedRows, concat_matches, keyed_messages, value_failure
 from lookup_source.options import ERROR_COLUMN, LookupOptions
 
 
@@ -68,17 +68,13 @@ def scan_rows(
         matches = concat_matches([matches, failing], value_fields)
     if name_keys and matches.errors is not None and matches.errors.null_count < matches.num_rows:
         scanned = python_keys(keys)
-        messages = [
-            None if text is None else f"key {scanned[position]!r}: {text}"
-            for position, text in zip(matches.key_index.tolist(), matches.errors.to_pylist())
-        ]
-        matches = Matches(matches.key_index, matches.values, pa.array(messages, pa.string()))
+        matches = keyed_messages(matches, lambda: scanned)
         if on_error == "fail":
             failure = value_failure(matches, scanned, connector=connector, address=address)
             if failure is not None:
                 raise failure
     n = keys.num_rows
-    return join_matches(
+    return JoinedRows(
         typed,
         pa.array(np.arange(n, dtype=np.int32)),
         n,
@@ -86,7 +82,7 @@ def scan_rows(
         how="inner",  # a scanned key whose value vanished meanwhile has no row
         error_column=ERROR_COLUMN if on_error == "column" else None,
         fields=value_fields,
-    )
+    ).whole()
 
 
 def scan_batches(

@@ -12,7 +12,7 @@ import pytest
 
 from lookup_source.connector_api import Matches
 from lookup_source.engine.operator import LookupEngine
-from lookup_source.engine.output import JoinedRows, join_matches
+from lookup_source.engine.output import JoinedRows
 from lookup_source.engine.spec import EngineSpec
 from tests.fakes import (
     FakeColumnarClient,
@@ -24,6 +24,10 @@ from tests.fakes import (
 )
 
 FIELDS = [pa.field("v", pa.int64())]
+
+
+def joined(*args: Any, **kwargs: Any) -> pa.RecordBatch:
+    return JoinedRows(*args, **kwargs).whole()
 
 
 def _case(seed: int, how: str) -> tuple[JoinedRows, pa.RecordBatch]:
@@ -47,7 +51,7 @@ def _case(seed: int, how: str) -> tuple[JoinedRows, pa.RecordBatch]:
     )
     batch = pa.record_batch({"row": pa.array(range(rows), pa.int64()), "k": indices})
     arguments: dict[str, Any] = {"how": how, "error_column": "_lookup_error", "fields": FIELDS}
-    whole = join_matches(batch, indices, num_keys, matches, **arguments)
+    whole = joined(batch, indices, num_keys, matches, **arguments)
     return JoinedRows(batch, indices, num_keys, matches, **arguments), whole
 
 

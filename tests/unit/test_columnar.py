@@ -18,7 +18,7 @@ from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import encode_rows, match_rows, python_keys
 from lookup_source.engine.keys import distinct_keys
 from lookup_source.engine.operator import LookupEngine
-from lookup_source.engine.output import join_matches
+from lookup_source.engine.output import JoinedRows
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError
 from tests.fakes import (
@@ -33,6 +33,10 @@ from tests.fakes import (
 )
 
 CLIENTS = {"record": FakeClient, "columnar": FakeColumnarClient}
+
+
+def joined(*args: Any, **kwargs: Any) -> pa.RecordBatch:
+    return JoinedRows(*args, **kwargs).whole()
 
 
 def run(spec: Any, batches: list[pa.RecordBatch], store: FakeStore, form: str) -> list[dict]:
@@ -194,15 +198,15 @@ def test_join_matches_edge_cases() -> None:
     fields = [pa.field("v", pa.string())]
     none = Matches.none(fields)
     empty = pa.record_batch({"k": pa.array([], pa.int64())})
-    out = join_matches(
+    out = joined(
         empty, pa.array([], pa.int32()), 0, none, how="left", error_column=None, fields=fields
     )
     assert out.num_rows == 0 and out.schema.names == ["k", "v"]
     nulls = pa.record_batch({"k": pa.array([None, None], pa.int64())})
     indices = pa.array([None, None], pa.int32())
-    left = join_matches(nulls, indices, 0, none, how="left", error_column="e", fields=fields)
+    left = joined(nulls, indices, 0, none, how="left", error_column="e", fields=fields)
     assert left.to_pylist() == [{"k": None, "v": None, "e": None}] * 2
-    inner = join_matches(nulls, indices, 0, none, how="inner", error_column=None, fields=fields)
+    inner = joined(nulls, indices, 0, none, how="inner", error_column=None, fields=fields)
     assert inner.num_rows == 0
 
 
