@@ -53,6 +53,7 @@ ERROR_COLUMN = "_lookup_error"
 SURFACES = ("lookup_join", "table function", "data source")
 EVERYWHERE = frozenset(SURFACES)
 JOINS = frozenset({"lookup_join", "table function"})
+LOOKUP_JOIN = frozenset({"lookup_join"})
 READER = frozenset({"data source"})
 
 _DECLARED = "asynclookup.option"
@@ -324,6 +325,24 @@ class LookupOptions:
         scope=JOINS,
     )
     cache: CacheSettings = group(CacheSettings)
+    strategy: str = option(
+        "strategy",
+        choice("lookup", "broadcast", "auto"),
+        "lookup",
+        "`lookup`: ask the store for the keys of the input; `broadcast`: scan the whole table "
+        "once and broadcast-join it (stores that scan, batch DataFrames); `auto`: broadcast "
+        "when the table's estimated size is at most strategy.broadcast.max-rows and at most "
+        "the input's, else lookup. The choice and its reason are in the metrics and the log.",
+        scope=LOOKUP_JOIN,
+    )
+    broadcast_max_rows: int = option(
+        "strategy.broadcast.max-rows",
+        parse_positive_int,
+        1_000_000,
+        "strategy=auto: the most rows a table may have to be broadcast (each executor holds it "
+        "in memory).",
+        scope=LOOKUP_JOIN,
+    )
     keys: tuple[Any, ...] | None = option(
         "keys",
         parse_keys,

@@ -18,9 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = [ROOT, *(ROOT / "connectors" / name for name in ("redis", "http", "postgres"))]
 
 
+def clean_environment() -> dict[str, str]:
+    """This process's environment without what points into the clone: the Spark fixture puts
+    the clone on PYTHONPATH (for its executors), where pip would find asynclookup installed."""
+    dropped = ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    return {k: v for k, v in os.environ.items() if k not in dropped}
+
+
 def run(command: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 600):  # type: ignore[no-untyped-def]
     done = subprocess.run(
-        command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env if env is not None else clean_environment(),
     )
     assert done.returncode == 0, f"{command}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     return done
@@ -79,8 +91,7 @@ def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) 
         assert distribution in listed, listed
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON")}
-    env["PYSPARK_PYTHON"] = str(python)
+    env = {**clean_environment(), "PYSPARK_PYTHON": str(python)}
     located = run(
         [
             str(python),

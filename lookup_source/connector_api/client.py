@@ -289,6 +289,20 @@ class LookupClient:
         if pairs:
             yield chunk()
 
+    async def estimate_rows(self) -> int | None:
+        """Optional: about how many rows the table holds, asked once on the driver to choose a
+        join strategy (``strategy=auto``: a table small enough is scanned and broadcast). None
+        (the default): unknown, and lookups are kept. Keep it cheap: a catalog statistic, a
+        sample, never a full count of a large table."""
+        return None
+
+    @classmethod
+    def exact_key_match(cls, config: ConnectorConfig) -> bool:
+        """Whether a key the scan reads equals, value for value, the key a lookup asks (no
+        case-insensitive or padded key types): a broadcast join of the scanned table then gives
+        what the lookups give. The default: whenever the connector can scan."""
+        return cls.can_scan(config)
+
     def is_retryable(self, error: BaseException) -> bool:
         """Whether a failed attempt may succeed if tried again.
 

@@ -48,6 +48,9 @@ class LookupMetrics:
     peak_rss_mb: float = 0.0
     latency_max_ms: float = 0.0
     latency_buckets: dict[int, int] = field(default_factory=dict, repr=False)
+    strategy: str = ""
+    """How the lookup_join ran: ``lookup`` or ``broadcast`` (``strategy``), and why."""
+    strategy_reason: str = ""
     limit_history: list[list[tuple[float, int]]] = field(default_factory=list, repr=False)
     """``capacity.adaptive``: for each task, (unix time, concurrency limit) at its start and at
     each change (at most :data:`LIMIT_POINTS` per task, thinned evenly beyond that)."""
@@ -97,6 +100,8 @@ class LookupMetrics:
         for index, count in other.latency_buckets.items():
             self.latency_buckets[index] = self.latency_buckets.get(index, 0) + count
         self.limit_history.extend(list(points) for points in other.limit_history)
+        if not self.strategy:
+            self.strategy, self.strategy_reason = other.strategy, other.strategy_reason
         return self
 
     def latency_ms(self, quantile: float) -> float:
@@ -161,8 +166,13 @@ class LookupMetrics:
             f"{self.failed_keys:,} failed keys, {self.missing_keys:,} missing, "
             f"peak {self.peak_in_flight} in flight, latency p50 {self.p50_ms:.1f} ms, "
             f"p95 {self.p95_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, max {self.latency_max_ms:.1f} ms"
-            f" over {self.tasks} task(s)" + self._limit_text()
+            f" over {self.tasks} task(s)" + self._limit_text() + self._strategy_text()
         )
+
+    def _strategy_text(self) -> str:
+        if not self.strategy:
+            return ""
+        return f"; strategy {self.strategy} ({self.strategy_reason})"
 
     def _limit_text(self) -> str:
         if self.limit_range is None:

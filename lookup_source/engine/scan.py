@@ -133,3 +133,13 @@ def scan_splits(
             f"{partitions} partitions"
         )
     return splits
+
+
+def estimate_rows(client_class: type[LookupClient], config: ConnectorConfig) -> int | None:
+    """About how many rows the table holds (``LookupClient.estimate_rows``), asked on the
+    driver; None when the connector cannot tell."""
+    if client_class.estimate_rows is LookupClient.estimate_rows:
+        return None
+    with TaskLoop() as loop, loop.opened(client_class(config)) as client:
+        estimate = loop.run(client.estimate_rows())
+    return None if estimate is None else max(0, int(estimate))

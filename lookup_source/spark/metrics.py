@@ -60,6 +60,23 @@ def name_lookup(accumulator: Any) -> str:
     return name
 
 
+_DECISIONS: dict[str, Any] = {}  # lookup_join's name -> its strategy Choice
+
+
+def decided(name: str, choice: Any) -> str:
+    """``name``, the lookup_join whose strategy is ``choice`` (reported by lookup_metrics)."""
+    _DECISIONS[name] = choice
+    return name
+
+
+def _with_strategy(metrics: LookupMetrics, names: list[str]) -> LookupMetrics:
+    for name in names:
+        choice = _DECISIONS.get(name)
+        if choice is not None and not metrics.strategy:
+            metrics.strategy, metrics.strategy_reason = choice.strategy, choice.reason
+    return metrics
+
+
 def new_accumulator(spark: Any, name: str | None = None) -> Any:
     """An accumulator of :class:`LookupMetrics`, or None where there is no SparkContext
     (Spark Connect)."""
@@ -173,14 +190,34 @@ def _merged_observations(source: Any) -> LookupMetrics:
         for name, observation in getattr(source._plan, "observations", {}).items()
         if _FUNCTION_NAME.fullmatch(name)
     }
-    if not observations:
+    names = sorted(set(observations) | _names_in(source._plan))
+    if not names:
         raise ValueError("this DataFrame has no lookup_join in its plan")
     merged = LookupMetrics()
     for observation in observations.values():
         result = getattr(observation, "_result", None) or {}  # nothing run yet: no metrics
         for document in (result.get("metrics") or "").splitlines():
             merged.merge(LookupMetrics.from_json(document))
-    return merged
+    return _with_strategy(merged, names)
+
+
+def _names_in(plan: Any, seen: set[int] | None = None) -> set[str]:
+    """The lookup_join names a Spark Connect plan holds (a broadcast join's alias among them)."""
+    seen = set() if seen is None else seen
+    if id(plan) in seen or not hasattr(plan, "__dict__"):
+        return set()
+    seen.add(id(plan))
+    found: set[str] = set()
+    for value in vars(plan).values():
+        if isinstance(value, str):
+            found.update(_FUNCTION_NAME.findall(value))
+        elif type(value).__module__.startswith("pyspark.sql.connect.plan"):
+            found |= _names_in(value, seen)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if type(item).__module__.startswith("pyspark.sql.connect.plan"):
+                    found |= _names_in(item, seen)
+    return found
 
 
 def lookup_metrics(source: Any) -> LookupMetrics:
@@ -207,12 +244,12 @@ def lookup_metrics(source: Any) -> LookupMetrics:
     plan = _analyzed_plan(source)
     names = sorted(set(_FUNCTION_NAME.findall(plan)))
     accumulators = [_BY_FUNCTION[n] for n in names if n in _BY_FUNCTION]
-    if not accumulators:
+    if not accumulators and not any(n in _DECISIONS for n in names):
         raise ValueError("this DataFrame has no lookup_join in its plan")
     merged = LookupMetrics()
     for accumulator in accumulators:
         merged = merged.merge(accumulator.value)
-    return merged
+    return _with_strategy(merged, names)
 
 
 def _analyzed_plan(source: Any) -> str:

@@ -84,6 +84,11 @@ TABLE_FUNCTION = SparkFeature(
     (4, 1),
     "use lookup_join",
 )
+BROADCAST = SparkFeature(
+    "strategy=broadcast (a scan of the table, broadcast-joined)",
+    (4, 0),
+    "use strategy=lookup (or auto, which keeps lookups there)",
+)
 CONNECT_METRICS = SparkFeature(
     "lookup_metrics over Spark Connect",
     (4, 0),

@@ -213,6 +213,11 @@ def _check_function(namespace: dict[str, Any], out: str, workspace: str) -> None
     assert "user-10" in out and "user-99" in out  # fetch_many printed them too
 
 
+def _check_strategy(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    assert _names(namespace["enriched"]) == ["Ada", "Grace", None, None]
+    assert "broadcast - the table (~2 rows) fits strategy.broadcast.max-rows" in out, out
+
+
 def _check_data_source(namespace: dict[str, Any], out: str, workspace: str) -> None:
     if "users" in namespace:
         assert _names(namespace["users"], "user_id") == ["Ada", "Grace"]
@@ -231,6 +236,7 @@ CHECKS = {
     "Streaming": _check_streaming,
     "Metrics": _check_metrics,
     "Your own async function": _check_function,
+    "Lookups or a broadcast join": _check_strategy,
     "Read a dimension table by key": _check_data_source,
     "SQL": _check_sql,
     "HTTP connector": _check_http,

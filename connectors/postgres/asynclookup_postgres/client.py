@@ -17,6 +17,7 @@ char(n), uuid, numeric... and composite keys), so every row a key matches reache
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
@@ -231,6 +232,37 @@ class PostgresLookupClient(LookupClient):
 
         async with pooled(pool.acquire(timeout=limit), release, _terminate) as connection:
             return list(await connection.fetch(self._query.sql, *arguments, timeout=limit))
+
+    async def estimate_rows(self) -> int | None:
+        """The table's rows as the catalog counts them (``pg_class.reltuples``, kept by ANALYZE
+        and autovacuum), or as the planner estimates them for a table never analyzed."""
+        with _ASYNCPG_ERRORS:
+            if self._table is None:
+                return None
+            pool = await self._connect()
+            table = ".".join(quote_identifier(part) for part in self._table)
+            limit = self.config.timeout_s
+            async with pool.acquire() as connection:
+                counted = await connection.fetchval(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass($1)",
+                    table,
+                    timeout=limit,
+                )
+                if counted is not None and counted >= 0:
+                    return int(counted)
+                plan = await connection.fetchval(
+                    f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {table}", timeout=limit
+                )
+        plans = json.loads(plan) if isinstance(plan, str) else plan
+        return int(plans[0]["Plan"]["Plan Rows"])
+
+    @classmethod
+    def exact_key_match(cls, config: ConnectorConfig) -> bool:
+        """A scanned key equals the asked one for integer and text keys; citext, char(n),
+        uuid or numeric keys compare otherwise in Postgres than in Spark."""
+        return cls.can_scan(config) and all(
+            pa.types.is_integer(kind) or pa.types.is_string(kind) for kind in config.key_types
+        )
 
     async def scan_splits(self, partitions: int) -> list[tuple[int | None, int | None]] | None:
         """Key ranges, when the key is one integer column (as Spark's JDBC source cuts with

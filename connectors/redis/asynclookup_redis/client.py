@@ -43,6 +43,9 @@ from lookup_source.connector_api import (
     translated_errors,
 )
 
+SAMPLE_KEYS = 5_000
+"""Keys sampled by ``SCAN`` to estimate how many match the key pattern."""
+
 _pack: Any
 try:
     from hiredis import pack_command as _pack
@@ -279,6 +282,27 @@ class RedisLookupClient(LookupClient):
         return self._values.hashes(redis_keys, replies)
 
     # -- scans ---------------------------------------------------------------------------------
+
+    async def estimate_rows(self) -> int | None:
+        """The keys matching ``redis.key.pattern``: exact when a sample of ``SCAN`` walks the
+        whole keyspace, else the database's size times the share of a sample that matches."""
+        with _REDIS_ERRORS:
+            if self._redis is None:
+                raise RuntimeError("RedisLookupClient.estimate_rows() called before open()")
+            total = int(await self._redis.dbsize())
+            _, regex = self._template.scan_pattern()
+            seen = matched = 0
+            cursor = 0
+            while True:
+                cursor, found = await self._redis.scan(cursor, count=1_000)
+                seen += len(found)
+                matched += sum(
+                    1 for key in found if regex.fullmatch(key.decode("utf-8", "surrogateescape"))
+                )
+                if not cursor:
+                    return matched  # the whole keyspace was walked
+                if seen >= SAMPLE_KEYS:
+                    return round(total * matched / seen)
 
     async def scan_arrow(
         self, partition: int = 0, partitions: int = 1, *, split: Any = None

@@ -1,0 +1,169 @@
+"""strategy=broadcast and auto on Spark, against a real Postgres and Redis: a scan joined to
+the input gives exactly what the lookups give, on every type, one-to-many included."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from lookup_source import OptionError, lookup_join, lookup_metrics
+from lookup_source.spark.versions import BROADCAST
+from tests.helpers import needs
+
+pytestmark = needs(BROADCAST)
+
+TYPES = (
+    "id long, name string, score double, active boolean, born date, seen timestamp, "
+    "amount decimal(38,10), tags array<string>"
+)
+
+
+@pytest.fixture
+def typed(pg: Any, table_name: str) -> Iterator[str]:
+    """Users 0..99 of many column types (104 rows): users 7 and 8 have three rows each; user
+    50 has nulls."""
+    table = f"{table_name}_typed"
+    pg(
+        f"CREATE TABLE {table} (row_id serial PRIMARY KEY, id bigint, name text, "
+        "score double precision, active boolean, born date, seen timestamptz, "
+        "amount numeric, tags text[])"
+    )
+    pg(
+        f"INSERT INTO {table} (id, name, score, active, born, seen, amount, tags) "
+        "SELECT g, 'user ' || g, g / 3.0, g % 2 = 0, date '2000-01-01' + g, "
+        "timestamptz '2024-01-01 00:00:00+00' + g * interval '1 hour', g * 1.25, "
+        "ARRAY['t' || g, 'x'] FROM generate_series(0, 99) g WHERE g <> 50"
+    )
+    pg(f"INSERT INTO {table} (id) VALUES (50)")
+    pg(
+        f"INSERT INTO {table} (id, name) SELECT k, 'extra ' || n FROM (VALUES (7), (8)) v(k), "
+        "generate_series(1, 2) n"
+    )
+    pg(f"CREATE INDEX ON {table} (id)")
+    yield table
+    pg(f"DROP TABLE {table}")
+
+
+def postgres(postgres_srv: Any, table: str, **extra: str) -> dict[str, str]:
+    return {
+        "connector": "postgres",
+        "url": postgres_srv.url,
+        "postgres.table": table,
+        "key.column": "id",
+        **extra,
+    }
+
+
+def events(spark: Any, rows: int = 3_000) -> Any:
+    ids = F.when(F.col("id") % 97 == 0, None).otherwise(F.col("id") % 130)  # nulls, misses
+    return spark.range(rows, numPartitions=3).select(
+        F.col("id").alias("event_id"), ids.cast("int").alias("uid")
+    )
+
+
+def rows(df: Any) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in df.collect())
+
+
+@pytest.mark.parametrize("how", ["left", "inner"])
+def test_broadcast_gives_what_lookups_give_on_every_type(
+    spark: Any, postgres_srv: Any, typed: str, how: str
+) -> None:
+    input_ = events(spark)
+    looked = lookup_join(
+        input_, "uid", schema=TYPES, options=postgres(postgres_srv, typed), how=how
+    )
+    options = postgres(postgres_srv, typed, strategy="broadcast")
+    broadcast = lookup_join(input_, "uid", schema=TYPES, options=options, how=how)
+    assert broadcast.columns == looked.columns
+    assert broadcast.schema == looked.schema
+    expected = rows(looked)
+    assert rows(broadcast) == expected
+    assert sum(1 for r in expected.elements() if r[1] == 7) == 3 * sum(
+        1 for e in range(3_000) if e % 97 and e % 130 == 7
+    )  # one row per match
+    metrics = lookup_metrics(broadcast)
+    assert (metrics.strategy, metrics.strategy_reason) == ("broadcast", "strategy=broadcast")
+    assert lookup_metrics(looked).strategy == "lookup"
+
+
+def test_auto_broadcasts_a_small_table_and_looks_up_in_a_large_one(
+    spark: Any, postgres_srv: Any, pg: Any, typed: str
+) -> None:
+    pg(f"ANALYZE {typed}")
+    auto = postgres(postgres_srv, typed, strategy="auto")
+    small = lookup_join(events(spark), "uid", schema=TYPES, options=auto)
+    metrics = lookup_metrics(small)
+    assert metrics.strategy == "broadcast", metrics.strategy_reason
+    assert re.fullmatch(  # Spark estimates the input from its plan's statistics
+        r"the table \(~104 rows\) fits strategy.broadcast.max-rows \(1,000,000\) and not "
+        r"larger than the input \(~[0-9,]+ rows\)",
+        metrics.strategy_reason,
+    )
+    assert metrics.requests == 0  # no lookup at all
+    limited = {**auto, "strategy.broadcast.max-rows": "50"}
+    out = lookup_join(events(spark), "uid", schema=TYPES, options=limited)
+    assert rows(out) == rows(small)
+    metrics = lookup_metrics(out)
+    assert metrics.strategy == "lookup" and metrics.requests > 0
+    assert metrics.strategy_reason == (
+        "the table (~104 rows) is larger than strategy.broadcast.max-rows (50)"
+    )
+    few = lookup_join(events(spark, rows=20), "uid", schema=TYPES, options=auto)
+    assert re.fullmatch(
+        r"the table \(~104 rows\) is larger than the input \(~[0-9]+ rows\)",
+        lookup_metrics(few).strategy_reason,
+    )
+
+
+def test_auto_on_redis_counts_the_keys_of_its_pattern(
+    spark: Any, redis_srv: Any, redis_db: Any, prefix: str
+) -> None:
+    redis_db.mset({f"{prefix}u:{i}": json.dumps({"name": f"user {i}"}) for i in range(40)})
+    redis_db.set(f"{prefix}other", "not a user")
+    options = {
+        "connector": "redis",
+        "url": redis_srv.url,
+        "redis.key.pattern": f"{prefix}u:{{key}}",
+        "strategy": "auto",
+    }
+    out = lookup_join(events(spark, 500), "uid", schema="id long, name string", options=options)
+    metrics = lookup_metrics(out)
+    assert metrics.strategy == "broadcast", metrics.strategy_reason
+    assert metrics.strategy_reason.startswith("the table (~40 rows)")
+    got = sorted((r.event_id, r.name) for r in out.collect())
+    assert got == sorted(
+        (e, f"user {e % 130}" if e % 97 and e % 130 < 40 else None) for e in range(500)
+    )
+
+
+def test_streams_and_stores_that_cannot_scan_keep_lookups(
+    spark: Any, tmp_path: Any, postgres_srv: Any, typed: str
+) -> None:
+    http = {"connector": "http", "url": "http://127.0.0.1:9/users/{key}"}
+    out = lookup_join(
+        events(spark), "uid", schema="id long, name string", options={**http, "strategy": "auto"}
+    )
+    assert lookup_metrics(out).strategy_reason == "the http connector cannot scan its table"
+    with pytest.raises(OptionError, match="'strategy': is broadcast, but the http connector"):
+        lookup_join(
+            events(spark),
+            "uid",
+            schema="id long, name string",
+            options={**http, "strategy": "broadcast"},
+        )
+    stream = spark.readStream.schema("event_id long, uid int").json(str(tmp_path))
+    with pytest.raises(OptionError, match="is broadcast, but the input is a stream"):
+        lookup_join(
+            stream, "uid", schema=TYPES, options=postgres(postgres_srv, typed, strategy="broadcast")
+        )
+    auto = lookup_join(
+        stream, "uid", schema=TYPES, options=postgres(postgres_srv, typed, strategy="auto")
+    )
+    assert auto.isStreaming  # (its metrics' reason: the input is a stream)
