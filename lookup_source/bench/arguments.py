@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--distributions",
         default="uniform",
-        help="key distributions, comma-separated: uniform, zipf (default: %(default)s)",
+        help="key distributions, comma-separated: uniform, zipf, distinct (keys in order: none "
+        "is asked while it is in flight) (default: %(default)s)",
     )
     parser.add_argument(
         "--net-delay-ms",

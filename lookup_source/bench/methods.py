@@ -11,10 +11,11 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lookup_source.bench.clients import batched_fetcher, blocking_fetcher, raw_client
+from lookup_source.bench.cpu import CpuMeter, CpuSeconds
 from lookup_source.bench.stores import SCHEMA, TABLE, VALUE_COLUMNS, Store
 
 POSTGRES_THREADS = 40
@@ -23,6 +24,13 @@ stays under Postgres' default max_connections of 100."""
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 """Debian's libpostgresql-jdbc-java: the JDBC driver Spark's own reader needs."""
+
+
+METER: CpuMeter | None = None
+"""Set by the runner: :func:`timed` measures the CPU of what it times with it."""
+
+LAST_CPU: CpuSeconds | None = None
+"""The CPU seconds, by process group, of the last :func:`timed` action."""
 
 
 @dataclass
@@ -36,6 +44,8 @@ class Result:
     peak_memory_mb: float = 0.0
     note: str = ""
     capacity: int = 0
+    cpu_us_per_row: dict[str, float] = field(default_factory=dict)
+    """Core-microseconds per row by process group (bench.cpu.GROUPS) and total."""
 
     @property
     def rows_per_s(self) -> float:
@@ -65,10 +75,16 @@ Method = Callable[[Context], Result]
 
 
 def timed(df: Any) -> float:
-    """Seconds to compute every row of ``df`` (written nowhere)."""
+    """Seconds to compute every row of ``df`` (written nowhere); its CPU by process group goes
+    to :data:`LAST_CPU` when a :data:`METER` is set."""
+    global LAST_CPU
+    before = METER.snapshot() if METER is not None else None
     started = time.monotonic()
     df.write.format("noop").mode("overwrite").save()
-    return time.monotonic() - started
+    seconds = time.monotonic() - started
+    if METER is not None and before is not None:
+        LAST_CPU = METER.snapshot() - before
+    return seconds
 
 
 def _blocking_target(store: Store) -> str:
@@ -357,8 +373,10 @@ def _raw_process(store: Store, keys: list[int], capacity: int, queue: Any) -> No
 def ceiling(ctx: Context, keys_per_task: list[list[int]], rows: int) -> Result:
     """The raw async client alone, outside Spark, in as many processes as tasks, asking the
     keys asynclookup asks (each batch's distinct keys)."""
+    global LAST_CPU
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
+    before = METER.snapshot() if METER is not None else None
     started = time.monotonic()
     processes = [
         context.Process(target=_raw_process, args=(ctx.store, keys, ctx.capacity, queue))
@@ -369,6 +387,8 @@ def ceiling(ctx: Context, keys_per_task: list[list[int]], rows: int) -> Result:
     for process in processes:
         process.join()
     seconds = time.monotonic() - started
+    if METER is not None and before is not None:
+        LAST_CPU = METER.snapshot() - before
     requests = sum(len(k) for k in keys_per_task)
     decode = " + json.loads" if ctx.store.kind == "redis" else ""
     return ctx.result(

@@ -25,6 +25,7 @@ at the same concurrency, capacity by capacity); ``memory`` (peak Python worker m
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -35,6 +36,7 @@ from dataclasses import asdict
 from typing import Any
 
 from lookup_source.bench import methods as m
+from lookup_source.bench.cpu import GROUPS, CpuMeter
 from lookup_source.bench.methods import Context, Method, Result
 from lookup_source.bench.stores import Store, http_store, postgres_store, redis_store
 
@@ -47,6 +49,8 @@ def events(spark: Any, rows: int, users: int, tasks: int, distribution: str) -> 
     ids = spark.range(rows, numPartitions=tasks)
     if distribution == "zipf":  # a power law: a few keys take most of the traffic
         key = F.floor(F.pow(F.rand(7), F.lit(4.0)) * users)
+    elif distribution == "distinct":  # in order: no key is asked while it is in flight
+        key = F.col("id") % F.lit(users)
     else:
         key = F.pmod(F.xxhash64("id"), F.lit(users))
     return ids.select(F.col("id").alias("event_id"), key.cast("long").alias("user_id"))
@@ -106,24 +110,14 @@ def run_scenario(spark: Any, name: str, distribution: str, args: Any) -> list[Re
         df.count()
         sample = events(spark, min(args.sample_rows, rows), args.users, args.tasks, distribution)
         ctx = Context(spark, store, df, sample, args, args.capacity, distribution)
+        m.METER = CpuMeter(store.server_port)
         for method in methods_for(store, distribution):
             runs = 1 if method in m.SLOW_METHODS else max(1, args.repeat)
-            best: Result | None = None
-            for _ in range(runs):
-                before = store.requests()
-                print(f"  {store.name} / {distribution}: {method.__name__} ...", flush=True)
-                result = method(ctx)
-                if result.requests < 0 and before >= 0:
-                    result.requests = store.requests() - before
-                if best is None or result.rows_per_s > best.rows_per_s:
-                    best = result
-            assert best is not None
-            if runs > 1:
-                best.note = (best.note + "; " if best.note else "") + f"best of {runs} runs"
-            results.append(best)
+            results.append(_best_of(runs, functools.partial(_measured, method, ctx, store)))
         keys = task_keys(df)
-        ceilings = [m.ceiling(ctx, keys, rows) for _ in range(max(1, args.repeat))]
-        results.append(max(ceilings, key=lambda r: r.rows_per_s))
+        ceiling = functools.partial(_measured_ceiling, ctx, keys, rows)
+        results.append(_best_of(max(1, args.repeat), ceiling))
+        m.METER = None
         if per_key_http and store.latency_ms > 0:
             bound = args.tasks * args.capacity / (store.latency_ms / 1000)
             results.append(
@@ -138,6 +132,39 @@ def run_scenario(spark: Any, name: str, distribution: str, args: Any) -> list[Re
                 )
         df.unpersist()
     return results
+
+
+def _measured(method: Method, ctx: Context, store: Store) -> Result:
+    before = store.requests()
+    print(f"  {store.name} / {ctx.distribution}: {method.__name__} ...", flush=True)
+    m.LAST_CPU = None
+    result = method(ctx)
+    if result.requests < 0 and before >= 0:
+        result.requests = store.requests() - before
+    if m.LAST_CPU is not None:
+        result.cpu_us_per_row = m.LAST_CPU.per_row_us(result.rows)
+    return result
+
+
+def _measured_ceiling(ctx: Context, keys: list[list[int]], rows: int) -> Result:
+    m.LAST_CPU = None
+    result = m.ceiling(ctx, keys, rows)
+    if m.LAST_CPU is not None:
+        result.cpu_us_per_row = m.LAST_CPU.per_row_us(rows)
+    return result
+
+
+def _best_of(runs: int, run: Any) -> Result:
+    """The run with the most rows per second, carrying the least CPU per row of all runs
+    (each figure the least disturbed by the rest of a shared machine)."""
+    results = [run() for _ in range(runs)]
+    best = max(results, key=lambda r: r.rows_per_s)
+    measured = [r.cpu_us_per_row for r in results if r.cpu_us_per_row]
+    if measured:
+        best.cpu_us_per_row = min(measured, key=lambda c: c["total"])
+    if runs > 1:
+        best.note = (best.note + "; " if best.note else "") + f"best of {runs} runs"
+    return best
 
 
 def run_sweep(spark: Any, args: Any) -> list[Result]:
@@ -284,6 +311,7 @@ def report(results: list[Result], args: Any, machine: str) -> str:
             )
         ceiling, spark_floor = _find(group, "raw async client"), _find(group, "Spark floor")
         lines.append("")
+        lines += _cpu_table(group, ours, ceiling, spark_floor)
         if ours and ceiling:
             lines.append(f"asynclookup runs at {_ratio(ours, ceiling):.2f}x the raw client alone.")
         if ours and spark_floor:
@@ -334,6 +362,44 @@ def report(results: list[Result], args: Any, machine: str) -> str:
             )
         lines.append("")
     return "\n".join(lines)
+
+
+_GROUP_NAMES = {
+    "spark_jvm": "Spark JVM",
+    "python_workers": "Python workers",
+    "store": "store server",
+    "bench": "bench process",
+    "raw_client": "raw client",
+}
+
+
+def _cpu_table(
+    group: list[Result], ours: Result | None, ceiling: Result | None, spark_floor: Result | None
+) -> list[str]:
+    """CPU per row by process group, and asynclookup against the sum of its parts."""
+    measured = [r for r in group if r.cpu_us_per_row]
+    if not measured:
+        return []
+    header = " | ".join(_GROUP_NAMES[g] for g in GROUPS)
+    lines = [
+        "CPU per row, core-µs (the least of the runs), by process:",
+        "",
+        f"| method | total | {header} |",
+        "|---|---|" + "---|" * len(GROUPS),
+    ]
+    for r in measured:
+        cells = " | ".join(f"{r.cpu_us_per_row.get(g, 0.0):.2f}" for g in GROUPS)
+        lines.append(f"| {r.method} | **{r.cpu_us_per_row['total']:.2f}** | {cells} |")
+    lines.append("")
+    if ours and ceiling and spark_floor and ours.cpu_us_per_row and ceiling.cpu_us_per_row:
+        parts = ceiling.cpu_us_per_row["total"] + spark_floor.cpu_us_per_row.get("total", 0.0)
+        lines.append(
+            f"asynclookup costs {ours.cpu_us_per_row['total'] / parts:.2f}x its parts "
+            f"(raw client with its server, {ceiling.cpu_us_per_row['total']:.2f}, + Spark floor, "
+            f"{spark_floor.cpu_us_per_row.get('total', 0.0):.2f} core-µs per row)."
+        )
+        lines.append("")
+    return lines
 
 
 def plot(results: list[Result], out: str) -> list[str]:

@@ -37,6 +37,7 @@ class Store:
     round_trip_ms: float = 0.0  # measured, through the proxy if any
     requests: Callable[[], int] = lambda: -1
     extra: dict[str, Any] = field(default_factory=dict)
+    server_port: int | None = None  # the store's own server (not a proxy): its CPU is measured
 
 
 def _through(url: str, port: int) -> str:
@@ -102,6 +103,7 @@ def redis_store(url: str, users: int, *, delay_ms: float = 0.0) -> Iterator[Stor
                 can_scan=True,
                 round_trip_ms=_redis_round_trip(target),
                 requests=lambda: int(client.info("stats")["total_commands_processed"]) - before,
+                server_port=urlsplit(url).port or 6379,
             )
     finally:
         for start in range(0, users, 10_000):
@@ -176,6 +178,7 @@ def postgres_store(url: str, users: int, *, delay_ms: float = 0.0) -> Iterator[S
                 batch=True,
                 can_scan=True,
                 round_trip_ms=asyncio.run(round_trip(target)),
+                server_port=urlsplit(url).port or 5432,
             )
     finally:
         asyncio.run(drop())
