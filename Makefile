@@ -1,5 +1,5 @@
 # The two commands a newcomer needs:
-#   make demo   - set up .venv and run the demo (no services needed)
+#   make demo   - set up .venv (asynclookup and its connectors) and run the demo (no service)
 #   make test   - set up .venv with the test extra and run lint, types and the whole suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -36,7 +36,14 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS) $(E
 
 install: $(VENV)/.installed
 
-demo: install
+# the demo needs the library and its connectors only, not the test tools
+$(VENV)/.demo: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS))
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e . $(addprefix -e ,$(CONNECTORS))
+	touch $@
+
+demo: $(VENV)/.demo
 	$(PY) -m lookup_source demo $(ARGS)
 
 lint: install
@@ -67,7 +74,7 @@ spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
 spark-oldest: spark-$(SPARK_OLDEST)
 
 docs: install
-	$(PY) -m lookup_source.docs --write README.md
+	$(PY) -m lookup_source.docs --write docs/options.md
 
 clean:
 	rm -rf $(VENV) .venvs .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info

@@ -1,7 +1,8 @@
-"""Generate the README's options tables from the option definitions, so they cannot drift.
+"""Generate the options tables (docs/options.md) from the option definitions, so they cannot
+drift.
 
-``python -m lookup_source.docs`` prints them, ``python -m lookup_source.docs --write README.md``
-rewrites the README's section (``make docs``); a test checks the README against them.
+``python -m lookup_source.docs`` prints them, ``python -m lookup_source.docs --write
+docs/options.md`` rewrites the page's generated part (``make docs``); a test checks the page.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _table(options: tuple[OptionSpec | CoreOption, ...]) -> list[str]:
 
 
 def options_markdown() -> str:
-    """The options section of the README: core options (with the surfaces that take them,
+    """The options tables: core options (with the surfaces that take them,
     when not every one), then each first-party connector's."""
     lines = ["### Options of every connector", "", *_table(DECLARED)]
     for name in FIRST_PARTY:
@@ -49,7 +50,7 @@ END = "<!-- options:end -->"
 
 
 def rewrite_readme(path: str) -> None:
-    """Replace the options section of the README at ``path`` with :func:`options_markdown`."""
+    """Replace the generated part of the page at ``path`` with :func:`options_markdown`."""
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
     start = text.index("\n", text.index(START)) + 1

@@ -4,7 +4,7 @@ Millions of lookups run while the store is killed and started again (Redis: SIGK
 binary again, reloading its saved data; Postgres: ``pg_ctl restart``), or while every
 connection to it is cut every second. With retries on, the job ends with every row exactly
 once and every value right; with retries off, it fails within the time the README promises.
-Each test prints its figures (``pytest -s``): the README's Guarantees quote them.
+Each test prints its figures (``pytest -s``): docs/guarantees.md quotes them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's cluster recipes 2 and 3, run as written with ``spark-submit`` on
+"""The cluster recipes 2 and 3 of docs/deployment.md, run as written with ``spark-submit`` on
 ``local-cluster`` (separate executor JVMs and Python workers):
 
 - recipe 2, a virtualenv packed by ``venv-pack -p env`` and shipped with ``--archives``: the
@@ -81,7 +81,7 @@ def submit(tmp_path: Path, redis_url: str, prefix: str, *spark_args: str) -> dic
 def test_the_packed_virtualenv_on_local_cluster(
     tmp_path: Path, redis_srv: Any, prefix: str, stored: None, spark_work_dir: None
 ) -> None:
-    # the README's commands: python -m venv env && env/bin/pip install $PACKAGES venv-pack;
+    # the recipe's commands: python -m venv env && env/bin/pip install $PACKAGES venv-pack;
     # env/bin/venv-pack -p env -o env.tar.gz
     run([sys.executable, "-m", "venv", "env"], tmp_path)
     pip = str(tmp_path / "env" / "bin" / "pip")
@@ -105,7 +105,7 @@ def test_the_packed_virtualenv_on_local_cluster(
 def test_the_zipped_package_on_local_cluster(
     tmp_path: Path, redis_srv: Any, prefix: str, stored: None, spark_work_dir: None
 ) -> None:
-    # the README's commands: pip install --no-deps --target build/pkg ...; python -m zipfile
+    # the recipe's commands: pip install --no-deps --target build/pkg ...; python -m zipfile
     target = tmp_path / "build" / "pkg"
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
     run([*pip, "--target", str(target), *PACKAGES], tmp_path)

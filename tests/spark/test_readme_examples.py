@@ -1,5 +1,6 @@
-"""Every Python and SQL example of the README runs as written, in order, against the services
-the tests start (Redis, Postgres seeded with docker/postgres-init.sql, the demo HTTP service).
+"""Every Python and SQL example of the README and of the pages under docs/ runs as written, in
+order, against the services the tests start (Redis, Postgres seeded with
+docker/postgres-init.sql, the demo HTTP service).
 
 The README's addresses are those of docker/compose.yaml; the test puts its own servers' in
 their place. A block that begins with ``# continues: <heading>`` runs with what the block under
@@ -17,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from tests.documentation import PAGES
+
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Example:
     language: str
     code: str
     line: int
+    page: str = "README.md"
 
     @property
     def continues(self) -> str | None:
@@ -47,13 +50,20 @@ class Example:
 
     @property
     def id(self) -> str:
-        return f"line{self.line}-{re.sub(r'[^a-z0-9]+', '-', self.heading.lower()).strip('-')}"
+        heading = re.sub(r"[^a-z0-9]+", "-", self.heading.lower()).strip("-")
+        page = "" if self.page == "README.md" else self.page.removeprefix("docs/")[:-3] + "-"
+        return f"{page}line{self.line}-{heading}"
 
 
 def examples() -> list[Example]:
+    return [example for page in PAGES for example in page_examples(page)]
+
+
+def page_examples(page: Path) -> list[Example]:
     found: list[Example] = []
     heading = ""
-    lines = README.read_text().splitlines()
+    name = str(page.relative_to(ROOT))
+    lines = page.read_text().splitlines()
     index = 0
     while index < len(lines):
         line = lines[index]
@@ -65,7 +75,7 @@ def examples() -> list[Example]:
                 end += 1
             if language in ("python", "sql"):
                 code = "\n".join(lines[index + 1 : end]) + "\n"
-                found.append(Example(heading, language, code, index + 1))
+                found.append(Example(heading, language, code, index + 1, name))
             index = end + 1
             continue
         if line.startswith("#"):
@@ -120,8 +130,8 @@ def _namespace(example: Example) -> dict[str, Any]:
         if heading.startswith(example.continues):
             return dict(namespace)
     raise AssertionError(
-        f"README line {example.line}: '# continues: {example.continues}' names no earlier "
-        "example's heading"
+        f"{example.page} line {example.line}: '# continues: {example.continues}' names no "
+        "earlier example's heading"
     )
 
 
@@ -154,6 +164,18 @@ def _statements(sql: str) -> list[str]:
     return [statement.strip() for statement in text.split(";") if statement.strip()]
 
 
+def test_the_first_example_needs_no_service(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first example runs as written, with nothing but Spark."""
+    first = next(e for e in EXAMPLES if e.language == "python")
+    assert first.heading.startswith("A first lookup join") and first.continues is None
+    namespace: dict[str, Any] = {"__name__": "readme_example"}
+    exec(compile(first.code, "README.md", "exec"), namespace)
+    rows = namespace["enriched"].orderBy("user_id").collect()
+    assert len(rows) == 1_000 and rows[1].name == "user-1" and rows[1].tier == 1
+    assert rows[950].name is None  # a missing key keeps its row, with nulls
+    assert "user-0" in capsys.readouterr().out
+
+
 def test_the_readme_has_examples_of_every_surface() -> None:
     code = "".join(example.code for example in EXAMPLES)
     surfaces = ("lookup_join(", "readStream", 'format("asynclookup")', "_lookup(TABLE(", "fetch=")
@@ -182,7 +204,7 @@ def test_the_example_runs_as_written(
             spark.sql(statement).collect()
         return
     namespace = _namespace(example)
-    exec(compile(code, f"README.md:{example.line}", "exec"), namespace)
+    exec(compile(code, f"{example.page}:{example.line}", "exec"), namespace)
     NAMESPACES.setdefault(example.heading, namespace)
     out = capsys.readouterr().out
     for heading, check in CHECKS.items():  # what the examples show is what the stores hold

@@ -1,16 +1,16 @@
-"""The README's examples stay true: they compile, and every option they name exists."""
+"""The documentation's examples stay true: they compile, and every option they name exists."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from lookup_source.options import CORE_OPTIONS
 from lookup_source.registry import FIRST_PARTY, resolve_connector
+from tests.documentation import text
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = text()  # the README and the pages under docs/
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
 KNOWN = {spec.name for spec in CORE_OPTIONS}
 PREFIXES = ["http.header."]
