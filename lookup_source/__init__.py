@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from lookup_source.spark.metrics import log_metrics, lookup_metrics
     from lookup_source.spark.sql import register_lookup_table
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "AsyncLookupDataSource",

@@ -12,6 +12,7 @@ import importlib.util
 import sys
 
 from lookup_source import __version__
+from lookup_source.registry import install_hint
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = _missing(modules)
     if missing:
         print(
-            f"asynclookup {args.command} needs {', '.join(missing)}: "
-            f"pip install 'asynclookup[{extra}]'",
+            f"asynclookup {args.command} needs {', '.join(missing)}: {install_hint(extra)}",
             file=sys.stderr,
         )
         return 2

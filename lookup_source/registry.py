@@ -36,7 +36,22 @@ class FirstParty:
 
     @property
     def install(self) -> str:
-        return f"pip install 'asynclookup[{self.name}]'"
+        return install_hint(self.name)
+
+
+def install_hint(extras: str) -> str:
+    """How to install the connectors of ``extras`` (``redis``, ``http,redis``, ``bench``...):
+    from a clone, since no index has asynclookup yet."""
+    names = [e.strip() for e in extras.split(",") if e.strip()]
+    folders = [f"./connectors/{n}" for n in names if n in ("redis", "http", "postgres")]
+    if "bench" in names:
+        folders = ["./connectors/redis", "./connectors/http", "./connectors/postgres"]
+        folders.append("matplotlib")
+    wanted = " ".join(folders) or "."
+    return (
+        f"pip install {wanted} from a clone of asynclookup (once it is published: "
+        f"pip install 'asynclookup[{','.join(names)}]')"
+    )
 
 
 FIRST_PARTY: dict[str, FirstParty] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pyarrow as pa
@@ -12,6 +13,30 @@ from lookup_source.engine.runner import run_lookups
 from lookup_source.spark.plan import LookupPlan
 
 INT64 = pa.int64()
+
+
+def index_reachable(timeout: float = 3.0) -> bool:
+    """Whether the package index pip uses (PIP_INDEX_URL, else PyPI) answers."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple"
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection(
+            (parts.hostname or "pypi.org", parts.port or (443 if parts.scheme == "https" else 80)),
+            timeout=timeout,
+        ):
+            return True
+    except OSError:
+        return False
+
+
+needs_index = pytest.mark.skipif(
+    not index_reachable(),
+    reason="no package index answers: this test installs packages as a user would (set "
+    "PIP_INDEX_URL to a mirror)",
+)
 
 
 def needs(feature: Any) -> pytest.MarkDecorator:

@@ -79,10 +79,11 @@ def test_bench_help_names_what_it_writes_to_the_stores() -> None:
     [
         (
             ["demo"],
-            "asynclookup demo needs aiohttp, asynclookup_http: pip install 'asynclookup[http]'",
+            "asynclookup demo needs aiohttp, asynclookup_http: pip install ./connectors/http "
+            "from a clone of asynclookup (once it is published: pip install 'asynclookup[http]')",
         ),
-        (["serve"], "asynclookup serve needs aiohttp: pip install 'asynclookup[http]'"),
-        (["bench", "--scenarios", "postgres", "--no-plot"], "pip install 'asynclookup[bench]'"),
+        (["serve"], "asynclookup serve needs aiohttp: pip install ./connectors/http from a clone"),
+        (["bench", "--scenarios", "postgres", "--no-plot"], "pip install 'asynclookup[bench]')"),
     ],
 )
 def test_a_missing_extra_is_named_in_one_line(argv: list[str], message: str) -> None:

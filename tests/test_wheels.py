@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import needs_index
+
 ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = [ROOT, *(ROOT / "connectors" / name for name in ("redis", "http", "postgres"))]
 
@@ -55,6 +57,7 @@ def _copies(where: Path) -> list[Path]:
     return copies
 
 
+@needs_index  # the dependencies (pyspark, pyarrow...) come from the index, as for a user
 @pytest.mark.timeout(1200)
 def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"

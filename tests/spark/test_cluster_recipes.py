@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import needs_index
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [str(ROOT), str(ROOT / "connectors" / "redis")]
 STORED = 1500
@@ -78,6 +80,7 @@ def submit(tmp_path: Path, redis_url: str, prefix: str, *spark_args: str) -> dic
     return result
 
 
+@needs_index  # the recipe installs the client libraries and venv-pack from the index
 def test_the_packed_virtualenv_on_local_cluster(
     tmp_path: Path, redis_srv: Any, prefix: str, stored: None, spark_work_dir: None
 ) -> None:

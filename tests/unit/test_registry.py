@@ -51,7 +51,9 @@ def test_missing_first_party_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
     )
     with pytest.raises(ConnectorNotFoundError) as info:
         registry.resolve_connector("redis")
-    assert "install it with pip install 'asynclookup[redis]'" in str(info.value)
+    assert "install it with pip install ./connectors/redis from a clone of asynclookup" in str(
+        info.value
+    )
     assert info.value.option == "connector"
 
 

@@ -7,6 +7,6 @@ Installed by ``pip install "asynclookup[http]"`` and registered through the
 
 from asynclookup_http.client import HttpLookupClient, classify
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["HttpLookupClient", "__version__", "classify"]

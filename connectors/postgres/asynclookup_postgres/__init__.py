@@ -7,6 +7,6 @@ Installed by ``pip install "asynclookup[postgres]"`` and registered through the
 
 from asynclookup_postgres.client import PostgresLookupClient, classify
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["PostgresLookupClient", "__version__", "classify"]

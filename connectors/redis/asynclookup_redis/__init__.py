@@ -7,6 +7,6 @@ Installed by ``pip install "asynclookup[redis]"`` and registered through the
 
 from asynclookup_redis.client import RedisLookupClient, classify
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["RedisLookupClient", "__version__", "classify"]
