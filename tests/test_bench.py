@@ -36,6 +36,10 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "20",
         "--memory-rows",
         "2000,4000",
+        "--fanout-matches",
+        "50",
+        "--fanout-rows",
+        "100,200",
         "--out",
         str(tmp_path),
         "--redis-url",
@@ -80,8 +84,17 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         (5, "asynclookup ordered"),
         (20, "Arrow UDF"),
     }
-    memory = [r for r in results if r["scenario"].startswith("memory")]
+    memory = [r for r in results if r["scenario"] == "memory (redis)"]
     assert [r["rows"] for r in memory] == [2000, 4000] and all(r["peak_memory_mb"] for r in memory)
+    fanned = [r for r in results if r["scenario"].startswith("memory fan-out")]
+    assert [r["rows"] for r in fanned] == [100 * 50, 200 * 50]  # every match of the hot key
+    assert all(r["peak_memory_mb"] for r in fanned)
+    strategies = {r["method"]: r["note"] for r in results if r["scenario"] == "redis"}
+    assert strategies["asynclookup strategy=broadcast"] == "broadcast: strategy=broadcast"
+    assert strategies["asynclookup strategy=auto"].startswith("broadcast: the table (~300 rows)")
+    cpu = next(r for r in results if r["method"] == "asynclookup ordered")["cpu_us_per_row"]
+    assert cpu["total"] > 0 and cpu["python_workers"] > 0 and cpu["spark_jvm"] > 0
+    assert "CPU per row, core-µs" in (tmp_path / "results.md").read_text()
     assert {t["scenario"] for t in data["targets"]} >= {"redis", "postgres", "memory"}
     table = (tmp_path / "results.md").read_text()
     assert "| redis | uniform | asynclookup ordered |" in table

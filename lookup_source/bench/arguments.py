@@ -73,6 +73,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="input sizes of the memory scenario (default: %(default)s)",
     )
     parser.add_argument(
+        "--fanout-matches",
+        type=int,
+        default=2_000,
+        help="memory scenario: rows of the one key of the fan-out (0: no fan-out) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fanout-rows",
+        default="1000,10000",
+        help="memory scenario: input rows of the fan-out, comma-separated (default: %(default)s)",
+    )
+    parser.add_argument(
         "--redis-url",
         default="redis://127.0.0.1:6379/0",
         help="the Redis of the redis scenarios; the bench writes its users under "

@@ -344,6 +344,29 @@ def asynclookup_fetch(ctx: Context) -> Result:
     )
 
 
+def asynclookup_strategy(strategy: str) -> Method:
+    """``lookup_join`` with ``strategy=broadcast`` or ``auto`` (the table scanned once and
+    broadcast-joined, when chosen), against the same store."""
+
+    def method(ctx: Context) -> Result:
+        from lookup_source import lookup_join, lookup_metrics
+
+        options = {**ctx.store.options, "capacity": str(ctx.capacity), "strategy": strategy}
+        out = lookup_join(ctx.df, "user_id", schema=SCHEMA, options=options)
+        seconds = timed(out)
+        metrics = lookup_metrics(out)
+        return ctx.result(
+            f"asynclookup strategy={strategy}",
+            ctx.df.count(),
+            seconds,
+            requests=metrics.requests,
+            note=f"{metrics.strategy}: {metrics.strategy_reason}",
+        )
+
+    method.__name__ = f"asynclookup_strategy_{strategy}"
+    return method
+
+
 def sql_table_function(ctx: Context) -> Result:
     from lookup_source import lookup_metrics, register_lookup_table
 
@@ -396,4 +419,31 @@ def ceiling(ctx: Context, keys_per_task: list[list[int]], rows: int) -> Result:
         rows,
         seconds,
         note=f"{requests:,} keys, as asynclookup sends them",
+    )
+
+
+def fanout(spark: Any, store: Store, rows: int, matches: int) -> Result:
+    """``lookup_join`` of ``rows`` input rows of one key that has ``matches`` rows (one task):
+    the output is ``rows x matches`` rows, its peak Python worker memory the figure."""
+    from pyspark.sql import functions as F
+
+    from lookup_source import lookup_join, lookup_metrics
+
+    df = spark.range(rows, numPartitions=1).select(
+        F.col("id").alias("event_id"), F.lit(7).cast("long").alias("user_id")
+    )
+    out = lookup_join(df, "user_id", schema=SCHEMA, options=store.options)
+    started = time.monotonic()
+    count = out.count()
+    seconds = time.monotonic() - started
+    metrics = lookup_metrics(out)
+    return Result(
+        f"memory fan-out ({store.name})",
+        "one key",
+        "asynclookup ordered",
+        count,
+        seconds,
+        requests=metrics.requests,
+        peak_memory_mb=metrics.peak_rss_mb,
+        note=f"{rows:,} input rows x {matches:,} matches",
     )

@@ -38,7 +38,13 @@ from typing import Any
 from lookup_source.bench import methods as m
 from lookup_source.bench.cpu import GROUPS, CpuMeter
 from lookup_source.bench.methods import Context, Method, Result
-from lookup_source.bench.stores import Store, http_store, postgres_store, redis_store
+from lookup_source.bench.stores import (
+    Store,
+    fanout_store,
+    http_store,
+    postgres_store,
+    redis_store,
+)
 
 BATCH_ROWS = 10_000
 
@@ -94,6 +100,8 @@ def methods_for(store: Store, distribution: str) -> list[Method]:
     chosen += [m.asynclookup("ordered"), m.asynclookup("unordered")]
     if store.kind == "http":
         chosen.append(m.asynclookup_fetch)
+    if store.can_scan:
+        chosen += [m.asynclookup_strategy("broadcast"), m.asynclookup_strategy("auto")]
     if distribution == "zipf":
         chosen.append(m.asynclookup("ordered", cache=True))
         chosen.append(m.asynclookup("ordered", cache=True, by_key=True))
@@ -200,7 +208,8 @@ def run_sweep(spark: Any, args: Any) -> list[Result]:
 
 
 def run_memory(spark: Any, args: Any) -> list[Result]:
-    """Peak memory of a fresh Python worker per task, lookup_join over Redis, by input size."""
+    """Peak memory of a fresh Python worker per task, lookup_join over Redis, by input size;
+    then a fan-out: every input row's key has ``--fanout-matches`` rows in Postgres."""
     results: list[Result] = []
     with redis_store(args.redis_url, args.users) as store:
         store.name = "memory (redis)"
@@ -211,6 +220,11 @@ def run_memory(spark: Any, args: Any) -> list[Result]:
             result = m.asynclookup("ordered")(ctx)
             result.note = f"{rows:,} input rows"
             results.append(result)
+    if args.fanout_matches:
+        with fanout_store(args.postgres_url, args.fanout_matches) as store:
+            for rows in (int(r) for r in args.fanout_rows.split(",")):
+                print(f"  memory: fan-out, {rows:,} rows x {args.fanout_matches:,} ...", flush=True)
+                results.append(m.fanout(spark, store, rows, args.fanout_matches))
     return results
 
 
@@ -263,7 +277,7 @@ def targets(results: list[Result]) -> list[tuple[str, str, float | None, bool | 
             check(scenario, "≥ 0.8x the raw aiohttp client", _ratio(ours, raw), 0.8)
         if sql and ours:
             check(scenario, "SQL table function ≥ 0.8x lookup_join", _ratio(sql, ours), 0.8)
-    memory = [r for r in results if r.scenario.startswith("memory")]
+    memory = [r for r in results if r.scenario == "memory (redis)"]
     if len(memory) >= 2 and memory[0].peak_memory_mb:
         ratio = memory[-1].peak_memory_mb / memory[0].peak_memory_mb
         check(
@@ -290,8 +304,9 @@ def report(results: list[Result], args: Any, machine: str) -> str:
         "| peak worker MB | note |"
     )
     sweep = [r for r in results if r.scenario.startswith("sweep")]
-    memory = [r for r in results if r.scenario.startswith("memory")]
-    rest = [r for r in results if r not in sweep and r not in memory]
+    memory = [r for r in results if r.scenario == "memory (redis)"]
+    fanned = [r for r in results if r.scenario.startswith("memory fan-out")]
+    rest = [r for r in results if r not in sweep and r not in memory and r not in fanned]
     for (scenario, distribution), group in _groups(rest).items():
         ours = _find(group, "asynclookup ordered")
         lines += [
@@ -349,6 +364,17 @@ def report(results: list[Result], args: Any, machine: str) -> str:
         lines += [
             f"| {r.rows:,} | {r.seconds:.1f} | {r.rows_per_s:,.0f} | {r.peak_memory_mb:,.0f} |"
             for r in memory
+        ]
+        lines.append("")
+    if fanned:
+        lines += [
+            "### memory: one key with many matches (Postgres), one task",
+            "",
+            "| input | output rows | seconds | peak Python worker memory (MB) |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.note} | {r.rows:,} | {r.seconds:.1f} | {r.peak_memory_mb:,.0f} |" for r in fanned
         ]
         lines.append("")
     checks = targets(results)

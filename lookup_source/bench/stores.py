@@ -182,3 +182,36 @@ def postgres_store(url: str, users: int, *, delay_ms: float = 0.0) -> Iterator[S
             )
     finally:
         asyncio.run(drop())
+
+
+@contextmanager
+def fanout_store(url: str, matches: int) -> Iterator[Store]:
+    """A Postgres table where user 7 has ``matches`` rows (one-to-many), through postgres.query."""
+    import asyncpg
+
+    table = f"{TABLE}_fanout"
+
+    async def run(sql: str, rows: list[tuple[Any, ...]] | None = None) -> None:
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute(sql)
+            if rows:
+                await connection.copy_records_to_table(table, records=rows)
+                await connection.execute(f"CREATE INDEX ON {table} (user_id); ANALYZE {table}")
+        finally:
+            await connection.close()
+
+    create = (
+        f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (user_id bigint, name text, tier text)"
+    )
+    asyncio.run(run(create, [(7, f"order {n}", "pro") for n in range(matches)]))
+    try:
+        query = f"SELECT user_id, name, tier FROM {table} WHERE user_id = ANY($1)"
+        yield Store(
+            "postgres",
+            "postgres",
+            {"connector": "postgres", "url": url, "postgres.query": query},
+            target=url,
+        )
+    finally:
+        asyncio.run(run(f"DROP TABLE IF EXISTS {table}"))
