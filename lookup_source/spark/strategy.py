@@ -113,5 +113,7 @@ def input_rows(df: Any) -> int | None:
     size = _SIZE.search(text)
     if size is None:
         return None
-    rows = int(float(size.group(1)) * _UNITS.get(size.group(2), 1) // width)
-    return None if rows >= 2**62 else rows  # Spark's "unknown" is Long.MaxValue bytes
+    total = float(size.group(1)) * _UNITS.get(size.group(2), 1)
+    if total >= 2**62:  # Spark's "unknown" is about Long.MaxValue bytes
+        return None
+    return int(total // width)

@@ -45,8 +45,11 @@ from lookup_source.connector_api import (
     translated_errors,
 )
 
-SAMPLE_KEYS = 5_000
-"""Keys sampled by ``SCAN`` to estimate how many match the key pattern."""
+COUNTED_KEYS = 1_000_000
+"""Up to this many keys in the database, those matching the key pattern are counted exactly."""
+
+SAMPLE_KEYS = 20_000
+"""Beyond: keys sampled by ``SCAN`` to estimate how many match the key pattern."""
 
 _pack: Any
 try:
@@ -307,21 +310,29 @@ class RedisLookupClient(LookupClient):
     # -- scans ---------------------------------------------------------------------------------
 
     async def estimate_rows(self) -> int | None:
-        """The keys matching ``redis.key.pattern``: exact when a sample of ``SCAN`` walks the
-        whole keyspace, else the database's size times the share of a sample that matches."""
+        """The keys matching ``redis.key.pattern``: counted by ``SCAN MATCH`` when the database
+        holds at most :data:`COUNTED_KEYS` keys, else the database's size times the share of a
+        sample of ``SCAN`` that matches."""
         with _REDIS_ERRORS:
             if self._redis is None:
                 raise RuntimeError("RedisLookupClient.estimate_rows() called before open()")
             total = int(await self._redis.dbsize())
-            _, regex = self._template.scan_pattern()
+            glob, regex = self._template.scan_pattern()
+
+            def matches(key: bytes) -> bool:
+                return regex.fullmatch(key.decode("utf-8", "surrogateescape")) is not None
+
+            if total <= COUNTED_KEYS:
+                counted = 0
+                async for key in self._redis.scan_iter(match=glob, count=1_000):
+                    counted += matches(key)
+                return counted
             seen = matched = 0
             cursor = 0
             while True:
                 cursor, found = await self._redis.scan(cursor, count=1_000)
                 seen += len(found)
-                matched += sum(
-                    1 for key in found if regex.fullmatch(key.decode("utf-8", "surrogateescape"))
-                )
+                matched += sum(matches(key) for key in found)
                 if not cursor:
                     return matched  # the whole keyspace was walked
                 if seen >= SAMPLE_KEYS:
