@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,13 +19,11 @@ from pyspark.sql.types import (
 )
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.runner import ClientFactory, run_lookups
-from lookup_source.engine.scan import estimate_rows
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.errors import ConfigurationError, OptionError, SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import ERROR_COLUMN, LookupOptions, option_text, parse_options
+from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.metrics import (
     METRICS_COLUMN,
     MetricsRows,
@@ -36,13 +33,11 @@ from lookup_source.spark.metrics import (
     observed,
 )
 from lookup_source.spark.plan import LookupPlan, output_rows
-from lookup_source.spark.strategy import Choice, choose, input_rows
-from lookup_source.spark.versions import BROADCAST, CONNECT_METRICS
+from lookup_source.spark.strategy import broadcast_join, strategy_of
+from lookup_source.spark.versions import CONNECT_METRICS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-log = logging.getLogger("lookup_source")
 
 
 def lookup_join(
@@ -115,100 +110,6 @@ def lookup_join(
         return df.mapInArrow(task, out_schema)
     with_metrics = StructType([*out_schema.fields, StructField(METRICS_COLUMN, StringType())])
     return observed(df.mapInArrow(task, with_metrics), name)
-
-
-def strategy_of(
-    df: DataFrame, plan: LookupPlan, options: Mapping[str, Any] | LookupOptions | None
-) -> Choice:
-    """The strategy of a lookup_join (``strategy``): checked when asked for, chosen from sizes
-    under ``auto``, logged in one line."""
-    lookup_options = plan.options
-    requested = lookup_options.strategy
-    client_class = lookup_options.connector_class()
-    config = plan.connector_config()
-    can_scan = client_class.can_scan(config)
-    if requested == "broadcast":
-        BROADCAST.require()
-        why = (
-            "the input is a stream: a table scanned once would go stale"
-            if df.isStreaming
-            else f"the {client_class.name} connector cannot scan its table"
-            if not can_scan
-            else "it reads the table through the data source, whose options are strings: give "
-            "options as a mapping"
-            if not isinstance(options, Mapping)
-            else None
-        )
-        if why is not None:
-            raise OptionError("strategy", f"is broadcast, but {why}; use lookup or auto")
-
-    def table_rows() -> int | None:
-        try:
-            with read_on_driver(ESTIMATING):
-                return estimate_rows(client_class, config)
-        except Exception as error:  # an estimate never fails the job: lookups are kept
-            log.info("asynclookup: the table's size is unknown: %s", error)
-            return None
-
-    choice = choose(
-        requested if isinstance(options, Mapping) or requested != "auto" else "lookup",
-        streaming=df.isStreaming,
-        can_scan=can_scan,
-        exact_keys=client_class.exact_key_match(config),
-        table_rows=table_rows,
-        input_rows=lambda: input_rows(df),
-        max_rows=lookup_options.broadcast_max_rows,
-        connector=client_class.name,
-    )
-    log.info("asynclookup: strategy %s: %s", choice.strategy, choice.reason)
-    return choice
-
-
-ESTIMATING = (
-    "strategy=auto estimates the table's size (or set strategy=lookup or broadcast, and only "
-    "the executors need the variable)"
-)
-"""Why a secret is read on the driver when strategy=auto asks the store for its size."""
-
-_LOOKUP_ONLY = ("strategy", "strategy.broadcast.max-rows", "partition.by-key")
-
-
-def broadcast_join(
-    df: DataFrame,
-    on_columns: Sequence[str],
-    plan: LookupPlan,
-    options: Mapping[str, Any],
-    *,
-    how: str,
-) -> DataFrame:
-    """``df`` joined to the whole table, read once through the data source and broadcast: the
-    same rows lookups give, for a table that does not change meanwhile."""
-    from pyspark.sql import functions as F
-
-    from lookup_source.spark.datasource import AsyncLookupDataSource
-
-    spark = df.sparkSession
-    spark.dataSource.register(AsyncLookupDataSource)
-    reader_options = {
-        str(k): v if isinstance(v, str) else option_text(v)
-        for k, v in options.items()
-        if str(k).strip().lower() not in _LOOKUP_ONLY
-    }
-    reader_options["filter.pushdown"] = "false"
-    fields = list(plan.schema.fields)
-    if plan.options.error_column:
-        fields.append(StructField(ERROR_COLUMN, StringType(), True))
-    reader = spark.read.format("asynclookup").options(**reader_options)
-    table = reader.schema(StructType(fields)).load()
-    keys = [f"__asynclookup_key_{i}" for i in range(len(on_columns))]
-    carried = [F.col(f.name) for f in plan.value_fields]
-    if plan.options.error_column:
-        carried.append(F.col(ERROR_COLUMN))
-    table = table.select(*[F.col(k).alias(a) for k, a in zip(plan.key_names, keys)], *carried)
-    condition = functools.reduce(
-        lambda a, b: a & b, [df[o] == F.col(k) for o, k in zip(on_columns, keys)]
-    )
-    return df.join(F.broadcast(table), condition, how).drop(*keys)
 
 
 def lookup_options_of(
