@@ -106,6 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="runs of each fast method, the best kept (the per-row and threaded methods run "
         "once) (default: %(default)s)",
     )
+    parser.add_argument(
+        "--skip-slow",
+        action="store_true",
+        help="leave out the per-row and threaded methods (minutes at full size), for runs "
+        "about the fast ones and CPU per row",
+    )
     parser.add_argument("--no-plot", action="store_true", help="write no PNG plots")
 
 

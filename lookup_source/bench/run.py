@@ -120,6 +120,8 @@ def run_scenario(spark: Any, name: str, distribution: str, args: Any) -> list[Re
         ctx = Context(spark, store, df, sample, args, args.capacity, distribution)
         m.METER = CpuMeter(store.server_port)
         for method in methods_for(store, distribution):
+            if args.skip_slow and method in m.SLOW_METHODS:
+                continue
             runs = 1 if method in m.SLOW_METHODS else max(1, args.repeat)
             results.append(_best_of(runs, functools.partial(_measured, method, ctx, store)))
         keys = task_keys(df)
