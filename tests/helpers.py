@@ -15,6 +15,14 @@ from lookup_source.spark.plan import LookupPlan
 INT64 = pa.int64()
 
 
+def clean_environment(*also: str) -> dict[str, str]:
+    """This process's environment without what points into the clone or its Spark (the Spark
+    fixture puts the clone on PYTHONPATH for its executors, where pip would find asynclookup
+    installed), and without the variables ``also`` names."""
+    dropped = {"PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", *also}
+    return {k: v for k, v in os.environ.items() if k not in dropped}
+
+
 def index_reachable(timeout: float = 3.0) -> bool:
     """Whether the package index pip uses (PIP_INDEX_URL, else PyPI) answers."""
     import socket

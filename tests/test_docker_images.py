@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import needs_index
+from tests.helpers import clean_environment, needs_index
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -61,19 +61,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _clean_environment(python_bin: Path) -> dict[str, str]:
-    dropped = ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
-    env["PATH"] = os.pathsep.join([str(python_bin), env.get("PATH", "")])
-    return env
-
-
 def replay(image: Image, context: Path, scratch: Path) -> tuple[Path, dict[str, str]]:
     """Run the steps; return the working directory the command starts in, and its environment
     (the base image's Python first on the PATH)."""
     base = scratch / "python"
     venv.create(base, with_pip=True)
-    env = _clean_environment(base / "bin")
+    env = clean_environment()
+    env["PATH"] = os.pathsep.join([str(base / "bin"), env.get("PATH", "")])
     root = scratch / "root"
     workdir = root
     workdir.mkdir(parents=True)

@@ -3,7 +3,6 @@ editable) into a fresh virtual environment, and the demo run from outside the cl
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,17 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import needs_index
+from tests.helpers import clean_environment, needs_index
 
 ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = [ROOT, *(ROOT / "connectors" / name for name in ("redis", "http", "postgres"))]
-
-
-def clean_environment() -> dict[str, str]:
-    """This process's environment without what points into the clone: the Spark fixture puts
-    the clone on PYTHONPATH (for its executors), where pip would find asynclookup installed."""
-    dropped = ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
-    return {k: v for k, v in os.environ.items() if k not in dropped}
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 600):  # type: ignore[no-untyped-def]
