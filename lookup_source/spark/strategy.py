@@ -28,7 +28,7 @@ from lookup_source.engine.scan import estimate_rows
 from lookup_source.errors import OptionError
 from lookup_source.options import ERROR_COLUMN, LookupOptions, option_text
 from lookup_source.spark.plan import LookupPlan
-from lookup_source.spark.versions import BROADCAST, DATA_SOURCE
+from lookup_source.spark.versions import BROADCAST
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -67,8 +67,8 @@ def choose(
         return Choice(requested, f"strategy={requested}")
     if streaming:
         return Choice("lookup", "the input is a stream: a table scanned once would go stale")
-    if not (DATA_SOURCE.available() if data_source is None else data_source):
-        return Choice("lookup", DATA_SOURCE.message())
+    if not (BROADCAST.available() if data_source is None else data_source):
+        return Choice("lookup", BROADCAST.message().split(": on PySpark")[0])
     if not can_scan:
         return Choice("lookup", f"the {connector} connector cannot scan its table")
     if not exact_keys:

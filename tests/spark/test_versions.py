@@ -104,11 +104,11 @@ def _makefile_matrix() -> tuple[list[str], dict[str, str]]:
 
 
 def test_the_readme_versions_table_says_what_the_code_and_the_matrix_do() -> None:
-    from lookup_source.spark.versions import CONNECT_METRICS
+    from lookup_source.spark.versions import BROADCAST, CONNECT_METRICS
 
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Supported versions") :]
-    rows = [line for line in section.splitlines()[2:12] if line.startswith("|")]
+    rows = [line for line in section.splitlines()[2:14] if line.startswith("|")]
     header = [cell.strip() for cell in rows[0].strip("|").split("|")]
     minors, pins = _makefile_matrix()
     assert [re.sub("PySpark ", "", h) for h in header[1:]] == minors
@@ -118,6 +118,7 @@ def test_the_readme_versions_table_says_what_the_code_and_the_matrix_do() -> Non
         "the data source": DATA_SOURCE,
         "filter pushdown": FILTER_PUSHDOWN,
         "the SQL table function": TABLE_FUNCTION,
+        "`strategy=broadcast`": BROADCAST,
     }
     for line in rows[2:]:
         cells = [cell.strip() for cell in line.strip("|").split("|")]

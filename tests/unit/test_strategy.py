@@ -51,7 +51,7 @@ def test_a_small_table_and_a_larger_input_are_broadcast() -> None:
         (10, 5_000, {"streaming": True}, "the input is a stream"),
         (10, 5_000, {"can_scan": False, "connector": "http"}, "the http connector cannot scan"),
         (10, 5_000, {"exact_keys": False}, "the key's type compares otherwise"),
-        (10, 5_000, {"data_source": False}, "the asynclookup data source needs PySpark >= 4.0"),
+        (10, 5_000, {"data_source": False}, "strategy=broadcast (a scan of the table, broadca"),
     ],
 )
 def test_otherwise_lookups_are_kept_and_the_reason_says_why(
