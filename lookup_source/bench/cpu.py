@@ -4,8 +4,9 @@ Wall time on a shared machine swings by tens of percent between runs; CPU time p
 process, is steadier and says where the cost is:
 
 - ``spark_jvm``: the Spark driver JVM (local mode: the executors too);
-- ``python_workers``: every Python process Spark starts (the daemon and its workers, those that
-  have exited included: a parent's reaped children count in its ``cutime``);
+- ``python_workers``: every Python process Spark starts (the daemon and its workers), sampled
+  every 0.1 s while a method runs: a worker that exits meanwhile counts up to its last sample
+  (PySpark's daemon lets the kernel reap its workers, whose time then reaches no parent);
 - ``store``: the store's server, found by the port it listens on, with the children it has
   reaped (Postgres' short-lived backends) and those still running;
 - ``bench``: this process (a thread pool, the embedded HTTP service, a latency proxy);
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -133,12 +135,23 @@ class CpuSeconds:
 
 
 class CpuMeter:
-    """Snapshots of the CPU time of a bench run's process groups; subtract two to get what
-    happened between them."""
+    """The CPU time of a bench run's process groups over a measured stretch::
 
-    def __init__(self, store_port: int | None = None) -> None:
+    meter = CpuMeter(store_port)
+    meter.start()
+    ...                         # the method runs
+    used = meter.stop()         # CpuSeconds by group
+    """
+
+    def __init__(self, store_port: int | None = None, interval: float = 0.1) -> None:
         self.store_pid = listening_pid(store_port) if store_port else None
         self.available = os.path.exists("/proc/self/stat")
+        self.interval = interval
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._start: CpuSeconds | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def _jvm(self, processes: dict[int, _Stat]) -> _Stat | None:
         for stat in _descendants(os.getpid(), processes):
@@ -146,31 +159,54 @@ class CpuMeter:
                 return stat
         return None
 
-    def snapshot(self) -> CpuSeconds:
+    def _sample(self) -> CpuSeconds:
+        """The groups whose totals /proc keeps (JVM, store, bench, raw client), and a sample
+        of every Python process of Spark, each remembered by its pid."""
         out = CpuSeconds()
-        if not self.available:
-            return out
         processes = _processes()
         me = processes.get(os.getpid())
         if me is not None:
             out.seconds["bench"] = me.own
         jvm = self._jvm(processes)
-        skip: set[int] = set()
         if jvm is not None:
             out.seconds["spark_jvm"] = jvm.own
-            python = jvm.reaped  # Python daemons the JVM started and has waited for
-            for stat in _descendants(jvm.pid, processes):
-                python += stat.own + stat.reaped
-                skip.add(stat.pid)
-            out.seconds["python_workers"] = python
-            skip.add(jvm.pid)
+            for stat in [jvm, *_descendants(jvm.pid, processes)]:
+                used = stat.reaped if stat is jvm else stat.own + stat.reaped
+                self._first.setdefault(stat.pid, used if self._start is None else 0.0)
+                self._last[stat.pid] = max(self._last.get(stat.pid, 0.0), used)
         if self.store_pid is not None and self.store_pid in processes:
-            server = processes[self.store_pid]
+            server = processes[self.store_pid]  # Postgres reaps its backends: cutime is whole
             store = server.own + server.reaped
             for stat in _descendants(server.pid, processes):
                 store += stat.own
             out.seconds["store"] = store
-        # what this process started and has waited for, but Spark's JVM (the raw client)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the raw client's processes
         out.seconds["raw_client"] = children.ru_utime + children.ru_stime
         return out
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> None:
+        self._first.clear()
+        self._last.clear()
+        self._start = None
+        if not self.available:
+            return
+        self._start = self._sample()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> CpuSeconds:
+        if not self.available or self._start is None:
+            return CpuSeconds()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        used = self._sample() - self._start
+        used.seconds["python_workers"] = sum(
+            self._last[pid] - self._first.get(pid, 0.0) for pid in self._last
+        )
+        return used

@@ -78,12 +78,13 @@ def timed(df: Any) -> float:
     """Seconds to compute every row of ``df`` (written nowhere); its CPU by process group goes
     to :data:`LAST_CPU` when a :data:`METER` is set."""
     global LAST_CPU
-    before = METER.snapshot() if METER is not None else None
+    if METER is not None:
+        METER.start()
     started = time.monotonic()
     df.write.format("noop").mode("overwrite").save()
     seconds = time.monotonic() - started
-    if METER is not None and before is not None:
-        LAST_CPU = METER.snapshot() - before
+    if METER is not None:
+        LAST_CPU = METER.stop()
     return seconds
 
 
@@ -399,7 +400,8 @@ def ceiling(ctx: Context, keys_per_task: list[list[int]], rows: int) -> Result:
     global LAST_CPU
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    before = METER.snapshot() if METER is not None else None
+    if METER is not None:
+        METER.start()
     started = time.monotonic()
     processes = [
         context.Process(target=_raw_process, args=(ctx.store, keys, ctx.capacity, queue))
@@ -410,8 +412,8 @@ def ceiling(ctx: Context, keys_per_task: list[list[int]], rows: int) -> Result:
     for process in processes:
         process.join()
     seconds = time.monotonic() - started
-    if METER is not None and before is not None:
-        LAST_CPU = METER.snapshot() - before
+    if METER is not None:
+        LAST_CPU = METER.stop()
     requests = sum(len(k) for k in keys_per_task)
     decode = " + json.loads" if ctx.store.kind == "redis" else ""
     return ctx.result(

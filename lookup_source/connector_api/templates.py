@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lookup_source.connector_api.client import Key
 from lookup_source.connector_api.keys import python_keys
@@ -100,21 +99,6 @@ class KeyTemplate:
                 raise OptionError(
                     option, f"{template!r} must use every key column; missing {', '.join(missing)}"
                 )
-
-    def render_arrow(self, keys: pa.RecordBatch) -> pa.Array | None:
-        """The text of every key of a batch as an Arrow string array, built in Arrow with no
-        Python object per key (a template with one plain placeholder, an integer or string key
-        column); None when the template or the key type needs :meth:`render_all`."""
-        if self._affixes is None:
-            return None
-        column = keys.column(0)
-        if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)):
-            return None
-        texts = column.cast(pa.string())
-        prefix, suffix = self._affixes
-        if not prefix and not suffix:
-            return texts
-        return pc.binary_join_element_wise(prefix, texts, suffix, "")
 
     def render_all(self, keys: pa.RecordBatch) -> list[str]:
         """The text of every key of a batch of key columns, in order (integer and string keys

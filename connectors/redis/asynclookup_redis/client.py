@@ -18,9 +18,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from asynclookup_redis.values import RedisValues
 from lookup_source.connector_api import (
@@ -79,17 +77,6 @@ def _arguments(texts: list[str]) -> list[str] | list[bytes]:
     except UnicodeEncodeError:
         return [t.encode("utf-8", "surrogateescape") for t in texts]
     return texts
-
-
-def mget_command(texts: pa.Array) -> bytes:
-    """``MGET`` of the Redis keys ``texts`` (UTF-8) in the Redis protocol, built in Arrow:
-    ``*<n+1> $4 MGET`` then ``$<bytes> <key>`` per key, each line ended by CRLF."""
-    lengths = pc.binary_length(texts).cast(pa.string())
-    lines = pc.binary_join_element_wise("$", lengths, "\r\n", texts, "\r\n", "")
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)
-    start, end = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
-    body = lines.buffers()[2][start:end].to_pybytes()
-    return f"*{len(texts) + 1}\r\n$4\r\nMGET\r\n".encode() + body
 
 
 def _disconnect(connection: Any) -> Any:
@@ -267,13 +254,7 @@ class RedisLookupClient(LookupClient):
 
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         with _REDIS_ERRORS:
-            texts = None if self._format == "hash" else self._template.render_arrow(keys)
-            if texts is None:
-                return await self._fetch(keys, self._template.render_all(keys))
-            # the hot path: the MGET command built in Arrow, key texts made only if a reply
-            # needs naming (the reference path)
-            (replies,) = await self._send(mget_command(texts), 1)
-            return self._decoded(replies, texts.to_pylist)
+            return await self._fetch(keys, self._template.render_all(keys))
 
     async def _fetch(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
         """Read the Redis keys ``redis_keys`` of the lookup keys ``keys``."""
