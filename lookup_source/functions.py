@@ -26,10 +26,13 @@ the driver and rebuilt in each task, so sessions and pools belong in ``open``::
             await self.session.close()
 
 The function is a connector like any other (:class:`FunctionLookupClient`, ``connector`` =
-``function``), so every engine feature applies. What it raises means what it means for a
-connector: :class:`TransientError` (with ``retry_after``) is retried, :class:`PermanentError` is
-not; a timeout or an ``OSError`` (refused, reset connections) is transient; any other exception
-is permanent. Messages name the function by its qualified name, and the key.
+``function``), so every engine feature applies. An object whose calls always end promptly once
+cancelled (aiohttp, asyncpg, most asyncio code) may set ``honours_cancellation = True``: each
+attempt's ``timeout.ms`` then costs a plain ``asyncio.timeout`` instead of a task of its own.
+What it raises means what it means for a connector: :class:`TransientError` (with
+``retry_after``) is retried, :class:`PermanentError` is not; a timeout or an ``OSError``
+(refused, reset connections) is transient; any other exception is permanent. Messages name the
+function by its qualified name, and the key.
 """
 
 from __future__ import annotations
@@ -171,6 +174,11 @@ class FunctionLookupClient(LookupClient):
         self.function = function
         self.name = f"{function.argument}={function.name}"  # type: ignore[misc]
         self._call = function.function
+        # a function that always ends promptly once cancelled may say so: timeout.ms is then
+        # enforced with a plain asyncio.timeout, not a task per attempt (less CPU per call)
+        self.honours_cancellation = bool(  # type: ignore[misc]
+            getattr(function.function, "honours_cancellation", False)
+        )
 
     @classmethod
     def batch_size_default(cls, connector_options: Mapping[str, Any]) -> int:

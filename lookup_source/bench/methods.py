@@ -293,6 +293,8 @@ class HttpFetch:
     task, answers decoded by msgspec as the connector does): what the ``fetch=`` adapter
     costs, next to the connector."""
 
+    honours_cancellation = True  # aiohttp's calls end at once when cancelled
+
     def __init__(self, target: str, batch: bool, capacity: int) -> None:
         self.target = target
         self.batch = batch

@@ -286,3 +286,19 @@ def test_a_function_that_cannot_be_pickled_is_refused_on_the_driver() -> None:
         lookup_options_of(None, function)
     with pytest.raises(OptionError, match="or your own async function as fetch= or fetch_many="):
         lookup_options_of(None, None)
+
+
+def test_a_function_that_honours_cancellation_may_say_so() -> None:
+    class Prompt:
+        honours_cancellation = True
+
+        async def __call__(self, key: Any) -> Any:
+            return USERS.get(key)
+
+    quick = LookupFunction.of(fetch=Prompt())
+    careful = LookupFunction.of(fetch=Recorder())
+    assert quick is not None and careful is not None
+    config = LookupPlan.build(parse_options(quick.options(None)), SCHEMA).connector_config()
+    assert quick.client(config).honours_cancellation is True
+    assert careful.client(config).honours_cancellation is False  # the safe default
+    assert [r["name"] for r in run(quick, [1, 500])] == ["user 1", None]
