@@ -199,8 +199,12 @@ class LookupQuery:
     def returned_keys(self, values: Sequence[Any], position: int, keys: pa.RecordBatch) -> pa.Array:
         """A key column of the answer, in the asked keys' type, to match rows to keys."""
         wanted = keys.column(position).type
-        if self.key_types[position] not in EXACT_KEY_TYPES:
+        pg_type = self.key_types[position]
+        if pg_type not in EXACT_KEY_TYPES:
             values = [_normal(v) for v in values]
+        elif _native(pg_type, wanted):  # ints into ints, text into strings: no check per value
+            with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
+                return pa.array(values, type=wanted)
         array, _ = to_arrow_column(list(values), wanted, column=self.config.key_columns[position])
         return array  # a key that does not convert is null: it matches no asked key
 

@@ -127,6 +127,34 @@ def test_lookups_by_bigint_uuid_and_text_keys(
     assert rows[0]["id"] in (3, 7, 9) and rows[1]["id"] is None
 
 
+@pytest.mark.parametrize(
+    ("schema", "keys", "key_type", "found"),
+    [
+        ("id int, name string", [4, 60], pa.int32(), [4, None]),
+        ("id smallint, name string", [4, 60], pa.int16(), [4, None]),
+        ("big long, name string", [40_000_000_000, 7], INT64, [40_000_000_000, None]),
+        ("name string, id int", ["name '4'", "name '60'"], pa.string(), ["name '4'", None]),
+    ],
+)
+def test_keys_of_another_width_or_type_than_the_column_match(
+    postgres_srv: Any,
+    users: str,
+    schema: str,
+    keys: list[Any],
+    key_type: pa.DataType,
+    found: list[Any],
+) -> None:
+    """The rows returned are matched to the keys asked in the keys' own Arrow type (an integer
+    column asked with int16 or int32 keys, a text column with strings)."""
+    rows = lookup(postgres_srv.url, schema, keys, key_type=key_type, **{"postgres.table": users})
+    key, value = schema.split(", ")[0].split()[0], schema.split(", ")[1].split()[0]
+    assert [r[key] for r in rows] == keys
+    if value == "name":
+        assert [r["name"] for r in rows] == [None if f is None else "name '4'" for f in found]
+    else:
+        assert [r["id"] for r in rows] == [None if f is None else 4 for f in found]
+
+
 def test_composite_keys(postgres_srv: Any, pg: Any, table_name: str) -> None:
     pg(
         f"CREATE TABLE {table_name} (tenant text, user_id bigint, plan text, "
