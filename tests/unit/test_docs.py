@@ -34,3 +34,20 @@ def test_benchmark_table_quotes_the_committed_results() -> None:
     assert len(figures) > 20
     missing = sorted(f for f in figures if f not in results)
     assert missing == [], f"docs/benchmarks.md quotes figures not in benchmarks/results: {missing}"
+
+
+def test_readme_demo_output_is_the_committed_run() -> None:
+    """The README quotes the demo's table from a run kept in benchmarks/results/demo."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The demo") :]
+    block = section[section.index("```\n") + 4 :]
+    block = block[: block.index("```")]
+    run = (ROOT / "benchmarks" / "results" / "demo" / "output.txt").read_text()
+    quoted = [line for line in block.splitlines() if line.strip()]
+    assert len(quoted) >= 4
+    missing = [line for line in quoted if line not in run.splitlines()]
+    assert missing == [], f"README's demo output is not in benchmarks/results/demo: {missing}"
+    speedup = re.search(r"asynclookup lookup_join.*\s([\d.]+)x$", block, re.MULTILINE)
+    assert speedup is not None
+    why = readme[: readme.index("## Supported versions")]
+    assert f"{round(float(speedup.group(1)))}x faster than a synchronous per-row UDF" in why
