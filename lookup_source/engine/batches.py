@@ -45,6 +45,11 @@ class Job:
     output: JoinedRows | None = None
     held_rows: int = 0
     """Rows this batch holds in the engine's buffer: its input rows, then its matches."""
+    keys_of_failed_requests: int = 0
+    """Of its distinct keys, how many got error rows because their request failed."""
+    keys_with_bad_values: int = 0
+    """Of its distinct keys, how many failed on their answer: a value that does not fit its
+    column, more matches than ``lookup.max-matches`` (counted when its output is built)."""
     _python_keys: list[Any] | None = None
 
     @classmethod

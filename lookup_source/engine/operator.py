@@ -277,6 +277,8 @@ class LookupEngine:
         except Exception as exc:
             self._fail(exc)
             return
+        finally:
+            self.metrics.failed_keys += job.keys_with_bad_values
         job.done = True
         job.held_rows += job.output.held_rows  # its matches wait with it until emitted
         self._buffered_rows += job.output.held_rows

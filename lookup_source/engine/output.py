@@ -348,6 +348,7 @@ class OutputBuilder:
         message = f"{self.connector} lookup failed{after}: {reason}"
         for job, positions in targets:
             job.parts.append(failed_rows(positions, self.fields, message))
+            job.keys_of_failed_requests += len(positions)
         return failure
 
     def build(self, job: Job) -> JoinedRows:
@@ -362,7 +363,8 @@ class OutputBuilder:
             matches = over_max_matches(
                 matches, len(job.distinct), job.python_keys, self.options.max_matches, fields
             )
-        if self.options.on_error == "fail":
+        job.keys_with_bad_values = len(failed_keys(matches)) - job.keys_of_failed_requests
+        if self.options.on_error == "fail" and job.keys_with_bad_values:
             failure = value_failure(
                 matches, job.python_keys(), connector=self.connector, address=self.address
             )

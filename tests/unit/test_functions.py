@@ -86,6 +86,75 @@ def test_fetch_a_key_at_a_time_with_capacity_dedup_and_nulls() -> None:
     assert m.requests == len(recorder.calls) and m.missing_keys == 1 and m.null_keys == 1
 
 
+def test_every_engine_option_applies_to_a_function() -> None:
+    """One path through the engine: deadline, retries on a miss, rate limit, unordered output,
+    max matches and sharing a key in flight between batches work as for any connector, and
+    the metrics count them."""
+    import time
+
+    calls: list[Any] = []
+    misses: dict[Any, int] = {}
+
+    async def fetch(key: Any) -> Any:
+        calls.append(key)
+        await asyncio.sleep(0.02)
+        if key == 7:  # a store that is always busy: bounded by deadline.ms, not by attempts
+            raise TransientError("busy")
+        if key == 8:  # five rows where lookup.max-matches allows three
+            return [{"name": f"row {i}", "tier": i} for i in range(5)]
+        if key == 9 and misses.setdefault(9, 0) < 2:  # a row that arrives late
+            misses[9] += 1
+            return None
+        return USERS.get(key)
+
+    function = LookupFunction.of(fetch=fetch)
+    assert function is not None
+    options = {
+        "deadline.ms": "200",
+        "retry.max-attempts": "1000",
+        "retry.initial-delay.ms": "10",
+        "retry.max-delay.ms": "10",
+        "retry.on-miss": "true",
+        "rate.limit": "100",
+        "output.mode": "unordered",
+        "lookup.max-matches": "3",
+        "on.error": "column",
+    }
+    plan = LookupPlan.build(parse_options(function.options(options)), SCHEMA)
+    spec = plan.engine_spec(plan.key_names, how="left")
+    batches = [
+        pa.RecordBatch.from_arrays([pa.array(keys, type=pa.int64())], names=["id"])
+        for keys in ([1, 2, 7, 8], [9, 1, 2], [3])  # 1 and 2 again while in flight
+    ]
+    metrics: list[LookupMetrics] = []
+    started = time.monotonic()
+    out = run_lookups(
+        batches,
+        spec,
+        plan.connector_config(),
+        client_factory=function.client,
+        on_metrics=metrics.append,
+    )
+    rows = [row for b in out for row in b.to_pylist()]
+    elapsed = time.monotonic() - started
+    by_id = {}
+    for row in rows:
+        by_id.setdefault(row["id"], []).append(row)
+    assert sorted(by_id) == [1, 2, 3, 7, 8, 9] and len(rows) == 8
+    assert by_id[1][0]["name"] == "user 1" and by_id[3][0]["tier"] == 0
+    assert by_id[9][0]["name"] == "user 9"  # found on the third attempt (retry.on-miss)
+    (late,) = by_id[7]
+    assert late["name"] is None and "deadline.ms=200" in late["_lookup_error"]
+    (many,) = by_id[8]
+    assert many["name"] is None and "3" in many["_lookup_error"] and "8" in many["_lookup_error"]
+    assert calls.count(1) == 1 and calls.count(2) == 1  # shared with the request in flight
+    assert 0.2 <= elapsed < 5
+    assert calls.count(7) <= 0.2 * 100 + 2  # the rate limit holds the retries back too
+    (m,) = metrics
+    assert m.failed_keys == 2 and m.retries >= calls.count(7) - 1 + 2
+    assert m.requests == len(calls)
+
+
 def test_open_and_close_run_once_per_task_however_it_ends() -> None:
     recorder = Recorder()
     function = LookupFunction.of(fetch=recorder)
@@ -157,14 +226,18 @@ def test_what_a_function_returns_one_to_many_and_malformed() -> None:
 
     function = LookupFunction.of(fetch=orders)
     assert function is not None
-    rows = run(function, [1, 2, 3, 4], {"on.error": "column"})
+    metrics: list[LookupMetrics] = []
+    rows = run(function, [1, 2, 3, 4, 3], {"on.error": "column"}, metrics=metrics)
     assert [(r["id"], r["name"]) for r in rows] == [
         (1, "a"),
         (1, "b"),
         (2, None),
         (3, None),
         (4, None),
+        (3, None),
     ]
+    (m,) = metrics  # the keys whose answers could not be used are failed keys, each once
+    assert (m.failed_keys, m.missing_keys, m.failed_requests) == (2, 1, 0)
     assert rows[3]["_lookup_error"].startswith("key 3: tests.unit.test_functions.")
     assert rows[3]["_lookup_error"].endswith(
         "_malformed.orders(3) returned str, not a record: return a mapping of value columns, a "
