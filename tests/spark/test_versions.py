@@ -18,6 +18,7 @@ import pytest
 
 from lookup_source.errors import UnsupportedSparkError
 from lookup_source.spark.versions import (
+    BROADCAST,
     DATA_SOURCE,
     FILTER_PUSHDOWN,
     OLDEST_SUPPORTED,
@@ -65,6 +66,38 @@ def test_the_table_function_says_which_pyspark_it_needs(spark: Any) -> None:
         f"the SQL table function (register_lookup_table) needs PySpark >= 4.1 (this is "
         f"PySpark {pyspark.__version__}): on PySpark {minor}, use lookup_join"
     )
+
+
+@pytest.mark.skipif(BROADCAST.available(), reason="this PySpark can broadcast a scanned table")
+def test_strategy_broadcast_says_which_pyspark_it_needs_and_auto_keeps_lookups(
+    spark: Any,
+) -> None:
+    from lookup_source import lookup_join, lookup_metrics
+
+    minor = ".".join(pyspark.__version__.split(".")[:2])
+    events = spark.createDataFrame([(1,), (2,)], "k long")
+
+    async def fetch(key: int) -> dict[str, str] | None:
+        return {"name": f"user {key}"} if key == 1 else None
+
+    with pytest.raises(UnsupportedSparkError) as raised:
+        lookup_join(
+            events,
+            "k",
+            schema="k long, name string",
+            fetch=fetch,
+            options={"strategy": "broadcast"},
+        )
+    assert str(raised.value) == (
+        "strategy=broadcast (a scan of the table, broadcast-joined) needs PySpark >= 4.0 "
+        f"(this is PySpark {pyspark.__version__}): on PySpark {minor}, use strategy=lookup (or "
+        "auto, which keeps lookups there)"
+    )
+    out = lookup_join(
+        events, "k", schema="k long, name string", fetch=fetch, options={"strategy": "auto"}
+    )
+    assert sorted(out.collect()) == [(1, "user 1"), (2, None)]
+    assert lookup_metrics(out).strategy == "lookup"
 
 
 @pytest.mark.skipif(
