@@ -65,6 +65,9 @@ unit: install
 		$(addprefix -e ,$(CONNECTORS) $(EXAMPLES)) "pyspark[connect]==$(SPARK_PIN_$*)"
 	touch $@
 
+# kept once made (a pattern rule's prerequisite is otherwise deleted after the run)
+.PRECIOUS: .venvs/pyspark-%/.installed
+
 spark-%: .venvs/pyspark-%/.installed
 	@echo "== Spark suites on $$(.venvs/pyspark-$*/bin/python -c 'import pyspark, sys; print("PySpark", pyspark.__version__, "on Python", sys.version.split()[0])')"
 	.venvs/pyspark-$*/bin/python -m pytest $(SPARK_SUITES) $(PYTEST_ARGS)
