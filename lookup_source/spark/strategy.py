@@ -166,16 +166,23 @@ def strategy_of(
             log.info("asynclookup: the table's size is unknown: %s", error)
             return None
 
-    choice = choose(
-        requested if isinstance(options, Mapping) or requested != "auto" else "lookup",
-        streaming=df.isStreaming,
-        can_scan=can_scan,
-        exact_keys=client_class.exact_key_match(config),
-        table_rows=table_rows,
-        input_rows=lambda: input_rows(df),
-        max_rows=lookup_options.broadcast_max_rows,
-        connector=client_class.name,
-    )
+    if requested == "auto" and isinstance(options, LookupOptions):
+        choice = Choice(
+            "lookup",
+            "options given as LookupOptions, which the scan of a broadcast (through the data "
+            "source, whose options are strings) cannot take: give options as a mapping",
+        )
+    else:
+        choice = choose(
+            requested,
+            streaming=df.isStreaming,
+            can_scan=can_scan,
+            exact_keys=client_class.exact_key_match(config),
+            table_rows=table_rows,
+            input_rows=lambda: input_rows(df),
+            max_rows=lookup_options.broadcast_max_rows,
+            connector=client_class.name,
+        )
     log.info("asynclookup: strategy %s: %s", choice.strategy, choice.reason)
     return choice
 

@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import OptionError, lookup_join, lookup_metrics
+from lookup_source.options import parse_options
 from lookup_source.spark.versions import BROADCAST
 from tests.helpers import needs
 
@@ -151,6 +152,31 @@ def test_streams_and_stores_that_cannot_scan_keep_lookups(
         events(spark), "uid", schema="id long, name string", options={**http, "strategy": "auto"}
     )
     assert lookup_metrics(out).strategy_reason == "the http connector cannot scan its table"
+
+    async def fetch(key: int) -> dict[str, str] | None:
+        return {"name": f"user {key}"} if key == 1 else None
+
+    by_function = lookup_join(
+        events(spark, 3),
+        "uid",
+        schema="id long, name string",
+        fetch=fetch,
+        options={"strategy": "auto"},
+    )
+    assert sorted(by_function.select("event_id", "name").collect()) == [
+        (0, None),
+        (1, "user 1"),
+        (2, None),
+    ]
+    assert (lookup_metrics(by_function).strategy, lookup_metrics(by_function).strategy_reason) == (
+        "lookup",
+        "the function connector cannot scan its table",
+    )
+    typed_options = parse_options(postgres(postgres_srv, typed, strategy="auto"))
+    out = lookup_join(events(spark, 200), "uid", schema=TYPES, options=typed_options)
+    assert out.count() == 200 + 2 * sum(1 for e in range(200) if e % 97 and e % 130 in (7, 8))
+    assert lookup_metrics(out).strategy == "lookup"
+    assert lookup_metrics(out).strategy_reason.startswith("options given as LookupOptions")
     with pytest.raises(OptionError, match="'strategy': is broadcast, but the http connector"):
         lookup_join(
             events(spark),
