@@ -43,9 +43,9 @@ def install_hint(extras: str) -> str:
     """How to install the connectors of ``extras`` (``redis``, ``http,redis``, ``bench``...):
     from a clone, since no index has asynclookup yet."""
     names = [e.strip() for e in extras.split(",") if e.strip()]
-    folders = [f"./connectors/{n}" for n in names if n in ("redis", "http", "postgres")]
+    connectors = list(FIRST_PARTY) if "bench" in names else [n for n in names if n in FIRST_PARTY]
+    folders = [f"./connectors/{n}" for n in connectors]
     if "bench" in names:
-        folders = ["./connectors/redis", "./connectors/http", "./connectors/postgres"]
         folders.append("matplotlib")
     wanted = " ".join(folders) or "."
     return (
