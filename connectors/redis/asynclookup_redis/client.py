@@ -15,7 +15,7 @@ column at fault.
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -261,10 +261,6 @@ class RedisLookupClient(LookupClient):
         if self._format == "hash":
             return await self._fetch_hashes(keys, redis_keys)
         (replies,) = await self._execute([("MGET", *_arguments(redis_keys))])
-        return self._decoded(replies, lambda: redis_keys)
-
-    def _decoded(self, replies: Any, redis_keys: Callable[[], list[str]]) -> Matches:
-        """The values of an MGET's replies (``redis_keys()``: the keys asked, for messages)."""
         if isinstance(replies, Exception):
             raise replies
         if self._format == "json":

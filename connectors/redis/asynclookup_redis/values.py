@@ -9,7 +9,7 @@ reference path), which names the Redis key and the column at fault; both give th
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ class RedisValues:
         self._raw_bytes = len(self._fields) == 1 and self._fields[0] in self._binary_fields
         self._json = JsonColumns(value_fields) if form == "json" else None
 
-    def json(self, redis_keys: Callable[[], list[str]], replies: list[Any]) -> Matches:
+    def json(self, redis_keys: list[str], replies: list[Any]) -> Matches:
         """MGET replies, each a JSON object (or an array of them: several matches)."""
         present = _present(replies)
         assert self._json is not None
@@ -58,11 +58,11 @@ class RedisValues:
             try:  # values that are arrays of objects: several matches for their key
                 index, values = self._json.decode_matches(documents)
             except DECODE_ERRORS:
-                return self._reference(self._decode_json(redis_keys(), replies))
+                return self._reference(self._decode_json(redis_keys, replies))
             return Matches(np.asarray(present, dtype=np.int64)[index], values)
         return Matches(present, values)
 
-    def strings(self, redis_keys: Callable[[], list[str]], replies: list[Any]) -> Matches:
+    def strings(self, redis_keys: list[str], replies: list[Any]) -> Matches:
         """MGET replies, each the raw value of the single value column."""
         present = _present(replies)
         field = self.value_fields[0]
@@ -71,7 +71,7 @@ class RedisValues:
             column = raw if self._raw_bytes else cast_strings(raw.cast(pa.string()), field.type)
             column = column.cast(field.type)
         except (pa.ArrowException, ValueError):
-            return self._reference(self._decode_strings(redis_keys(), replies))
+            return self._reference(self._decode_strings(redis_keys, replies))
         return Matches(present, pa.RecordBatch.from_arrays([column], schema=pa.schema([field])))
 
     def hashes(self, redis_keys: list[str], replies: list[Any]) -> Matches:
