@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.servers import UNAVAILABLE
+
 pytest_plugins = ["tests.fixtures"]
 
-UNAVAILABLE = "store unavailable: "  # tests.servers.UNAVAILABLE
 _SKIPS: Counter[str] = Counter()
 
 
@@ -30,9 +31,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _SKIPS[_reason(report)] += 1
 
 
+def _required_store_skipped() -> bool:
+    """Whether a test was skipped for want of a store where stores are required (CI)."""
+    return bool(os.environ.get("ASYNCLOOKUP_REQUIRE_STORES")) and any(
+        reason.startswith(UNAVAILABLE) for reason in _SKIPS
+    )
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    missing = sum(n for reason, n in _SKIPS.items() if reason.startswith(UNAVAILABLE))
-    if missing and os.environ.get("ASYNCLOOKUP_REQUIRE_STORES") and exitstatus == 0:
+    if _required_store_skipped() and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -42,9 +49,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.section("what was skipped, and why")
     for reason, count in sorted(_SKIPS.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{count:4} skipped: {reason}")
-    if any(r.startswith(UNAVAILABLE) for r in _SKIPS) and os.environ.get(
-        "ASYNCLOOKUP_REQUIRE_STORES"
-    ):
+    if _required_store_skipped():
         terminalreporter.write_line(
             "FAILED: a store suite was skipped (ASYNCLOOKUP_REQUIRE_STORES=1): see above"
         )
