@@ -27,8 +27,9 @@ msgspec and the exception tree::
   :func:`password_from_env`, :func:`excerpt` (of a bad answer), :func:`error_rows`,
   :func:`scanned_keys`, :func:`pooled` (a connection dropped when an exchange is in doubt);
 - TLS: :func:`tls_option_specs` (the ``<name>.tls.*`` options), :class:`TlsSettings` (their
-  ``ssl.SSLContext``) and :func:`tls_failure` (a certificate problem as an error naming the
-  option to fix);
+  ``ssl.SSLContext``), :func:`tls_failure` (a certificate problem as an error naming the
+  option to fix) and :func:`handshake_check` (a TLS 1.3 refusal that showed as a reset
+  connection, named all the same);
 - the errors a connector raises: :class:`TransientError` (retried; :class:`OverloadedError`
   when the store says it has too much to do), :class:`PermanentError`
   (not retried), :class:`RecordError` (one key's value is malformed). Translate your library's
@@ -74,7 +75,14 @@ from lookup_source.connector_api.options import (
 )
 from lookup_source.connector_api.secrets import secret_from_env
 from lookup_source.connector_api.templates import KeyTemplate, key_text
-from lookup_source.connector_api.tls import TlsSettings, tls_failure, tls_option_specs
+from lookup_source.connector_api.tls import (
+    HandshakeCheck,
+    TlsSettings,
+    handshake_check,
+    handshake_refusal,
+    tls_failure,
+    tls_option_specs,
+)
 from lookup_source.connector_api.values import (
     as_records,
     cast_strings,
@@ -107,6 +115,7 @@ __all__ = [
     "ConnectorConfig",
     "ConnectorError",
     "ConnectorOptions",
+    "HandshakeCheck",
     "JsonColumns",
     "Key",
     "KeyTemplate",
@@ -133,6 +142,8 @@ __all__ = [
     "encode_rows",
     "error_rows",
     "excerpt",
+    "handshake_check",
+    "handshake_refusal",
     "key_text",
     "match_rows",
     "parse_bool",

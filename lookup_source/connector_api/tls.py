@@ -10,18 +10,31 @@ cannot fix a certificate) whose message says which option to set::
 
     TLS: the server's certificate does not verify (unable to get local issuer certificate):
     set redis.tls.ca-file to the CA that signed it
+
+Under TLS 1.3 a server that wants a client certificate refuses one only after the client's
+side of the handshake has finished, so a client that sends its first request at once may see
+a reset connection instead of the server's alert (the server closed with the request unread).
+A connector wraps its requests in a :class:`HandshakeCheck` (made by :func:`handshake_check`):
+when a connection fails before any request has succeeded, it connects once more, listens
+without sending, and raises what the server's alert says instead of retrying a certificate
+problem.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 from lookup_source.connector_api.options import OptionSpec, parse_bool, parse_text
 from lookup_source.connector_api.secrets import secret_from_env
-from lookup_source.errors import OptionError, PermanentError
+from lookup_source.errors import OptionError, PermanentError, TransientError
 
 _HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
 _IP_MISMATCH = 64  # X509_V_ERR_IP_ADDRESS_MISMATCH
@@ -209,3 +222,104 @@ def tls_failure(error: BaseException, prefix: str) -> PermanentError | None:
             f"TLS: the server does not speak TLS on this port ({text}): check the URL"
         )
     return None
+
+
+async def handshake_refusal(
+    host: str, port: int, context: ssl.SSLContext, prefix: str, *, wait: float = 1.0
+) -> PermanentError | None:
+    """How the TLS server at ``host:port`` refuses a client with ``context`` (its alert, as
+    :func:`tls_failure` words it: a client certificate it wants or does not trust), found by
+    connecting and listening for up to ``wait`` seconds without sending anything; None if it
+    sends no alert or cannot be reached. A certificate of the server's that this client does
+    not accept is not the server's refusal: the client's own handshake says that at once."""
+    writer: asyncio.StreamWriter | None = None
+
+    async def listen() -> None:
+        nonlocal writer
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=context, server_hostname=host
+        )
+        await reader.read(1)  # a server sends nothing unasked, but an alert
+
+    try:
+        await asyncio.wait_for(listen(), wait)
+    except Exception as error:  # a refusal, a timeout or an unreachable server
+        found = _ssl_error_in(error)
+        alert = found is not None and "ALERT" in str(found).upper()
+        return tls_failure(found, prefix) if found is not None and alert else None
+    finally:
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+    return None
+
+
+class HandshakeCheck:
+    """Explains a connection that fails before any request over it has succeeded: the first
+    such failure connects once more (:func:`handshake_refusal`) and, if the server refuses the
+    TLS handshake, raises that refusal (a :class:`PermanentError` naming the option to set)
+    instead of the :class:`TransientError`. Once a request has succeeded, or the server was
+    asked, it costs nothing. Wrap each request, outside the library's error translation::
+
+        self._handshake = HandshakeCheck("redis", host, port, tls.context())
+
+        async def lookup_arrow(self, keys):
+            async with self._handshake:
+                with REDIS_ERRORS:
+                    return await self._fetch(keys)
+    """
+
+    __slots__ = ("_asked", "_context", "_host", "_port", "_prefix", "_settled")
+
+    def __init__(self, prefix: str, host: str, port: int, context: ssl.SSLContext) -> None:
+        self._prefix = prefix
+        self._host = host
+        self._port = port
+        self._context = context
+        self._settled = False  # a request succeeded, or the server has been asked
+        self._asked: asyncio.Future[PermanentError | None] | None = None
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        if error is None:
+            self._settled = True
+        elif isinstance(error, TransientError) and not self._settled:
+            refusal = await self._refusal()
+            if refusal is not None:  # a copy: requests failing together share the answer
+                raise PermanentError(*refusal.args) from error
+        return False
+
+    async def _refusal(self) -> PermanentError | None:
+        """The server's refusal, asked once for all the requests failing together."""
+        if self._asked is None:
+            self._asked = asyncio.ensure_future(
+                handshake_refusal(self._host, self._port, self._context, self._prefix)
+            )
+        refusal = await asyncio.shield(self._asked)
+        self._settled = True
+        return refusal
+
+
+def handshake_check(
+    prefix: str,
+    url: str,
+    context: Callable[[], ssl.SSLContext],
+    *,
+    scheme: str,
+    default_port: int,
+) -> AbstractAsyncContextManager[None]:
+    """A :class:`HandshakeCheck` of the server of ``url`` with the SSL context ``context()``
+    when the URL's scheme is ``scheme`` (the connector's TLS scheme: ``rediss``, ``https``) and
+    its host is fixed; else a check that does nothing (and ``context`` is not called)."""
+    parts = urlsplit(url)
+    if parts.scheme != scheme or not parts.hostname or "{" in parts.netloc:
+        return nullcontext()
+    return HandshakeCheck(prefix, parts.hostname, parts.port or default_port, context())

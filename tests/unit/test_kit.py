@@ -121,3 +121,75 @@ def test_translated_errors_name_a_certificate_problem_first() -> None:
         raise failure
     with pytest.raises(TransientError), translated_errors("ssl", classify):
         raise failure
+
+
+def test_a_handshake_check_asks_the_server_once_and_only_before_a_success(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bookkeeping of HandshakeCheck (the real refusal is tested against a real Redis in
+    connectors/redis/tests/test_redis_tls.py)."""
+    from lookup_source.connector_api import tls
+
+    asked: list[str] = []
+
+    async def refusal(host: str, port: int, context: Any, prefix: str) -> PermanentError | None:
+        asked.append(host)
+        await asyncio.sleep(0.01)
+        return PermanentError(f"TLS: the server requires a client certificate: set {prefix}...")
+
+    monkeypatch.setattr(tls, "handshake_refusal", refusal)
+    context = ssl.create_default_context()
+
+    async def failing(check: tls.HandshakeCheck) -> BaseException:
+        try:
+            async with check:
+                raise TransientError("redis ConnectionError: Connection reset by peer")
+        except Exception as error:
+            return error
+        raise AssertionError("not raised")
+
+    async def together() -> list[BaseException]:
+        check = tls.HandshakeCheck("redis", "refusing", 6380, context)
+        return list(await asyncio.gather(*(failing(check) for _ in range(5))))
+
+    errors = asyncio.run(together())
+    assert asked == ["refusing"]  # five requests failing together: the server asked once
+    assert {type(e) for e in errors} == {PermanentError}
+    assert all("set redis..." in str(e) for e in errors)
+    assert all(isinstance(e.__cause__, TransientError) for e in errors)
+    assert len({id(e) for e in errors}) == 5  # each request raises an error of its own
+
+    async def after_a_success() -> BaseException:
+        check = tls.HandshakeCheck("redis", "served", 6380, context)
+        async with check:
+            pass  # a request succeeded: the handshake works
+        return await failing(check)
+
+    error = asyncio.run(after_a_success())
+    assert type(error) is TransientError and "served" not in asked
+
+    async def other_errors() -> list[BaseException]:
+        check = tls.HandshakeCheck("redis", "other", 6380, context)
+        found = []
+        for raised in (PermanentError("bad command"), ValueError("a bug")):
+            try:
+                async with check:
+                    raise raised
+            except Exception as error:
+                found.append(error)
+        return found
+
+    assert [type(e) for e in asyncio.run(other_errors())] == [PermanentError, ValueError]
+    assert "other" not in asked  # only a transient failure can hide a refusal
+
+    async def nothing_to_say() -> list[BaseException]:
+        check = tls.HandshakeCheck("redis", "accepting", 6380, context)
+        return [await failing(check), await failing(check)]
+
+    monkeypatch.setattr(tls, "handshake_refusal", lambda *a: _none(asked, a[0]))
+    assert [type(e) for e in asyncio.run(nothing_to_say())] == [TransientError] * 2
+    assert asked.count("accepting") == 1  # a server that accepts the handshake: asked once
+
+
+async def _none(asked: list[str], host: str) -> None:
+    asked.append(host)

@@ -20,6 +20,7 @@ import email.utils
 import ssl
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -52,6 +53,7 @@ from lookup_source.connector_api import (
     TransientError,
     as_records,
     excerpt,
+    handshake_check,
     parse_bool,
     parse_text,
     python_keys,
@@ -168,6 +170,7 @@ class HttpLookupClient(LookupClient):
             else KeyTemplate("url", config.url or "", config.key_columns, encode=_encode_path_part)
         )
         self._session: Any = None
+        self._handshake: AbstractAsyncContextManager[None] = nullcontext()
         self._answers = (
             BatchAnswers(self.value_fields, config.key_columns, self._path)
             if self._batch_url
@@ -244,6 +247,13 @@ class HttpLookupClient(LookupClient):
             limit_per_host=max(1, self.config.capacity),
             ssl=self._ssl(),
         )
+        self._handshake = handshake_check(
+            "http",
+            self._batch_url or self.config.url or "",
+            self._handshake_context,
+            scheme="https",
+            default_port=443,
+        )
         self._session = aiohttp.ClientSession(
             connector=connector,
             headers=headers,
@@ -263,6 +273,17 @@ class HttpLookupClient(LookupClient):
             context.verify_mode = ssl.CERT_NONE
         return context
 
+    def _handshake_context(self) -> ssl.SSLContext:
+        """The SSL context aiohttp makes of :meth:`_ssl`, for the :func:`handshake_check`."""
+        setting = self._ssl()
+        if isinstance(setting, ssl.SSLContext):
+            return setting
+        context = ssl.create_default_context()
+        if not setting:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
     async def close(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
@@ -277,8 +298,9 @@ class HttpLookupClient(LookupClient):
         return self._batch_url is not None
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
-        with _AIOHTTP_ERRORS:
-            return await self._get(keys)
+        async with self._handshake:
+            with _AIOHTTP_ERRORS:
+                return await self._get(keys)
 
     async def _get(self, keys: Sequence[Key]) -> LookupResult:
         if self._session is None:
@@ -327,8 +349,9 @@ class HttpLookupClient(LookupClient):
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         if not self._batch_url:
             return await super().lookup_arrow(keys)
-        with _AIOHTTP_ERRORS:
-            return await self._post(keys)
+        async with self._handshake:
+            with _AIOHTTP_ERRORS:
+                return await self._post(keys)
 
     async def _post(self, keys: pa.RecordBatch) -> Matches:
         assert self._batch_url is not None

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from asynclookup_http.client import HttpLookupClient
 
 from lookup_source.demo.service import BackgroundHttpServer
 from lookup_source.errors import OptionError
@@ -159,6 +160,27 @@ def test_client_certificates(
     # a client certificate for a server that is not verified (test servers only)
     unverified = {"http.tls.verify": "false", **client}
     assert lookup(url(mtls, host="127.0.0.1"), **unverified) == FOUND
+
+
+def test_a_refusal_seen_as_a_reset_is_still_named(
+    mtls: BlockingTlsServer, https: BackgroundHttpServer, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that closes at once when it refuses a client certificate (TLS 1.3: after the
+    client's handshake) resets a request sent meanwhile, and its alert is lost. Every request
+    here sees that reset; the connector asks the server once, listening, and names the option
+    (see also test_redis_tls.py)."""
+
+    async def reset(self: HttpLookupClient, keys: Any) -> Any:
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(HttpLookupClient, "_get", reset)
+    ca = {"http.tls.ca-file": pki.ca, "retry.initial-delay.ms": "1"}
+    error, seconds = failure(url(mtls), **ca)
+    assert "the server requires a client certificate: set http.tls.cert-file" in str(error)
+    assert error.attempts == 1 and seconds < 1.0
+    error, _ = failure(url(https), **ca)  # a server that takes the handshake: retried
+    assert "Connection reset by peer" in str(error) and "certificate" not in str(error)
+    assert error.attempts == 3
 
 
 def test_ca_file_and_no_verification_conflict() -> None:

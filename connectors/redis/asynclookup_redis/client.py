@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -34,6 +35,7 @@ from lookup_source.connector_api import (
     TlsSettings,
     TransientError,
     choice,
+    handshake_check,
     parse_required_text,
     password_env_option,
     password_from_env,
@@ -81,6 +83,15 @@ def _arguments(texts: list[str]) -> list[str] | list[bytes]:
 
 def _disconnect(connection: Any) -> Any:
     return connection.disconnect()
+
+
+def _handshake_check(url: str, tls: TlsSettings) -> AbstractAsyncContextManager[None]:
+    """What explains a ``rediss://`` connection reset before any request succeeded (a client
+    certificate the server wants or refuses, under TLS 1.3); nothing for ``redis://``, or when
+    the URL's own ``ssl_*`` parameters make a context this cannot rebuild."""
+    if "?" in url and not tls.configured:
+        return nullcontext()
+    return handshake_check("redis", url, tls.context, scheme="rediss", default_port=6379)
 
 
 def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
@@ -147,6 +158,7 @@ class RedisLookupClient(LookupClient):
         self._format: str = config.options.get("redis.value.format", "json")
         self._redis: Any = None
         self._pool: Any = None
+        self._handshake: AbstractAsyncContextManager[None] = nullcontext()
         self._values = RedisValues(config, self.value_fields, self._format)
         self._hmget_fields = [name.encode("utf-8") for name in config.value_columns]
 
@@ -192,8 +204,9 @@ class RedisLookupClient(LookupClient):
         if password is not None:
             extra["password"] = password
         tls = TlsSettings.from_options("redis", self.config.options)
+        # a missing file or a wrong key password: said here, not retried
+        self._handshake = _handshake_check(self.config.url, tls)
         if tls.configured:  # else the rediss:// URL's own ssl_* parameters, if any
-            tls.context()  # a missing file or a wrong key password: said here, not retried
             extra["ssl_check_hostname"] = tls.check_hostname
             if tls.ca_file:
                 extra["ssl_ca_certs"] = tls.ca_file
@@ -253,8 +266,9 @@ class RedisLookupClient(LookupClient):
     # -- lookups -------------------------------------------------------------------------------
 
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
-        with _REDIS_ERRORS:
-            return await self._fetch(keys, self._template.render_all(keys))
+        async with self._handshake:
+            with _REDIS_ERRORS:
+                return await self._fetch(keys, self._template.render_all(keys))
 
     async def _fetch(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
         """Read the Redis keys ``redis_keys`` of the lookup keys ``keys``."""
@@ -290,30 +304,34 @@ class RedisLookupClient(LookupClient):
         """The keys matching ``redis.key.pattern``: counted by ``SCAN MATCH`` when the database
         holds at most :data:`COUNTED_KEYS` keys, else the database's size times the share of a
         sample of ``SCAN`` that matches."""
-        with _REDIS_ERRORS:
-            if self._redis is None:
-                raise RuntimeError("RedisLookupClient.estimate_rows() called before open()")
-            total = int(await self._redis.dbsize())
-            glob, regex = self._template.scan_pattern()
+        async with self._handshake:
+            with _REDIS_ERRORS:
+                return await self._estimate_rows()
 
-            def matches(key: bytes) -> bool:
-                return regex.fullmatch(key.decode("utf-8", "surrogateescape")) is not None
+    async def _estimate_rows(self) -> int | None:
+        if self._redis is None:
+            raise RuntimeError("RedisLookupClient.estimate_rows() called before open()")
+        total = int(await self._redis.dbsize())
+        glob, regex = self._template.scan_pattern()
 
-            if total <= COUNTED_KEYS:
-                counted = 0
-                async for key in self._redis.scan_iter(match=glob, count=1_000):
-                    counted += matches(key)
-                return counted
-            seen = matched = 0
-            cursor = 0
-            while True:
-                cursor, found = await self._redis.scan(cursor, count=1_000)
-                seen += len(found)
-                matched += sum(matches(key) for key in found)
-                if not cursor:
-                    return matched  # the whole keyspace was walked
-                if seen >= SAMPLE_KEYS:
-                    return round(total * matched / seen)
+        def matches(key: bytes) -> bool:
+            return regex.fullmatch(key.decode("utf-8", "surrogateescape")) is not None
+
+        if total <= COUNTED_KEYS:
+            counted = 0
+            async for key in self._redis.scan_iter(match=glob, count=1_000):
+                counted += matches(key)
+            return counted
+        seen = matched = 0
+        cursor = 0
+        while True:
+            cursor, found = await self._redis.scan(cursor, count=1_000)
+            seen += len(found)
+            matched += sum(matches(key) for key in found)
+            if not cursor:
+                return matched  # the whole keyspace was walked
+            if seen >= SAMPLE_KEYS:
+                return round(total * matched / seen)
 
     async def scan_arrow(
         self, partition: int = 0, partitions: int = 1, *, split: Any = None
@@ -321,37 +339,39 @@ class RedisLookupClient(LookupClient):
         """Every key matching ``redis.key.pattern`` whose hash falls in ``partition``; the key
         columns come back as the text the Redis key holds (the scan converts them). No
         ``split``: a SCAN cursor walks the whole keyspace whatever the part."""
-        with _REDIS_ERRORS:
-            if self._redis is None:
-                raise RuntimeError("RedisLookupClient.scan_arrow() called before open()")
-            glob, regex = self._template.scan_pattern()
-            names = list(self.config.key_columns)
-            seen: set[bytes] = set()
-            parts: list[tuple[str, ...]] = []
-            texts: list[str] = []
+        async with self._handshake:
+            with _REDIS_ERRORS:
+                if self._redis is None:
+                    raise RuntimeError("RedisLookupClient.scan_arrow() called before open()")
+                glob, regex = self._template.scan_pattern()
+                names = list(self.config.key_columns)
+                seen: set[bytes] = set()
+                parts: list[tuple[str, ...]] = []
+                texts: list[str] = []
 
-            async def flush() -> tuple[pa.RecordBatch, Matches]:
-                columns = [pa.array(list(c), type=pa.string()) for c in zip(*parts)]
-                keys = pa.RecordBatch.from_arrays(columns, names=names)
-                found = await self._fetch(keys, list(texts))
-                parts.clear()
-                texts.clear()
-                return keys, found
+                async def flush() -> tuple[pa.RecordBatch, Matches]:
+                    columns = [pa.array(list(c), type=pa.string()) for c in zip(*parts)]
+                    keys = pa.RecordBatch.from_arrays(columns, names=names)
+                    found = await self._fetch(keys, list(texts))
+                    parts.clear()
+                    texts.clear()
+                    return keys, found
 
-            async for raw in self._redis.scan_iter(match=glob, count=1_000):
-                if raw in seen or (partitions > 1 and zlib.crc32(raw) % partitions != partition):
-                    continue
-                seen.add(raw)
-                text = raw.decode("utf-8", errors="surrogateescape")
-                match = regex.fullmatch(text)
-                if match is None:
-                    continue
-                parts.append(match.groups())
-                texts.append(text)
-                if len(parts) >= self.config.batch_size:
+                async for raw in self._redis.scan_iter(match=glob, count=1_000):
+                    other_part = partitions > 1 and zlib.crc32(raw) % partitions != partition
+                    if raw in seen or other_part:
+                        continue
+                    seen.add(raw)
+                    text = raw.decode("utf-8", errors="surrogateescape")
+                    match = regex.fullmatch(text)
+                    if match is None:
+                        continue
+                    parts.append(match.groups())
+                    texts.append(text)
+                    if len(parts) >= self.config.batch_size:
+                        yield await flush()
+                if parts:
                     yield await flush()
-            if parts:
-                yield await flush()
 
 
 __all__ = ["RedisLookupClient", "classify"]
