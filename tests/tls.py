@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,15 +137,14 @@ def make_pki(directory: Path) -> Pki:
     )
 
 
-def timed_failure(lookup: Callable[[], Any]) -> tuple[Any, float]:
-    """The error ``lookup`` fails with, and the seconds it took: a LookupFailedError when a
-    request failed, a PermanentError when the task could not even set up TLS (a file, a key
-    password)."""
+def lookup_failure(lookup: Callable[[], Any]) -> Any:
+    """The error ``lookup`` fails with: a LookupFailedError when a request failed (its
+    ``attempts`` say whether it was retried), a PermanentError when the task could not even set
+    up TLS (a file, a key password)."""
     import pytest
 
     from lookup_source.errors import LookupFailedError, PermanentError
 
-    started = time.monotonic()
     with pytest.raises((LookupFailedError, PermanentError)) as info:
         lookup()
-    return info.value, time.monotonic() - started
+    return info.value

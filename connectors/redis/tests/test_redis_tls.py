@@ -18,7 +18,7 @@ from lookup_source.errors import LookupFailedError, OptionError
 from lookup_source.spark.plan import LookupPlan
 from tests.helpers import run_keys
 from tests.servers import RedisServer, free_port, redis_tls_server
-from tests.tls import KEY_PASSWORD, Pki, make_pki, timed_failure
+from tests.tls import KEY_PASSWORD, Pki, lookup_failure, make_pki
 
 SCHEMA = "id long, name string"
 
@@ -59,8 +59,8 @@ def lookup(url: str, **options: str) -> list[dict[str, Any]]:
 FOUND = [{"id": 1, "name": "Ada"}, {"id": 2, "name": None}]
 
 
-def failure(url: str, **options: str) -> tuple[Any, float]:
-    return timed_failure(lambda: lookup(url, **options))
+def failure(url: str, **options: str) -> Any:
+    return lookup_failure(lambda: lookup(url, **options))
 
 
 def test_the_right_ca_verifies_the_server(tls_redis: RedisServer, pki: Pki) -> None:
@@ -70,29 +70,29 @@ def test_the_right_ca_verifies_the_server(tls_redis: RedisServer, pki: Pki) -> N
 
 
 def test_an_unknown_ca_fails_at_once_naming_the_option(tls_redis: RedisServer, pki: Pki) -> None:
-    error, seconds = failure(tls_redis.url, **{"redis.tls.ca-file": pki.other_ca})
+    error = failure(tls_redis.url, **{"redis.tls.ca-file": pki.other_ca})
     assert "TLS: the server's certificate does not verify" in str(error)
     assert "set redis.tls.ca-file to the CA that signed it" in str(error)
-    assert error.attempts == 1 and seconds < 1.0  # not retried
-    error, _ = failure(tls_redis.url)  # the system's CAs do not know the test CA either
+    assert error.attempts == 1  # not retried
+    error = failure(tls_redis.url)  # the system's CAs do not know the test CA either
     assert "set redis.tls.ca-file" in str(error)
 
 
 def test_a_wrong_host_name_fails_unless_the_check_is_off(tls_redis: RedisServer, pki: Pki) -> None:
     by_ip = tls_redis.url.replace("localhost", "127.0.0.1")  # the certificate names localhost
-    error, seconds = failure(by_ip, **{"redis.tls.ca-file": pki.ca})
+    error = failure(by_ip, **{"redis.tls.ca-file": pki.ca})
     assert "it is not for the host name of the URL" in str(error)
     assert "redis.tls.check-hostname=false" in str(error)
-    assert error.attempts == 1 and seconds < 1.0
+    assert error.attempts == 1
     options = {"redis.tls.ca-file": pki.ca, "redis.tls.check-hostname": "false"}
     assert lookup(by_ip, **options) == FOUND
 
 
 def test_mutual_tls(mtls_redis: RedisServer, pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
     ca = {"redis.tls.ca-file": pki.ca}
-    error, seconds = failure(mtls_redis.url, **ca)
+    error = failure(mtls_redis.url, **ca)
     assert "the server requires a client certificate: set redis.tls.cert-file" in str(error)
-    assert seconds < 1.0
+    assert error.attempts == 1  # not retried
     client = {"redis.tls.cert-file": pki.client_cert, "redis.tls.key-file": pki.client_key}
     assert lookup(mtls_redis.url, **ca, **client) == FOUND
     encrypted = {
@@ -103,12 +103,12 @@ def test_mutual_tls(mtls_redis: RedisServer, pki: Pki, monkeypatch: pytest.Monke
     monkeypatch.setenv("TEST_CLIENT_KEY_PASSWORD", KEY_PASSWORD)
     assert lookup(mtls_redis.url, **ca, **encrypted) == FOUND
     monkeypatch.setenv("TEST_CLIENT_KEY_PASSWORD", "not it")
-    error, _ = failure(mtls_redis.url, **ca, **encrypted)
+    error = failure(mtls_redis.url, **ca, **encrypted)
     assert "the certificate and key do not load" in str(error)
     assert "is redis.tls.key-password.env the key's password?" in str(error)
     assert "not it" not in str(error) and KEY_PASSWORD not in str(error)
     monkeypatch.delenv("TEST_CLIENT_KEY_PASSWORD")
-    error, _ = failure(mtls_redis.url, **ca, **encrypted)
+    error = failure(mtls_redis.url, **ca, **encrypted)
     assert "TEST_CLIENT_KEY_PASSWORD" in str(error) and "not set on this executor" in str(error)
     assert not isinstance(error, LookupFailedError)  # the task fails before any request
 
@@ -126,11 +126,11 @@ def test_a_refusal_seen_as_a_reset_is_still_named(
 
     monkeypatch.setattr(RedisLookupClient, "_send", reset)
     ca = {"redis.tls.ca-file": pki.ca, "retry.initial-delay.ms": "1"}
-    error, seconds = failure(mtls_redis.url, **ca)
+    error = failure(mtls_redis.url, **ca)
     assert "the server requires a client certificate: set redis.tls.cert-file" in str(error)
-    assert error.attempts == 1 and seconds < 1.0  # not retried
+    assert error.attempts == 1  # not retried
     # a server that takes the handshake: the reset stays what it is, and is retried
-    error, _ = failure(tls_redis.url, **ca)
+    error = failure(tls_redis.url, **ca)
     assert "Connection reset by peer" in str(error) and "certificate" not in str(error)
     assert error.attempts == 3
 
@@ -157,7 +157,7 @@ def test_handshake_refusal_listens_without_sending(
 
 
 def test_a_missing_file_names_its_option(tls_redis: RedisServer, pki: Pki) -> None:
-    error, _ = failure(tls_redis.url, **{"redis.tls.ca-file": "/nowhere/ca.pem"})
+    error = failure(tls_redis.url, **{"redis.tls.ca-file": "/nowhere/ca.pem"})
     assert (
         "option 'redis.tls.ca-file': cannot read a PEM CA certificate from '/nowhere/ca.pem'"
         in (str(error))
