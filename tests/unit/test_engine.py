@@ -210,18 +210,14 @@ def test_the_failure_counts_every_key_that_failed_before_the_task_stopped() -> N
 
 def test_the_deadline_bounds_every_attempt_and_backoff_of_a_key() -> None:
     """Slow answers and a retry policy that would take ~2 s: deadline.ms=250 ends it."""
-    import time
-
     store = FakeStore(TABLE)
     store.latency = lambda keys: 0.12
     options = make_options(
         timeout_ms=100, max_attempts=10, initial_delay_ms=50, max_delay_ms=50, deadline_ms=250
     )
-    started = time.monotonic()
     with pytest.raises(LookupFailedError) as info:
         run(make_spec(options), [key_batch([1, 2])], store)
-    elapsed = time.monotonic() - started
-    assert elapsed < 1.0, elapsed  # without the deadline: 10 x (100 + 50) ms
+    # without the deadline: 10 attempts of 100 ms, 50 ms apart
     assert "no answer within deadline.ms=250 (2 attempts)" in str(info.value)
     assert info.value.attempts == 2 and len(store.requests) == 2  # 100 + 50 + 100 ms: no third
     # the last attempt is cut short to end at the deadline, and on.error applies
