@@ -110,6 +110,17 @@ def _parse_header_value(value: str) -> str:
     return value
 
 
+def _context_of(setting: Any) -> ssl.SSLContext:
+    """The SSL context aiohttp makes of its ``ssl`` argument (a context, True or False)."""
+    if isinstance(setting, ssl.SSLContext):
+        return setting
+    context = ssl.create_default_context()
+    if not setting:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 class HttpLookupClient(LookupClient):
     """Looks keys up over HTTP with aiohttp."""
 
@@ -242,15 +253,16 @@ class HttpLookupClient(LookupClient):
         import aiohttp
 
         headers = self.headers()
+        tls = self._ssl()
         connector = aiohttp.TCPConnector(
             limit=max(1, self.config.capacity),
             limit_per_host=max(1, self.config.capacity),
-            ssl=self._ssl(),
+            ssl=tls,
         )
         self._handshake = handshake_check(
             "http",
             self._batch_url or self.config.url or "",
-            self._handshake_context,
+            lambda: _context_of(tls),
             scheme="https",
             default_port=443,
         )
@@ -269,17 +281,6 @@ class HttpLookupClient(LookupClient):
             return self._verify
         context = tls.context()
         if not self._verify:  # a client certificate for a server that is not verified
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
-
-    def _handshake_context(self) -> ssl.SSLContext:
-        """The SSL context aiohttp makes of :meth:`_ssl`, for the :func:`handshake_check`."""
-        setting = self._ssl()
-        if isinstance(setting, ssl.SSLContext):
-            return setting
-        context = ssl.create_default_context()
-        if not setting:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         return context
