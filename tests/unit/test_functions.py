@@ -90,8 +90,6 @@ def test_every_engine_option_applies_to_a_function() -> None:
     """One path through the engine: deadline, retries on a miss, rate limit, unordered output,
     max matches and sharing a key in flight between batches work as for any connector, and
     the metrics count them."""
-    import time
-
     calls: list[Any] = []
     misses: dict[Any, int] = {}
 
@@ -127,7 +125,6 @@ def test_every_engine_option_applies_to_a_function() -> None:
         for keys in ([1, 2, 7, 8], [9, 1, 2], [3])  # 1 and 2 again while in flight
     ]
     metrics: list[LookupMetrics] = []
-    started = time.monotonic()
     out = run_lookups(
         batches,
         spec,
@@ -136,7 +133,6 @@ def test_every_engine_option_applies_to_a_function() -> None:
         on_metrics=metrics.append,
     )
     rows = [row for b in out for row in b.to_pylist()]
-    elapsed = time.monotonic() - started
     by_id = {}
     for row in rows:
         by_id.setdefault(row["id"], []).append(row)
@@ -148,8 +144,8 @@ def test_every_engine_option_applies_to_a_function() -> None:
     (many,) = by_id[8]
     assert many["name"] is None and "3" in many["_lookup_error"] and "8" in many["_lookup_error"]
     assert calls.count(1) == 1 and calls.count(2) == 1  # shared with the request in flight
-    assert 0.2 <= elapsed < 5
-    assert calls.count(7) <= 0.2 * 100 + 2  # the rate limit holds the retries back too
+    # the rate limit (100/s) holds the retries of 7 back too: about 20 in its 200 ms
+    assert 2 <= calls.count(7) <= 0.2 * 100 + 2
     (m,) = metrics
     assert m.failed_keys == 2 and m.retries >= calls.count(7) - 1 + 2
     assert m.requests == len(calls)

@@ -236,11 +236,9 @@ def test_password_authentication(redis_srv: RedisServer, redis_db: Any, prefix: 
         rows = lookup(url, "id long, name string", [1], **{"redis.key.pattern": f"{prefix}{{key}}"})
         assert rows[0]["name"] == "authed"
         bad = f"redis://{user}:wrong-pw@{redis_srv.host}:{redis_srv.port}/{redis_srv.db}"
-        started = time.monotonic()
         with pytest.raises(LookupFailedError) as info:
             lookup(bad, "id long, name string", [1], **{"retry.initial-delay.ms": "500"})
         assert info.value.attempts == 1  # an authentication failure is never retried
-        assert time.monotonic() - started < 5
         assert "wrong-pw" not in str(info.value)
         assert f"{user}:***@" in str(info.value)
     finally:
