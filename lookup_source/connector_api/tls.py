@@ -260,9 +260,10 @@ class HandshakeCheck:
     such failure connects once more (:func:`handshake_refusal`) and, if the server refuses the
     TLS handshake, raises that refusal (a :class:`PermanentError` naming the option to set)
     instead of the :class:`TransientError`. Once a request has succeeded, or the server was
-    asked, it costs nothing. Wrap each request, outside the library's error translation::
+    asked, it costs nothing: ``context`` (a function making the client's ``SSLContext``) is
+    called only to ask. Wrap each request, outside the library's error translation::
 
-        self._handshake = HandshakeCheck("redis", host, port, tls.context())
+        self._handshake = HandshakeCheck("redis", host, port, tls.context)
 
         async def lookup_arrow(self, keys):
             async with self._handshake:
@@ -272,7 +273,9 @@ class HandshakeCheck:
 
     __slots__ = ("_asked", "_context", "_host", "_port", "_prefix", "_settled")
 
-    def __init__(self, prefix: str, host: str, port: int, context: ssl.SSLContext) -> None:
+    def __init__(
+        self, prefix: str, host: str, port: int, context: Callable[[], ssl.SSLContext]
+    ) -> None:
         self._prefix = prefix
         self._host = host
         self._port = port
@@ -301,7 +304,7 @@ class HandshakeCheck:
         """The server's refusal, asked once for all the requests failing together."""
         if self._asked is None:
             self._asked = asyncio.ensure_future(
-                handshake_refusal(self._host, self._port, self._context, self._prefix)
+                handshake_refusal(self._host, self._port, self._context(), self._prefix)
             )
         refusal = await asyncio.shield(self._asked)
         self._settled = True
@@ -318,8 +321,8 @@ def handshake_check(
 ) -> AbstractAsyncContextManager[None]:
     """A :class:`HandshakeCheck` of the server of ``url`` with the SSL context ``context()``
     when the URL's scheme is ``scheme`` (the connector's TLS scheme: ``rediss``, ``https``) and
-    its host is fixed; else a check that does nothing (and ``context`` is not called)."""
+    its host is fixed; else a check that does nothing."""
     parts = urlsplit(url)
     if parts.scheme != scheme or not parts.hostname or "{" in parts.netloc:
         return nullcontext()
-    return HandshakeCheck(prefix, parts.hostname, parts.port or default_port, context())
+    return HandshakeCheck(prefix, parts.hostname, parts.port or default_port, context)

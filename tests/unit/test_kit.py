@@ -138,7 +138,11 @@ def test_a_handshake_check_asks_the_server_once_and_only_before_a_success(
         return PermanentError(f"TLS: the server requires a client certificate: set {prefix}...")
 
     monkeypatch.setattr(tls, "handshake_refusal", refusal)
-    context = ssl.create_default_context()
+    made: list[ssl.SSLContext] = []
+
+    def context() -> ssl.SSLContext:  # made only to ask the server
+        made.append(ssl.create_default_context())
+        return made[-1]
 
     async def failing(check: tls.HandshakeCheck) -> BaseException:
         try:
@@ -154,6 +158,7 @@ def test_a_handshake_check_asks_the_server_once_and_only_before_a_success(
 
     errors = asyncio.run(together())
     assert asked == ["refusing"]  # five requests failing together: the server asked once
+    assert len(made) == 1
     assert {type(e) for e in errors} == {PermanentError}
     assert all("set redis..." in str(e) for e in errors)
     assert all(isinstance(e.__cause__, TransientError) for e in errors)
@@ -167,6 +172,7 @@ def test_a_handshake_check_asks_the_server_once_and_only_before_a_success(
 
     error = asyncio.run(after_a_success())
     assert type(error) is TransientError and "served" not in asked
+    assert len(made) == 1  # no context made where the server is not asked
 
     async def other_errors() -> list[BaseException]:
         check = tls.HandshakeCheck("redis", "other", 6380, context)

@@ -204,9 +204,9 @@ class RedisLookupClient(LookupClient):
         if password is not None:
             extra["password"] = password
         tls = TlsSettings.from_options("redis", self.config.options)
-        # a missing file or a wrong key password: said here, not retried
         self._handshake = _handshake_check(self.config.url, tls)
         if tls.configured:  # else the rediss:// URL's own ssl_* parameters, if any
+            tls.context()  # a missing file or a wrong key password: said here, not retried
             extra["ssl_check_hostname"] = tls.check_hostname
             if tls.ca_file:
                 extra["ssl_ca_certs"] = tls.ca_file
