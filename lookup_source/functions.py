@@ -11,8 +11,13 @@ Two forms, exactly one per lookup::
 
 An object may be passed instead of a function (Flink's ``RichAsyncFunction``): its async
 ``__call__`` is the lookup, and its ``async def open(self)`` / ``async def close(self)``, when it
-has them, run once per task on the executor (``close`` however the task ends). It is pickled on
-the driver and rebuilt in each task, so sessions and pools belong in ``open``::
+has them, run on the executor: ``open`` once per Python worker, before its first lookup (Spark
+reuses a worker for task after task, micro-batch after micro-batch: the object, its session and
+its pool serve them all, as Flink opens a ``RichAsyncFunction`` once per parallel instance), and
+``close`` when the worker lets the object go (idle past ``connection.max-idle.ms``, or after a
+failed task) — not when Spark kills the worker, so keep nothing in it that must be flushed.
+Without worker reuse, both run once per task. It is pickled on the driver and rebuilt on the
+executors, so sessions and pools belong in ``open``::
 
     class Users:
         async def open(self):
@@ -117,8 +122,8 @@ class LookupFunction:
             method = getattr(function, hook, None)
             if method is not None and not inspect.iscoroutinefunction(method):
                 raise ConfigurationError(
-                    f"{argument}={name}: its {hook}() must be async def {hook}(self), run once "
-                    "per task on the executor"
+                    f"{argument}={name}: its {hook}() must be async def {hook}(self), run on "
+                    "the executor (once per Python worker)"
                 )
         return cls(function, many=fetch_many is not None, name=name)
 
@@ -145,8 +150,14 @@ class LookupFunction:
             "function.id": self.token,  # two functions never share a cache
         }
 
-    def client(self, config: ConnectorConfig) -> FunctionLookupClient:
-        """The client of one task (the runner's client factory)."""
+    @property
+    def identity(self) -> str:
+        """What tells this function apart from every other, in every task: a Python worker
+        keeps one opened client per identity (and configuration), for task after task."""
+        return f"function:{self.token}"
+
+    def __call__(self, config: ConnectorConfig) -> FunctionLookupClient:
+        """The client made of the function (the runner's client factory)."""
         return FunctionLookupClient(config, self)
 
 

@@ -275,12 +275,23 @@ class LookupOptions:
         "(Flink's async timeout). 0 = bounded by timeout.ms and retry.max-attempts only.",
     )
     retry: RetrySettings = group(RetrySettings)
+    connection_max_idle_s: float = duration_ms(
+        "connection.max-idle.ms",
+        120_000,
+        "A Python worker that Spark reuses keeps one opened client (its pool, sessions, TLS "
+        "context) per lookup configuration for task after task and micro-batch after "
+        "micro-batch; one unused for longer than this is closed, and replaced by a new one "
+        "when needed (connections a proxy or firewall may have dropped unseen are never "
+        "trusted). 0 = a client per task, closed when the task ends.",
+    )
     output_mode: str = option(
         "output.mode",
-        choice("ordered", "unordered"),
+        choice("ordered", "unordered", "key-ordered"),
         "ordered",
         "`ordered` emits rows in input order; `unordered` emits each input batch as soon as "
-        "all its lookups are done (rows keep their order inside a batch).",
+        "all its lookups are done (rows keep their order inside a batch); `key-ordered` emits "
+        "each row as soon as its key is answered, the rows of one key in input order, never "
+        "held back by other keys (Flink's key-ordered async lookup, FLIP-519).",
     )
     on_error: str = option(
         "on.error",

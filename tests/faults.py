@@ -6,6 +6,7 @@ proxy.down()         # refuse new connections and drop the open ones
 proxy.up()           # accept again
 proxy.delay_s = 0.5  # hold every answer back
 proxy.fail_rate = 0.1  # drop the connection instead of forwarding 10% of requests
+proxy.connections    # connections accepted so far; proxy.open_connections: open now
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class FaultProxy:
         self._random = random.Random(42)
         self.requests = 0
         self.dropped = 0
+        self.connections = 0
+        """Client connections accepted so far."""
+        self.open_connections = 0
+        """Client connections open now."""
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.AbstractServer | None = None
         self._loop = asyncio.new_event_loop()
@@ -73,12 +78,14 @@ class FaultProxy:
         self._writers.clear()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
             writer.transport.abort()
             return
         self._writers.update((writer, up_writer))
+        self.open_connections += 1
 
         async def client_to_server() -> None:
             while data := await reader.read(65536):
@@ -103,6 +110,7 @@ class FaultProxy:
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
+            self.open_connections -= 1
             for w in (writer, up_writer):
                 self._writers.discard(w)
                 with contextlib.suppress(Exception):

@@ -1,9 +1,10 @@
 """The interface every connector implements.
 
-A connector is a small async client. The engine creates it on the executor, opens it once per
-task, calls :meth:`LookupClient.lookup` with batches of distinct, non-null keys (at most
-``batch.size`` of them, at most ``capacity`` calls at once) and closes it at the end of the task,
-on success and on failure. The engine knows nothing of any backend::
+A connector is a small async client. The engine creates it on the executor and opens it once
+per Python worker (a worker serves task after task; once per task where Spark does not reuse
+workers), calls :meth:`LookupClient.lookup` with batches of distinct, non-null keys (at most
+``batch.size`` of them, at most ``capacity`` calls at once per task) and closes it when the
+worker lets it go. The engine knows nothing of any backend::
 
     from lookup_source.connector_api import LookupClient
 
@@ -118,7 +119,8 @@ class LookupClient:
     - ``option_specs``: its own options, named ``<name>.<option>``;
     - ``default_batch_size``: keys per request when ``batch.size`` is not set;
     - ``supports_scan``: whether :meth:`scan` can enumerate the whole table;
-    - ``honours_cancellation``: whether a cancelled :meth:`lookup` always ends promptly.
+    - ``honours_cancellation``: whether a cancelled :meth:`lookup` always ends promptly;
+    - ``reusable``: whether one opened client may serve task after task (see :meth:`open`).
     """
 
     name: ClassVar[str] = "custom"
@@ -129,6 +131,12 @@ class LookupClient:
     """True when :meth:`lookup` always ends promptly once cancelled. Then the engine enforces
     ``timeout.ms`` with a plain ``asyncio.timeout``; otherwise (the safe default) it runs each
     attempt as a task it can abandon, which costs a little CPU per request."""
+
+    reusable: ClassVar[bool] = True
+    """True (the default) when an opened client may serve task after task: a Python worker that
+    Spark reuses keeps one per configuration, for every later task and micro-batch of a lookup
+    with the same settings. Set False for a client that keeps state of one task; it is then
+    opened and closed per task."""
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config = config
@@ -157,14 +165,23 @@ class LookupClient:
     # -- life cycle, on the executor -----------------------------------------------------------
 
     async def open(self) -> None:
-        """Prepare the client. Called once per task, inside the task's event loop.
+        """Prepare the client, inside the event loop it will be used on.
+
+        Where Spark reuses its Python workers (the default), a client is opened once per
+        worker and configuration and serves task after task, micro-batch after micro-batch
+        (``reusable``); otherwise once per task. No event loop runs between tasks: keep pools
+        that notice closed connections when they hand one out, and leave no connection in doubt
+        after a failed or cancelled request (``pooled`` does both).
 
         Do no I/O here that can fail on a store that is down: connect lazily, in the first
         :meth:`lookup`, so that connection failures are retried and handled by ``on.error``
         like any other failed request."""
 
     async def close(self) -> None:
-        """Release every connection. Called once per task, also after a failure."""
+        """Release every connection. Called when the client is let go: at the end of its task,
+        or, for a client the worker kept, once it idled past ``connection.max-idle.ms`` or
+        served a task that failed. Not called when Spark kills the worker (its sockets close
+        with the process)."""
 
     async def __aenter__(self) -> LookupClient:
         await self.open()

@@ -7,6 +7,7 @@ in a background thread with its own event loop::
         service.url            # http://127.0.0.1:PORT/users/{key}
         service.batch_url      # http://127.0.0.1:PORT/users/batch
         service.requests       # how many lookups it has answered
+        service.connections    # how many client connections it has seen
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class UserService(BackgroundHttpServer):
         self.latency_s = latency_ms / 1000.0
         self.requests = 0
         self.keys_served = 0
+        self._peers: set[Any] = set()
         app = web.Application()
         app.router.add_get("/users/{user_id}", self._get)
         app.router.add_post("/users/batch", self._batch)
@@ -129,6 +131,17 @@ class UserService(BackgroundHttpServer):
 
     def request_count(self) -> int:
         return self.requests
+
+    @property
+    def connections(self) -> int:
+        """The client connections that have sent a request so far (told apart by address)."""
+        return len(self._peers)
+
+    def _seen(self, request: web.Request) -> None:
+        self.requests += 1
+        transport = request.transport
+        if transport is not None:
+            self._peers.add(transport.get_extra_info("peername"))
 
     @property
     def batch_url(self) -> str:
@@ -146,7 +159,7 @@ class UserService(BackgroundHttpServer):
             await asyncio.sleep(self.latency_s)
 
     async def _get(self, request: web.Request) -> web.Response:
-        self.requests += 1
+        self._seen(request)
         self.keys_served += 1
         await self._pause()
         user_id = self._known(request.match_info["user_id"])
@@ -155,7 +168,7 @@ class UserService(BackgroundHttpServer):
         return web.json_response(user_record(user_id))
 
     async def _batch(self, request: web.Request) -> web.Response:
-        self.requests += 1
+        self._seen(request)
         body = await request.json()
         keys = body.get("keys") if isinstance(body, dict) else None
         if not isinstance(keys, list):

@@ -11,9 +11,10 @@ Split the way Flink splits its ``AsyncWaitOperator``, one job per module:
   :mod:`.rate_limit`: requests per second; :mod:`.retry`: backoff, policy and the attempt
   loop; :mod:`.deadline`: an attempt's time limit and ``deadline.ms``;
 - :mod:`.output`: all that follows an answer (``on.error``, ``lookup.max-matches``, the join
-  to the input rows); :mod:`.queue`: ordered and unordered output;
-- :mod:`.metrics`: the counters of a task; :mod:`.runner`, :mod:`.loop`, :mod:`.scan`: one
-  Spark task's lookups or scan on its own event loop.
+  to the input rows); :mod:`.queue`: ordered, unordered and key-ordered output;
+- :mod:`.metrics`: the counters of a task; :mod:`.runner`, :mod:`.scan`: one Spark task's
+  lookups or scan; :mod:`.lifetime`: the event loop (:mod:`.loop`) and the opened clients a
+  Python worker keeps from task to task.
 
 Nothing here imports pyspark.
 """

@@ -39,17 +39,25 @@ class Job:
     batch: pa.RecordBatch
     distinct: DistinctKeys
     parts: list[Matches] = field(default_factory=list)
+    """Answers for some of its keys (from the store or the cache), columnar."""
     record_parts: list[RecordPart] = field(default_factory=list)
+    """Answers in the record form, converted when its output is built."""
+    failed_parts: list[Matches] = field(default_factory=list)
+    """Error rows of its keys whose request failed (``on.error=null|column``)."""
     pending: int = 0
     done: bool = False
     output: JoinedRows | None = None
     held_rows: int = 0
     """Rows this batch holds in the engine's buffer: its input rows, then its matches."""
-    keys_of_failed_requests: int = 0
-    """Of its distinct keys, how many got error rows because their request failed."""
     keys_with_bad_values: int = 0
     """Of its distinct keys, how many failed on their answer: a value that does not fit its
     column, more matches than ``lookup.max-matches`` (counted when its output is built)."""
+    answered: np.ndarray | None = None
+    """``output.mode=key-ordered``: which of its distinct keys have their answer."""
+    released: np.ndarray | None = None
+    """``output.mode=key-ordered``: which of its distinct keys have left with their rows."""
+    nulls_released: bool = False
+    """``output.mode=key-ordered``: whether its rows with a null key have left."""
     _python_keys: list[Any] | None = None
 
     @classmethod

@@ -101,7 +101,7 @@ class LookupEngine:
         self._buffer_rows = buffer_rows or max(
             2 * options.capacity * options.batch_size, MIN_BUFFER_ROWS
         )
-        self._queue: OutputQueue[Job] = output_queue(options.ordered)
+        self._queue: OutputQueue = output_queue(options.output_mode)
         self._numbers = itertools.count()
         self._in_flight_keys: InFlightKeys[Request] = InFlightKeys()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -128,7 +128,12 @@ class LookupEngine:
         job = self._new_job(batch)
         self._queue.put(job)
         self._buffered_rows += job.held_rows
-        wanted, shared = self._in_flight_keys.share(job, self._from_cache(job))
+        to_fetch = self._from_cache(job)
+        if self._queue.partial and len(to_fetch) < len(job.distinct):
+            known = np.ones(len(job.distinct), dtype=bool)
+            known[to_fetch] = False
+            self._queue.answered(job, np.flatnonzero(known))  # the cache's answers
+        wanted, shared = self._in_flight_keys.share(job, to_fetch)
         self.metrics.shared_keys += shared
         size = self._batch_size
         job.pending += (len(wanted) + size - 1) // size
@@ -145,8 +150,17 @@ class LookupEngine:
         await self._wait_until(self._queue.all_done)
         return self._take_ready()
 
-    async def aclose(self) -> None:
-        """Cancel whatever is still in flight (after a failure, or when output is abandoned)."""
+    async def drain(self) -> tuple[list[Iterator[pa.RecordBatch]], bool]:
+        """After the last batch: wait until some output may leave, or every lookup is done;
+        return that output and whether everything has left. Called until it says so, it
+        hands the output on as it becomes ready, not all at the end."""
+        await self._wait_until(lambda: self._queue.all_done() or self._queue.has_ready())
+        ready = self._take_ready()
+        return ready, not len(self._queue)
+
+    async def aclose(self) -> bool:
+        """Cancel whatever is still in flight (after a failure, or when output is abandoned);
+        return whether every request ended (none was left behind ignoring its cancellation)."""
         self._closed = True
         tasks = list(self._tasks)
         for task in tasks:
@@ -154,6 +168,7 @@ class LookupEngine:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await cancel_abandoned(self._attempts.abandoned)
+        return not any(not future.done() for future in self._attempts.abandoned)
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -244,6 +259,9 @@ class LookupEngine:
         finally:
             self._in_flight -= 1
             self._in_flight_keys.discard(request)
+            if self._queue.partial:
+                for job, positions in request.targets():
+                    self._queue.answered(job, positions)
             for job in request.jobs():
                 job.pending -= 1
                 if job.pending == 0 and not self._closed and self._failure is None:
@@ -272,6 +290,10 @@ class LookupEngine:
     # -- output --------------------------------------------------------------------------------
 
     def _complete(self, job: Job) -> None:
+        if self._queue.partial:  # its rows leave in parts, as their keys are answered
+            job.done = True
+            self._queue.complete(job)
+            return
         try:
             job.output = self._output.build(job)
         except Exception as exc:
@@ -285,12 +307,27 @@ class LookupEngine:
         self._queue.complete(job)
 
     def _take_ready(self) -> list[Iterator[pa.RecordBatch]]:
-        """The output of each batch that may leave now, each made lazily in batches of at most
-        ``output_rows`` rows."""
+        """The output of what may leave now (whole batches, or the rows of answered keys),
+        each made lazily in batches of at most ``output_rows`` rows."""
         ready = []
-        for job in self._queue.pop_ready():
-            self._buffered_rows -= job.held_rows
-            assert job.output is not None
-            ready.append(job.output.batches(self.spec.output_rows))
-            job.output = None
+        for release in self._queue.pop_ready():
+            job = release.job
+            if release.last:
+                self._buffered_rows -= job.held_rows
+            if release.positions is None:
+                assert job.output is not None
+                ready.append(job.output.batches(self.spec.output_rows))
+                job.output = None
+                continue
+            bad_before = job.keys_with_bad_values
+            try:
+                output = self._output.build_part(job, release.positions, release.nulls)
+            except Exception as exc:
+                self._fail(exc)
+                break
+            finally:
+                self.metrics.failed_keys += job.keys_with_bad_values - bad_before
+            if output.num_rows:
+                ready.append(output.batches(self.spec.output_rows))
+        self._raise_if_failed()
         return ready

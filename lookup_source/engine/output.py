@@ -347,8 +347,7 @@ class OutputBuilder:
         after = f" after {attempts} attempts" if attempts > 1 else ""
         message = f"{self.connector} lookup failed{after}: {reason}"
         for job, positions in targets:
-            job.parts.append(failed_rows(positions, self.fields, message))
-            job.keys_of_failed_requests += len(positions)
+            job.failed_parts.append(failed_rows(positions, self.fields, message))
         return failure
 
     def build(self, job: Job) -> JoinedRows:
@@ -358,24 +357,80 @@ class OutputBuilder:
         parts = [conform_matches(part, fields) for part in job.parts]
         if job.record_parts:
             parts.append(records_as_matches(job.record_parts, fields))
-        matches = concat_matches(parts, fields)
+        matches = self._checked(job, concat_matches(parts, fields), job.failed_parts)
+        return self._joined(job.batch, job.distinct.indices, len(job.distinct), matches)
+
+    def build_part(self, job: Job, positions: np.ndarray, nulls: bool) -> JoinedRows:
+        """The output of the rows of ``job`` whose key is at ``positions`` (distinct keys that
+        have their answer), and of its rows with a null key if ``nulls``, in input order. The
+        answers of other keys stay with the job for a later part (``output.mode=key-ordered``)."""
+        fields = self.fields
+        if job.record_parts:
+            job.parts.append(records_as_matches(job.record_parts, fields))
+            job.record_parts.clear()
+        wanted = np.zeros(len(job.distinct) + 1, dtype=bool)
+        wanted[positions] = True
+        answers, job.parts = _split(
+            [conform_matches(part, fields) for part in job.parts], wanted, fields
+        )
+        failures, job.failed_parts = _split(job.failed_parts, wanted, fields)
+        matches = self._checked(job, answers, [failures])
+        wanted[-1] = nulls  # a null key's rows: index len(distinct), below
+        key_of_row = job.distinct.indices.fill_null(len(job.distinct)).to_numpy(
+            zero_copy_only=False
+        )
+        rows = pa.array(np.flatnonzero(wanted[key_of_row]))
+        return self._joined(
+            job.batch.take(rows), job.distinct.indices.take(rows), len(job.distinct), matches
+        )
+
+    def _checked(self, job: Job, answers: Matches, failures: Sequence[Matches]) -> Matches:
+        """``answers`` with ``lookup.max-matches`` applied, then the error rows of failed
+        requests; counts (on ``job``) the keys whose answer could not be used, and raises for
+        them under ``on.error=fail``."""
+        fields = self.fields
         if self.options.max_matches:
-            matches = over_max_matches(
-                matches, len(job.distinct), job.python_keys, self.options.max_matches, fields
+            answers = over_max_matches(
+                answers, len(job.distinct), job.python_keys, self.options.max_matches, fields
             )
-        job.keys_with_bad_values = len(failed_keys(matches)) - job.keys_of_failed_requests
-        if self.options.on_error == "fail" and job.keys_with_bad_values:
+        bad = len(failed_keys(answers))
+        job.keys_with_bad_values += bad
+        if self.options.on_error == "fail" and bad:
             failure = value_failure(
-                matches, job.python_keys(), connector=self.connector, address=self.address
+                answers, job.python_keys(), connector=self.connector, address=self.address
             )
             if failure is not None:
                 raise failure
+        return concat_matches([answers, *failures], fields) if failures else answers
+
+    def _joined(
+        self, batch: pa.RecordBatch, indices: pa.Array, num_keys: int, matches: Matches
+    ) -> JoinedRows:
         return JoinedRows(
-            job.batch,
-            job.distinct.indices,
-            len(job.distinct),
+            batch,
+            indices,
+            num_keys,
             matches,
             how=self.how,
             error_column=ERROR_COLUMN if self.options.error_column else None,
-            fields=fields,
+            fields=self.fields,
         )
+
+
+def _split(
+    parts: Sequence[Matches], wanted: np.ndarray, fields: Sequence[pa.Field]
+) -> tuple[Matches, list[Matches]]:
+    """The rows of ``parts`` whose key is ``wanted`` (a mask by key position), as one
+    :class:`Matches`; and the other rows, as the parts left."""
+    merged = concat_matches(parts, fields)
+    mine = wanted[merged.key_index]
+    if mine.all():
+        return merged, []
+    taken, left = np.flatnonzero(mine), np.flatnonzero(~mine)
+    return _rows(merged, taken), [_rows(merged, left)]
+
+
+def _rows(matches: Matches, rows: np.ndarray) -> Matches:
+    index = pa.array(rows)
+    errors = matches.errors.take(index) if matches.errors is not None else None
+    return Matches(matches.key_index[rows], matches.values.take(index), errors)

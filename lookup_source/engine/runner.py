@@ -1,10 +1,12 @@
-"""Run the engine inside one Spark task: one event loop and one client per task.
+"""Run the engine inside one Spark task, on a loop and a client that live as long as the
+worker (:mod:`.lifetime`): opened by the first task, reused by the next ones.
 
-Spark hands a task an iterator of Arrow batches and expects an iterator back. The task's event
-loop runs while the engine waits for room or for answers; the requests already sent stay in
-flight while Spark hands the next batch over, so ``capacity`` requests are kept busy across
-batch boundaries. The client is opened once and closed at the end, on success, on failure, and
-when Spark stops reading early.
+Spark hands a task an iterator of Arrow batches and expects an iterator back. The loop runs
+while the engine waits for room or for answers; the requests already sent stay in flight while
+Spark hands the next batch over, so ``capacity`` requests are kept busy across batch boundaries.
+When the task ends — on success, on failure, and when Spark stops reading early — what is still
+in flight is cancelled and the client handed back: kept for the next task when it is sound,
+closed otherwise.
 """
 
 from __future__ import annotations
@@ -14,16 +16,14 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from lookup_source.connector_api import ConnectorConfig, LookupClient
+from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.cache import task_cache
-from lookup_source.engine.loop import TaskLoop
+from lookup_source.engine.lifetime import ClientFactory, Lease, lease_client
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.spec import EngineSpec
 
 log = logging.getLogger("lookup_source")
-
-ClientFactory = Callable[[ConnectorConfig], LookupClient]
 
 
 class LookupTask:
@@ -34,6 +34,9 @@ class LookupTask:
         for batch in batches:
             yield from task.submit(batch)
         yield from task.finish()
+    except BaseException:
+        task.close(failed=True)
+        raise
     finally:
         task.close()
     """
@@ -45,23 +48,29 @@ class LookupTask:
         *,
         client_factory: ClientFactory | None = None,
         on_metrics: Callable[[LookupMetrics], None] | None = None,
+        keep_client: bool | None = None,
     ) -> None:
         self.config = config
         self._on_metrics = on_metrics
-        self._loop = TaskLoop()
-        self._client: LookupClient | None = None
         self._engine: LookupEngine | None = None
         self._closed = False
+        factory = client_factory or spec.options.connector_class()
+        self._lease: Lease = lease_client(
+            factory, config, max_idle_s=spec.options.connection_max_idle_s, keep=keep_client
+        )
+        self._loop = self._lease.loop
         try:
-            factory = client_factory or spec.options.connector_class()
-            self._client = factory(config)
-            self._loop.run(self._client.open())
             cache = task_cache(
-                spec.options.cache, config, self._client, self._loop, factory, spec.value_fields
+                spec.options.cache,
+                config,
+                self._lease.client,
+                self._loop,
+                factory,
+                spec.value_fields,
             )
-            self._engine = LookupEngine(self._client, spec, cache=cache)
+            self._engine = LookupEngine(self._lease.client, spec, cache=cache)
         except BaseException:
-            self.close()
+            self.close(failed=True)
             raise
 
     @property
@@ -75,27 +84,32 @@ class LookupTask:
         return (out for output in ready for out in output)
 
     def finish(self) -> Iterator[pa.RecordBatch]:
+        """The output of what is still in flight, as it becomes ready."""
         assert self._engine is not None
-        ready = self._loop.run(self._engine.finish())
-        return (out for output in ready for out in output)
+        while True:
+            ready, done = self._loop.run(self._engine.drain())
+            for output in ready:
+                yield from output
+            if done:
+                return
 
-    def close(self) -> None:
-        """Cancel what is in flight, close the client and the loop. Safe to call twice."""
+    def close(self, *, failed: bool = False) -> None:
+        """Cancel what is in flight and hand the client back: kept for the next task unless
+        the task ``failed`` or left a request behind. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        loop = self._loop
+        sound = not failed
         try:
             if self._engine is not None:
-                loop.run(self._engine.aclose())
-            if self._client is not None:
-                loop.run(self._client.close())
+                sound = self._loop.run(self._engine.aclose()) and sound
         except Exception:  # never mask the task's own error with a failure to clean up
+            sound = False
             log.warning(
-                "asynclookup: closing the %s client failed", self.config.connector, exc_info=True
+                "asynclookup: stopping the %s lookups failed", self.config.connector, exc_info=True
             )
         finally:
-            loop.close()
+            self._lease.release(reusable=sound)
         if self._engine is not None:
             self._engine.metrics.peak_rss_mb = _peak_rss_mb()
             if self._on_metrics is not None:
@@ -119,12 +133,23 @@ def run_lookups(
     *,
     client_factory: ClientFactory | None = None,
     on_metrics: Callable[[LookupMetrics], None] | None = None,
+    keep_client: bool | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Look up the keys of ``batches``; yield them with the value columns appended."""
-    task = LookupTask(spec, config, client_factory=client_factory, on_metrics=on_metrics)
+    """Look up the keys of ``batches``; yield them with the value columns appended.
+
+    ``keep_client``: whether the loop and the client outlive the task (:mod:`.lifetime`); by
+    default, when Spark reuses this worker."""
+    task = LookupTask(
+        spec, config, client_factory=client_factory, on_metrics=on_metrics, keep_client=keep_client
+    )
+    failed = True
     try:
         for batch in batches:
             yield from task.submit(batch)
         yield from task.finish()
+        failed = False
+    except GeneratorExit:  # Spark stopped reading: not a failure of the client
+        failed = False
+        raise
     finally:
-        task.close()
+        task.close(failed=failed)

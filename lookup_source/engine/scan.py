@@ -17,6 +17,7 @@ import pyarrow as pa
 from lookup_source.connector_api import ConnectorConfig, LookupClient, Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_matches, to_arrow_column
+from lookup_source.engine.lifetime import lease_client
 from lookup_source.engine.loop import TaskLoop
 from lookup_source.engine.output import JoinedRows, concat_matches, keyed_messages, value_failure
 from lookup_source.options import ERROR_COLUMN, LookupOptions
@@ -96,8 +97,11 @@ def scan_batches(
     split: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """Scan part ``partition`` of ``partitions`` (its ``split`` from :func:`scan_splits`, if
-    any); one event loop and one client for the task."""
-    with TaskLoop() as loop, loop.opened(client_class(config)) as client:
+    any), on the worker's loop and client (:mod:`.lifetime`)."""
+    lease = lease_client(client_class, config, max_idle_s=options.connection_max_idle_s)
+    client, loop = lease.client, lease.loop
+    sound = False
+    try:
         parts = (
             client.scan_arrow(partition, partitions)
             if split is None  # (a connector without scan_splits may not take the argument)
@@ -113,6 +117,10 @@ def scan_batches(
                 connector=client.name,
                 address=config.url,
             )
+        sound = True
+    finally:
+        # a scan abandoned part-way may leave a cursor open: its client is not reused
+        lease.release(reusable=sound)
 
 
 def scan_splits(

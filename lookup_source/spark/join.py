@@ -100,7 +100,7 @@ def lookup_join(
         config=plan.connector_config(),
         metrics=accumulator,
         metrics_rows=connect and CONNECT_METRICS.available(),
-        client_factory=function.client if function is not None else None,
+        client_factory=function,
     )
     # the function's name appears in the plan of every DataFrame derived from the result:
     # lookup_metrics finds the accumulator (or the observation) by it

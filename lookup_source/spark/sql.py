@@ -83,7 +83,7 @@ def register_lookup_table(
             lookup_options = lookup_options.split_rate(cluster_cores(spark))
         plan = LookupPlan.build(lookup_options, schema)
         metrics = new_accumulator(spark, name)
-        table_function = lookup_table_function(plan, metrics, spark, function.client)
+        table_function = lookup_table_function(plan, metrics, spark, function)
         spark.udtf.register(f"{name}_lookup", table_function)
         return
     if options is None:

@@ -88,32 +88,40 @@ def lookup_table_function(
                 analyze_result.on, how=analyze_result.how, output_rows=rows_per_batch
             )
             self.task: LookupTask | None = None
+            self.failed = False
 
         def eval(
             self, table: pa.RecordBatch, keys: pa.Array, how: pa.Array | None = None
         ) -> Iterator[pa.RecordBatch]:
-            if self.task is None:
-                self.task = LookupTask(
-                    self.spec,
-                    plan.connector_config(),
-                    client_factory=client_factory,
-                    on_metrics=metrics.add if metrics is not None else None,
-                )
-            yield from self.task.submit(table)
+            try:
+                if self.task is None:
+                    self.task = LookupTask(
+                        self.spec,
+                        plan.connector_config(),
+                        client_factory=client_factory,
+                        on_metrics=metrics.add if metrics is not None else None,
+                    )
+                yield from self.task.submit(table)
+            except Exception:
+                self.failed = True
+                raise
 
         def terminate(self) -> Iterator[pa.RecordBatch]:
             # the end of this instance's input: under PARTITION BY, PySpark then starts another
             # instance for the next partition and calls cleanup on the last one only, so each
-            # instance releases its client here
+            # instance hands its client back here (the worker keeps it for the next one)
             if self.task is not None:
                 try:
                     yield from self.task.finish()
+                except Exception:
+                    self.failed = True
+                    raise
                 finally:
-                    self.task.close()
+                    self.task.close(failed=self.failed)
 
         def cleanup(self) -> None:
             if self.task is not None:
-                self.task.close()
+                self.task.close(failed=self.failed)
 
     return _arrow_table_function(LookupJoinFunction, spark)
 

@@ -1,5 +1,5 @@
 """Your own async function as the lookup, on Spark: lookup_join (batch and streaming) and the
-SQL table function, against a real HTTP service, with open/close once per task."""
+SQL table function, against a real HTTP service, opened once per Python worker."""
 
 from __future__ import annotations
 
@@ -28,15 +28,18 @@ def service() -> Iterator[UserService]:
 
 
 class UserApi:
-    """One aiohttp session per task; each open and close is written to ``log``."""
+    """One aiohttp session per Python worker; each open and close is written to ``log``, with
+    the worker's process id."""
 
     def __init__(self, base_url: str, log: str) -> None:
         self.base_url = base_url
         self.log = log
 
     def _note(self, what: str) -> None:
+        import os
+
         with open(self.log, "a") as out:
-            out.write(what + "\n")
+            out.write(f"{what}:{os.getpid()}\n")
 
     async def open(self) -> None:
         import aiohttp
@@ -66,7 +69,9 @@ def expected_name(user_id: int) -> str | None:
     return f"user-{user_id}" if user_id < 500 else None
 
 
-def test_fetch_with_a_session_per_task(spark: Any, service: UserService, tmp_path: Path) -> None:
+def test_fetch_is_opened_once_per_worker_and_serves_its_tasks(
+    spark: Any, service: UserService, tmp_path: Path
+) -> None:
     log = tmp_path / "life.log"
     out = lookup_join(
         events(spark),
@@ -75,14 +80,18 @@ def test_fetch_with_a_session_per_task(spark: Any, service: UserService, tmp_pat
         fetch=UserApi(service.base_url, str(log)),
         options={"capacity": "20"},
     )
-    rows = out.collect()
-    assert len(rows) == 3_000
-    assert all(r.name == expected_name(r.user_id) for r in rows)
-    assert all(r.tier is not None for r in rows if r.user_id < 500)
-    assert sorted(log.read_text().split()) == ["close"] * 3 + ["open"] * 3  # once per task
+    for _ in range(3):  # three actions: nine tasks
+        rows = out.collect()
+        assert len(rows) == 3_000
+        assert all(r.name == expected_name(r.user_id) for r in rows)
+        assert all(r.tier is not None for r in rows if r.user_id < 500)
+    notes = log.read_text().split()
+    opened = [note.split(":")[1] for note in notes if note.startswith("open:")]
+    assert opened and len(opened) == len(set(opened))  # once per worker process, not per task
+    assert not [note for note in notes if note.startswith("close:")]  # kept for the next tasks
     metrics = lookup_metrics(out)
-    assert metrics.rows == 3_000 and metrics.tasks == 3
-    assert metrics.missing_keys == 3 * 200  # users 500..699, once per task
+    assert metrics.rows == 3 * 3_000 and metrics.tasks == 3 * 3
+    assert metrics.missing_keys == 9 * 200  # users 500..699, once per task
     assert metrics.requests == metrics.keys  # one call per distinct key of a batch
 
 

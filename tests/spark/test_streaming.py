@@ -153,7 +153,13 @@ def test_restart_from_checkpoint_gives_every_row_exactly_once(
 
 
 @pytest.mark.parametrize(
-    ("mode", "output_mode"), [("append", "ordered"), ("update", "ordered"), ("append", "unordered")]
+    ("mode", "output_mode"),
+    [
+        ("append", "ordered"),
+        ("update", "ordered"),
+        ("append", "unordered"),
+        ("append", "key-ordered"),
+    ],
 )
 def test_windowed_aggregation_after_the_join_matches_batch(
     spark: Any,
@@ -181,7 +187,7 @@ def test_windowed_aggregation_after_the_join_matches_batch(
         .groupBy(F.window("ts", "1 minute"), "tier")
         .agg(F.count("*").alias("n"))
     )
-    name = f"windows_{mode}_{output_mode}"
+    name = f"windows_{mode}_{output_mode.replace('-', '_')}"
     query = (
         windowed.writeStream.outputMode(mode)
         .format("memory")

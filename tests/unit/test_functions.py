@@ -39,7 +39,7 @@ def run(
         [batch],
         plan.engine_spec(names, how="left"),
         plan.connector_config(),
-        client_factory=function.client,
+        client_factory=function,
         on_metrics=metrics.append if metrics is not None else None,
     )
     return [row for b in out for row in b.to_pylist()]
@@ -129,7 +129,7 @@ def test_every_engine_option_applies_to_a_function() -> None:
         batches,
         spec,
         plan.connector_config(),
-        client_factory=function.client,
+        client_factory=function,
         on_metrics=metrics.append,
     )
     rows = [row for b in out for row in b.to_pylist()]
@@ -368,6 +368,6 @@ def test_a_function_that_honours_cancellation_may_say_so() -> None:
     careful = LookupFunction.of(fetch=Recorder())
     assert quick is not None and careful is not None
     config = LookupPlan.build(parse_options(quick.options(None)), SCHEMA).connector_config()
-    assert quick.client(config).honours_cancellation is True
-    assert careful.client(config).honours_cancellation is False  # the safe default
+    assert quick(config).honours_cancellation is True
+    assert careful(config).honours_cancellation is False  # the safe default
     assert [r["name"] for r in run(quick, [1, 500])] == ["user 1", None]

@@ -115,8 +115,9 @@ class PostgresLookupClient(LookupClient):
             "postgres.pool-size",
             parse_positive_int,
             10,
-            "Connections per task (at most `capacity`). Requests beyond it wait for a free "
-            "connection: keep tasks x pool size under the server's max_connections.",
+            "Connections per client (at most `capacity`; a Python worker keeps one client per "
+            "lookup configuration, from task to task). Requests beyond it wait for a free "
+            "connection: keep Python workers x pool size under the server's max_connections.",
         ),
         password_env_option("postgres"),
         *tls_option_specs("postgres", "the Postgres server"),
@@ -193,7 +194,7 @@ class PostgresLookupClient(LookupClient):
                 assert self.config.url is not None
                 pool = await asyncpg.create_pool(
                     **self.connect_arguments(self.config.url, self.config.options),
-                    min_size=1,
+                    min_size=0,  # no floor kept up in the background: connect on demand
                     max_size=max(1, min(self.config.capacity, self._pool_size)),
                     command_timeout=None,
                 )

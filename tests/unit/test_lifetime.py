@@ -1,0 +1,281 @@
+"""Clients that live as long as the Python worker (lookup_source.engine.lifetime): one loop and
+one opened client per configuration, reused task after task, never across settings, replaced
+when idle too long or after a failed task."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pytest
+
+from lookup_source.connector_api import ConnectorConfig
+from lookup_source.engine import lifetime
+from lookup_source.engine.lifetime import (
+    WorkerClients,
+    client_key,
+    factory_identity,
+    forget_worker_clients,
+    lease_client,
+    worker_clients,
+)
+from lookup_source.engine.runner import run_lookups
+from lookup_source.errors import LookupFailedError, PermanentError
+from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+
+TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(100)}
+
+
+@dataclasses.dataclass
+class StoreFactory:
+    """Makes fake clients of one store; known by ``identity``, like a user's function."""
+
+    store: FakeStore
+    identity: str = "fake-store"
+
+    def __call__(self, config: ConnectorConfig) -> FakeClient:
+        return FakeClient(config, self.store)
+
+
+@pytest.fixture(autouse=True)
+def fresh_worker() -> Iterator[None]:
+    forget_worker_clients()
+    yield
+    forget_worker_clients()
+
+
+def run_task(spec: Any, keys: list[Any], factory: Any, *, keep: bool | None = True) -> list[Any]:
+    out = run_lookups(
+        [key_batch(keys)], spec, make_config(spec), client_factory=factory, keep_client=keep
+    )
+    return [row for batch in out for row in batch.to_pylist()]
+
+
+def test_one_client_serves_task_after_task_on_one_loop() -> None:
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    spec = make_spec(make_options(capacity=4, batch_size=3))
+    loops = set()
+    for task in range(20):  # twenty micro-batches
+        rows = run_task(spec, [task, task + 1, None, 500], factory)
+        assert [r["name"] for r in rows] == [f"user-{task}", f"user-{task + 1}", None, None]
+        loops.add(id(worker_clients().loop))
+    assert store.opened == 1 and store.closed == 0
+    assert len(loops) == 1 and len(worker_clients()) == 1
+
+
+def test_clients_are_never_shared_across_settings() -> None:
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    spec = make_spec(make_options(capacity=4))
+    config = make_config(spec)
+    variants = [
+        config,
+        dataclasses.replace(config, url="fake://other:secret@store:1"),
+        dataclasses.replace(config, options={"fake.user": "reader"}),
+        dataclasses.replace(config, options={"fake.password.env": "OTHER"}),
+        dataclasses.replace(config, capacity=5),
+        dataclasses.replace(config, value_columns=("name",), value_types=(pa.string(),)),
+        dataclasses.replace(config, timeout_s=3.0),
+    ]
+    keys = {client_key("x", variant) for variant in variants}
+    assert len(keys) == len(variants)
+    assert client_key("x", config) != client_key("y", config)  # another factory
+    assert client_key("x", config) == client_key("x", dataclasses.replace(config))
+    for variant in variants:
+        lease = lease_client(factory, variant, max_idle_s=60, keep=True)
+        lease.release(reusable=True)
+    assert store.opened == len(variants) and store.closed == 0
+    for key in keys:  # a digest: no URL, password or option in it
+        assert "secret" not in key and "fake" not in key and len(key) == 64
+
+
+def test_a_client_idle_past_the_limit_is_replaced_and_others_closed() -> None:
+    now = [0.0]
+    clients = WorkerClients(clock=lambda: now[0])
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    config = make_config(make_spec(make_options()))
+    other = dataclasses.replace(config, url="fake://elsewhere")
+
+    first = clients.lease("a", factory, config, 10.0)
+    first.release(reusable=True)
+    clients.lease("b", factory, other, 10.0).release(reusable=True)
+    now[0] = 9.0
+    again = clients.lease("a", factory, config, 10.0)
+    assert again.client is first.client and store.opened == 2  # trusted within the limit
+    again.release(reusable=True)
+    now[0] = 19.5  # "b" idled 19.5 s, "a" 10.5 s: both past the limit
+    fresh = clients.lease("a", factory, config, 10.0)
+    assert fresh.client is not first.client
+    assert store.opened == 3 and store.closed == 2 and len(clients) == 1
+    fresh.release(reusable=True)
+
+
+def test_a_failed_task_closes_its_client_and_the_next_opens_a_new_one() -> None:
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    spec = make_spec(make_options(max_attempts=1))
+    assert run_task(spec, [1], factory)[0]["name"] == "user-1"
+    store.fail_keys[7] = PermanentError("no such thing")
+    with pytest.raises(LookupFailedError):
+        run_task(spec, [7], factory)
+    assert store.opened == 1 and store.closed == 1 and len(worker_clients()) == 0
+    assert run_task(spec, [2], factory)[0]["name"] == "user-2"
+    assert store.opened == 2 and store.closed == 1
+
+
+def test_output_abandoned_without_requests_in_flight_keeps_the_client() -> None:
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    spec = make_spec(make_options(batch_size=2))
+    config = make_config(spec)
+    out = run_lookups(
+        [key_batch([1, 2]), key_batch([3, 4])],
+        spec,
+        config,
+        client_factory=factory,
+        keep_client=True,
+    )
+    first = next(out)
+    assert first.column("name").to_pylist() == ["user-1", "user-2"]
+    out.close()  # Spark stops reading (a limit)
+    assert store.opened == 1 and store.closed == 0
+    assert run_task(spec, [5], factory)[0]["name"] == "user-5" and store.opened == 1
+
+
+class Stubborn(FakeClient):
+    """Ignores cancellation for a while: a driver stuck on a dead connection."""
+
+    name: ClassVar[str] = "stubborn"
+
+    async def lookup(self, keys: Any) -> Any:
+        if 666 in keys:
+            for _ in range(40):
+                try:
+                    await asyncio.sleep(0.05)
+                except asyncio.CancelledError:
+                    continue
+        return await super().lookup(keys)
+
+
+def test_a_task_that_left_a_request_behind_does_not_hand_its_client_on() -> None:
+    store = FakeStore(TABLE)
+
+    class Factory:
+        identity = "stubborn"
+
+        def __call__(self, config: ConnectorConfig) -> FakeClient:
+            return Stubborn(config, store)
+
+    spec = make_spec(make_options(timeout_ms=50, max_attempts=1, on_error="null", batch_size=1))
+    rows = run_task(spec, [666, 1], Factory())
+    assert [r["name"] for r in rows] == [None, "user-1"]  # the stuck key timed out
+    assert store.opened == 1 and store.closed == 1  # the client in doubt was let go
+    assert len(worker_clients()) == 0
+
+
+def test_without_worker_reuse_each_task_has_its_own_loop_and_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    spec = make_spec(make_options())
+    monkeypatch.delenv(lifetime.REUSE_VARIABLE, raising=False)
+    for key in range(3):
+        assert run_task(spec, [key], factory, keep=None)[0]["name"] == f"user-{key}"
+    assert store.opened == 3 and store.closed == 3
+    monkeypatch.setenv(lifetime.REUSE_VARIABLE, "1")  # what Spark sets in a reused worker
+    for key in range(3):
+        assert run_task(spec, [key], factory, keep=None)[0]["name"] == f"user-{key}"
+    assert store.opened == 4 and store.closed == 3
+
+
+def test_what_is_never_kept() -> None:
+    store = FakeStore(TABLE)
+    config = make_config(make_spec(make_options()))
+
+    class PerTask(FakeClient):
+        reusable: ClassVar[bool] = False
+
+    cases = [
+        (lambda c: FakeClient(c, store), 60.0),  # a closure: nothing tells two apart
+        (StoreFactory(store), 0.0),  # connection.max-idle.ms=0
+    ]
+    assert factory_identity(cases[0][0]) is None
+    for factory, idle in cases:
+        lease = lease_client(factory, config, max_idle_s=idle, keep=True)
+        assert not lease.kept
+        lease.release(reusable=True)
+    assert store.opened == 2 and store.closed == 2
+    assert factory_identity(PerTask) == f"class:{PerTask.__module__}.{PerTask.__qualname__}"
+    lease = lease_client(PerTask, config, max_idle_s=60, keep=True)
+    assert not lease.kept
+    lease.release(reusable=True)
+
+
+def test_a_client_held_by_a_task_is_not_closed_under_it() -> None:
+    now = [0.0]
+    clients = WorkerClients(clock=lambda: now[0])
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    config = make_config(make_spec(make_options()))
+    held = clients.lease("a", factory, config, 1.0)
+    now[0] = 100.0
+    other = clients.lease("a", factory, config, 1.0)  # a second task in the same process
+    assert other.client is held.client and store.closed == 0
+    other.release(reusable=False)  # one task failed: the client is let go ...
+    assert store.closed == 0  # ... once the other task is done with it
+    held.release(reusable=True)
+    assert store.closed == 1 and len(clients) == 0
+
+
+def test_a_worker_keeps_at_most_so_many_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifetime, "MAX_KEPT_CLIENTS", 3)
+    clock = itertools.count()
+    clients = WorkerClients(clock=lambda: float(next(clock)))
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    config = make_config(make_spec(make_options()))
+    leases = {}
+    for name in "abcde":
+        leases[name] = clients.lease(name, factory, config, 1e9)
+        leases[name].release(reusable=True)
+    assert len(clients) == 3 and store.opened == 5 and store.closed == 2
+    again = clients.lease("e", factory, config, 1e9)
+    assert again.client is leases["e"].client  # the most recent are the ones kept
+    again.release(reusable=True)
+
+
+def test_a_forked_child_forgets_its_parents_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    config = make_config(make_spec(make_options()))
+    parent = lease_client(factory, config, max_idle_s=60, keep=True)
+    parent.release(reusable=True)
+    parent_clients = worker_clients()
+    monkeypatch.setattr(lifetime.os, "getpid", lambda: parent_clients.pid + 1)
+    child = lease_client(factory, config, max_idle_s=60, keep=True)
+    assert child.client is not parent.client and child.loop is not parent.loop
+    assert store.closed == 0  # the parent's sockets are the parent's: not closed by the child
+    child.release(reusable=True)
+    monkeypatch.undo()
+    assert worker_clients() is not parent_clients  # (the child's replaced the parent's)
+
+
+def test_the_worker_loop_survives_between_tasks_with_nothing_left_running() -> None:
+    store = FakeStore(TABLE)
+    store.latency = lambda keys: 0.001
+    factory = StoreFactory(store)
+    spec = make_spec(make_options(capacity=8, batch_size=2))
+    for task in range(5):
+        keys = list(range(task * 10, task * 10 + 10))
+        rows = run_task(spec, keys, factory)
+        assert [r["n"] for r in rows] == keys
+        loop = worker_clients().loop._loop
+        assert not loop.is_closed() and not loop.is_running()
+        assert not [t for t in asyncio.all_tasks(loop) if not t.done()]
