@@ -19,7 +19,7 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "lookup_source",
         "bench",
         "--scenarios",
-        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory",
+        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream",
         "--rows",
         "3000",
         "--http-rows",
@@ -40,6 +40,12 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "50",
         "--fanout-rows",
         "100,200",
+        "--stream-batches",
+        "3",
+        "--stream-warm-up",
+        "2",
+        "--stream-trigger-ms",
+        "200",
         "--out",
         str(tmp_path),
         "--redis-url",
@@ -100,6 +106,17 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     assert "| redis | uniform | asynclookup ordered |" in table
     assert "### capacity sweep" in table and "### targets" in table
     assert "round trip" in table  # the -net scenario reports the round trip it measured
+    stream = {(r["store"], r["method"]): r for r in data["stream"]}
+    assert stream[("-", "Spark floor: mapInArrow, no I/O")]["batches"] == 3
+    for store in ("redis", "postgres", "redis TLS", "postgres TLS"):
+        kept = stream[(store, "asynclookup, clients kept by the workers")]
+        per_task = stream[(store, "asynclookup, a client per task (connection.max-idle.ms=0)")]
+        assert kept["batches"] == per_task["batches"] == 3 and kept["added_ms"] is not None
+        assert kept["connections_per_batch"] < per_task["connections_per_batch"]
+    assert "### stream: " in table
+    assert (
+        "ms, key-ordered" not in table and "| redis | uniform | asynclookup key-ordered |" in table
+    )
     assert (tmp_path / "throughput.png").stat().st_size > 1000
     assert (tmp_path / "capacity.png").stat().st_size > 1000
 

@@ -11,7 +11,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenarios",
         default="http-1,http-5,http-20,http-batch-5,redis,redis-net,postgres,postgres-net",
         help="comma-separated: http-<ms>, http-batch-<ms>, redis, redis-net, postgres, "
-        "postgres-net, sweep, memory (default: %(default)s)",
+        "postgres-net, sweep, memory, stream (default: %(default)s)",
     )
     parser.add_argument(
         "--rows", type=int, default=1_000_000, help="input rows per method (default: %(default)s)"
@@ -83,6 +83,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fanout-rows",
         default="1000,10000",
         help="memory scenario: input rows of the fan-out, comma-separated (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stream-rate",
+        type=int,
+        default=1_000,
+        help="stream scenario: rows per second of the rate source (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stream-trigger-ms",
+        type=int,
+        default=500,
+        help="stream scenario: a micro-batch every so many ms (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stream-batches",
+        type=int,
+        default=40,
+        help="stream scenario: micro-batches measured per method (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stream-warm-up",
+        type=int,
+        default=10,
+        help="stream scenario: micro-batches run before measuring (default: %(default)s)",
     )
     parser.add_argument(
         "--redis-url",

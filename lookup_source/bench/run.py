@@ -18,8 +18,9 @@ Scenarios: ``http-<ms>`` (per-key GET), ``http-batch-<ms>``, ``redis``, ``postgr
 ``redis-net`` / ``postgres-net`` (the store behind a latency proxy, ``--net-delay-ms`` each way);
 ``sweep`` (HTTP per key at ``--sweep-latency-ms``: asynclookup against the threaded Arrow UDF
 at the same concurrency, capacity by capacity); ``memory`` (peak Python worker memory of
-``lookup_join`` for ``--memory-rows``). It writes ``results.md``, ``results.json``,
-``throughput.png`` and ``capacity.png`` under ``--out``.
+``lookup_join`` for ``--memory-rows``); ``stream`` (what a small micro-batch pays for a
+lookup beside the floor, and the connections a stream opens: :mod:`.stream`). It writes
+``results.md``, ``results.json``, ``throughput.png`` and ``capacity.png`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from lookup_source.bench.stores import (
     postgres_store,
     redis_store,
 )
+from lookup_source.bench.stream import StreamResult, run_stream, stream_report
 
 BATCH_ROWS = 10_000
 
@@ -97,7 +99,7 @@ def methods_for(store: Store, distribution: str) -> list[Method]:
         chosen.append(m.scan_broadcast)
     if store.kind == "postgres":
         chosen.append(m.jdbc_broadcast)
-    chosen += [m.asynclookup("ordered"), m.asynclookup("unordered")]
+    chosen += [m.asynclookup(mode) for mode in ("ordered", "unordered", "key-ordered")]
     if store.kind == "http":
         chosen.append(m.asynclookup_fetch)
     if store.can_scan:
@@ -517,8 +519,9 @@ def run_bench(args: argparse.Namespace) -> int:
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     results: list[Result] = []
     machine = ""
-    throughput = [s for s in scenarios if s not in ("sweep", "memory")]
-    if throughput or "sweep" in scenarios:
+    streams: list[StreamResult] = []
+    throughput = [s for s in scenarios if s not in ("sweep", "memory", "stream")]
+    if throughput or "sweep" in scenarios or "stream" in scenarios:
         with spark_session(args, reuse_workers=True) as spark:
             machine = _machine(spark)
             _warm_up(spark, args)
@@ -527,12 +530,16 @@ def run_bench(args: argparse.Namespace) -> int:
                     results += run_scenario(spark, name, distribution.strip(), args)
             if "sweep" in scenarios:
                 results += run_sweep(spark, args)
+            if "stream" in scenarios:
+                streams = run_stream(spark, args)
     if "memory" in scenarios:
         with spark_session(args, reuse_workers=False) as spark:
             machine = machine or _machine(spark)
             results += run_memory(spark, args)
     os.makedirs(args.out, exist_ok=True)
     text = report(results, args, machine)
+    if streams:
+        text += "\n".join(["", *stream_report(streams, args)])
     with open(os.path.join(args.out, "results.md"), "w") as handle:
         handle.write(text)
     with open(os.path.join(args.out, "results.json"), "w") as handle:
@@ -541,6 +548,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 "machine": machine,
                 "arguments": vars(args),
                 "results": [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results],
+                "stream": [asdict(r) for r in streams],
                 "targets": [
                     {"scenario": s, "target": t, "ratio": r, "met": ok}
                     for s, t, r, ok in targets(results)
