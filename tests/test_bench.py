@@ -107,12 +107,14 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     assert "### capacity sweep" in table and "### targets" in table
     assert "round trip" in table  # the -net scenario reports the round trip it measured
     stream = {(r["store"], r["method"]): r for r in data["stream"]}
-    assert stream[("-", "Spark floor: mapInArrow, no I/O")]["batches"] == 3
+    assert stream[("redis", "Spark floor: mapInArrow, no I/O")]["batches"] == 3
     for store in ("redis", "postgres", "redis TLS", "postgres TLS"):
         kept = stream[(store, "asynclookup, clients kept by the workers")]
         per_task = stream[(store, "asynclookup, a client per task (connection.max-idle.ms=0)")]
         assert kept["batches"] == per_task["batches"] == 3 and kept["added_ms"] is not None
         assert kept["connections_per_batch"] < per_task["connections_per_batch"]
+        alone = stream[(store, "one task in process, 250 keys, a kept client")]
+        assert alone["batches"] == 10 and alone["median_ms"] > 0
     assert "### stream: " in table
     assert (
         "ms, key-ordered" not in table and "| redis | uniform | asynclookup key-ordered |" in table

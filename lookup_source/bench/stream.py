@@ -9,11 +9,12 @@ Spark's ``noop`` sink, for each method:
 - the Spark floor: the same ``mapInArrow`` appending computed columns, no I/O;
 - per store (Redis and Postgres, plain and over TLS): ``lookup_join`` with the clients the
   Python workers keep (the default), and with a client per task (``connection.max-idle.ms=0``,
-  what 0.3 did).
+  what 0.3 did); and, outside Spark, what one task's lookups of 250 keys cost in this process
+  on a kept client and on a client of its own (medians in the same columns).
 
 Each reports the median and 90th percentile of the micro-batches' ``addBatch`` time (the
-stream's own progress), what it adds to the floor's median (the floor runs first and last;
-their mean), and the connections the store accepted per micro-batch and per minute while
+stream's own progress), what it adds to the median of the floor run just before the store's
+lookups, and the connections the store accepted per micro-batch and per minute while
 counted (a TCP proxy in front of the store counts them). The TLS
 stores are servers of the bench's own, with a CA it makes: they need a clone (the test
 helpers ``tests.servers`` and ``tests.tls``), ``redis-server`` built with TLS and Postgres'
@@ -81,11 +82,11 @@ class CountingProxy:
         self._writers.update((writer, up_writer))
 
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(Exception):  # a side that went away ends the pipe
                 while data := await source.read(65536):
                     sink.write(data)
                     await sink.drain()
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(Exception):
                 sink.close()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
@@ -103,13 +104,12 @@ class CountingProxy:
 
         async def stop() -> None:
             self._server.close()
-            for writer in self._writers:
+            for writer in self._writers:  # each pipe then ends, and its connection's task
                 writer.transport.abort()
             current = asyncio.current_task()
             pending = [task for task in asyncio.all_tasks() if task is not current]
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            if pending:
+                await asyncio.wait(pending, timeout=5)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -221,15 +221,46 @@ def _tls_servers(args: Any) -> Iterator[dict[str, str]]:
         }
 
 
+def _task_cost(store: str, options: dict[str, str], args: Any, *, keep: bool) -> StreamResult:
+    """One task's lookups (250 keys, as in a small micro-batch) run in this process (5 times
+    ``--stream-batches`` tasks, 200 by default, after 10): what the task itself costs, on a
+    kept client or on a client of its own."""
+    import pyarrow as pa
+
+    from lookup_source.engine.lifetime import forget_worker_clients
+    from lookup_source.engine.runner import run_lookups
+    from lookup_source.spark.plan import LookupPlan
+
+    plan = LookupPlan.build(options, SCHEMA)
+    spec = plan.engine_spec(("user_id",), how="left")
+    config = plan.connector_config()
+    durations = []
+    for task in range(10 + max(10, 5 * args.stream_batches)):
+        keys = [(task * 251 + k) % args.users for k in range(250)]
+        batch = pa.RecordBatch.from_arrays([pa.array(keys, pa.int64())], names=["user_id"])
+        started = time.perf_counter()
+        for _ in run_lookups([batch], spec, config, keep_client=keep):
+            pass
+        durations.append((time.perf_counter() - started) * 1000)
+    forget_worker_clients()
+    durations = durations[10:]  # the first tasks open the kept client
+    return StreamResult(
+        store,
+        f"one task in process, 250 keys, {'a kept client' if keep else 'a client of its own'}",
+        len(durations),
+        250 * len(durations),
+        statistics.median(durations),
+        statistics.quantiles(durations, n=10)[-1],
+        durations_ms=durations,
+    )
+
+
 def run_stream(spark: Any, args: Any) -> list[StreamResult]:
     """Every method of the stream scenario (see the module)."""
     from lookup_source import lookup_join
 
     floor_name = "Spark floor: mapInArrow, no I/O"
-    results = [
-        _run(spark, _events(spark, args), args, "-", "no Python step"),
-        _run(spark, _floor(_events(spark, args)), args, "-", floor_name),
-    ]
+    results = [_run(spark, _events(spark, args), args, "-", "no Python step")]
     with _tls_servers(args) as tls:
         targets = [
             ("redis", args.redis_url, redis_store),
@@ -241,6 +272,10 @@ def run_stream(spark: Any, args: Any) -> list[StreamResult]:
             if name in tls
         ]
         for name, url, opener in targets:
+            # the floor just before each store's lookups: what they add is read against it
+            # (the JVM and the workers warm up over the run)
+            floor = _run(spark, _floor(_events(spark, args)), args, name, floor_name)
+            results.append(floor)
             with opener(url, args.users) as store:
                 host, port = urlsplit(url).hostname or "127.0.0.1", urlsplit(url).port
                 proxy = CountingProxy(host, port or (6379 if "redis" in name else 5432))
@@ -263,18 +298,16 @@ def run_stream(spark: Any, args: Any) -> list[StreamResult]:
                             schema=SCHEMA,
                             options={**options, **extra},
                         )
-                        results.append(_run(spark, frame, args, name, method, proxy))
+                        result = _run(spark, frame, args, name, method, proxy)
+                        result.added_ms = result.median_ms - floor.median_ms
+                        results.append(result)
                 finally:
                     proxy.close()
+                direct = {**store.options, "capacity": str(args.capacity)}
+                for keep in (True, False):
+                    results.append(_task_cost(name, direct, args, keep=keep))
         if "unavailable" in tls:
             results.append(StreamResult("TLS", "(not run)", 0, 0, 0, 0, note=tls["unavailable"]))
-    # the floor again at the end: the lookups are compared with the mean of both runs
-    results.append(_run(spark, _floor(_events(spark, args)), args, "-", floor_name + ", again"))
-    floors = [r.median_ms for r in results if r.method.startswith(floor_name)]
-    floor = sum(floors) / len(floors)
-    for result in results:
-        if result.batches and result.method.startswith("asynclookup"):
-            result.added_ms = result.median_ms - floor
     return results
 
 
@@ -296,7 +329,11 @@ def stream_report(results: list[StreamResult], args: Any) -> list[str]:
         )
         per_batch = f"{r.connections_per_batch:.2f}" if r.connections_per_batch is not None else ""
         lines.append(
-            f"| {r.store} | {r.method} | {r.median_ms:.0f} | {r.p90_ms:.0f} | {added} | "
+            f"| {r.store} | {r.method} | {_ms(r.median_ms)} | {_ms(r.p90_ms)} | {added} | "
             f"{per_batch} | {per_minute} | {r.note} |"
         )
     return [*lines, ""]
+
+
+def _ms(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.0f}"

@@ -58,7 +58,7 @@ ClientFactory = Callable[[ConnectorConfig], LookupClient]
 REUSE_VARIABLE = "SPARK_REUSE_WORKER"
 """Set to ``1`` by Spark in a Python worker that serves task after task."""
 
-MAX_KEPT_CLIENTS = 32
+MAX_KEPT_CLIENTS = 16
 """Most clients a worker keeps; beyond, the least recently used one that no task holds is
 closed."""
 
@@ -138,7 +138,7 @@ def lease_client(
 
 
 def _task_lease(factory: ClientFactory, config: ConnectorConfig) -> Lease:
-    """Today's lifetime: a loop and a client for this task alone, closed when it ends."""
+    """A loop and a client for this task alone, closed when it ends."""
     loop = TaskLoop()
     client: LookupClient | None = None
     try:

@@ -1,4 +1,5 @@
-"""A stream opens its connections once: clients live as long as the Python workers.
+"""A stream opens its connections once: clients live as long as the Python workers (on every
+supported PySpark: the Spark suites run it on each).
 
 Spark reuses a Python worker for task after task; each worker keeps one opened client per lookup
 configuration (lookup_source.engine.lifetime). These tests run real streams against real
