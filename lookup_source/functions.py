@@ -34,9 +34,11 @@ The function is a connector like any other (:class:`FunctionLookupClient`, ``con
 ``function``), so every engine feature applies. An object whose calls always end promptly once
 cancelled (aiohttp, asyncpg, most asyncio code) may set ``honours_cancellation = True``: each
 attempt's ``timeout.ms`` then costs a plain ``asyncio.timeout`` instead of a task of its own.
-What it raises means what it means for a connector: :class:`TransientError` (with
-``retry_after``) is retried, :class:`PermanentError` is not; a timeout or an ``OSError``
-(refused, reset connections) is transient; any other exception is permanent. Messages name the
+What it raises means what it means for a connector (the one rule of
+:mod:`~lookup_source.connector_api.retryable`): :class:`TransientError` (with ``retry_after``)
+is retried, :class:`PermanentError` is not; a timeout or an ``OSError`` (refused, reset
+connections, a host that does not resolve) is transient, unless it is a TLS failure no retry
+can fix; any other exception is permanent. Messages name the
 function by its qualified name, and the key.
 """
 
@@ -59,8 +61,8 @@ from lookup_source.connector_api import (
     OptionSpec,
     PermanentError,
     RecordError,
-    TransientError,
     choice,
+    failure_kind,
     parse_text,
 )
 from lookup_source.errors import AsyncLookupError, ConfigurationError
@@ -255,13 +257,13 @@ class FunctionLookupClient(LookupClient):
 
     @staticmethod
     def _translated(error: Exception, call: str) -> Exception:
-        """What the function raised, as the engine reads it."""
+        """What the function raised, as the engine reads it: the one rule of
+        :mod:`~lookup_source.connector_api.retryable` decides what is retried."""
         if isinstance(error, AsyncLookupError):
             return error
         text = f"{call} raised {type(error).__name__}: {error}".rstrip(": ")
-        if isinstance(error, (TimeoutError, asyncio.TimeoutError, OSError)):
-            return TransientError(text)
-        return PermanentError(text)
+        kind = failure_kind(error)
+        return kind(text) if isinstance(kind, type) else kind
 
     @staticmethod
     def _checked(value: Any, call: str) -> Any:

@@ -34,7 +34,8 @@ msgspec and the exception tree::
   when the store says it has too much to do), :class:`PermanentError`
   (not retried), :class:`RecordError` (one key's value is malformed). Translate your library's
   exceptions into these at the connector's boundary (:func:`translated_errors`): the engine
-  never sees them; :func:`redact_url` hides a password in a URL you put in a message.
+  never sees them; :func:`is_retryable` and :func:`failure_kind` are the one rule of what is
+  retried; :func:`redact_url` hides a password in a URL you put in a message.
 """
 
 from lookup_source.connector_api.boundary import Classifier, translate_error, translated_errors
@@ -73,6 +74,7 @@ from lookup_source.connector_api.options import (
     parse_required_text,
     parse_text,
 )
+from lookup_source.connector_api.retryable import failure_kind, is_retryable
 from lookup_source.connector_api.secrets import secret_from_env
 from lookup_source.connector_api.templates import KeyTemplate, key_text
 from lookup_source.connector_api.tls import (
@@ -142,8 +144,10 @@ __all__ = [
     "encode_rows",
     "error_rows",
     "excerpt",
+    "failure_kind",
     "handshake_check",
     "handshake_refusal",
+    "is_retryable",
     "key_text",
     "match_rows",
     "parse_bool",

@@ -26,8 +26,9 @@ With ``tls="<connector>"``, a certificate problem is named first, whatever the c
 (:func:`~lookup_source.connector_api.tls.tls_failure`: which ``<connector>.tls.*`` option to
 fix); it is never retried.
 
-An exception the classifier does not place is translated by default: a timeout or an
-``OSError`` (refused, reset or dropped connections) becomes a :class:`TransientError`, any other
+An exception the classifier does not place is translated by the one rule of
+:mod:`~lookup_source.connector_api.retryable`: a timeout or an ``OSError`` (refused, reset or
+dropped connections, a host that does not resolve) becomes a :class:`TransientError`, any other
 exception defined by the library (its top-level module is ``library``) a
 :class:`PermanentError`. asynclookup's own errors pass through; other exceptions (a bug in the
 connector) are not touched. The translated error keeps the original as its ``__cause__`` and
@@ -36,13 +37,13 @@ names it in its message: ``redis ConnectionError: Error 111 connecting to ...``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from types import TracebackType
 from typing import Literal
 
+from lookup_source.connector_api.retryable import failure_kind, is_os_level
 from lookup_source.connector_api.tls import tls_failure
-from lookup_source.errors import AsyncLookupError, ConnectorError, PermanentError, TransientError
+from lookup_source.errors import AsyncLookupError, ConnectorError
 
 Classifier = Callable[[Exception], "type[ConnectorError] | ConnectorError | None"]
 """Given a library's exception, the class to translate it into (or the error itself, with a
@@ -61,16 +62,13 @@ def translate_error(
     )
     if kind is None:
         kind = classify(error)
-    if isinstance(kind, ConnectorError):  # the classifier wrote the message
+    if kind is None:  # the one rule decides, for the connection's failures and the library's
+        if not is_os_level(error) and type(error).__module__.partition(".")[0] != library:
+            return error  # neither: a bug of the connector's own, not touched
+        kind = failure_kind(error, tls=tls)
+    if isinstance(kind, ConnectorError):  # the message is written already
         kind.__cause__ = error
         return kind
-    if kind is None:
-        if isinstance(error, (TimeoutError, asyncio.TimeoutError, OSError)):
-            kind = TransientError
-        elif type(error).__module__.partition(".")[0] == library:
-            kind = PermanentError
-        else:
-            return error
     text = str(error).strip()
     name = f"{library} {type(error).__name__}"
     translated = kind(f"{name}: {text}" if text else name)

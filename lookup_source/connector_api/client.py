@@ -24,7 +24,6 @@ or without packaging, with ``connector=my_package.clients:DictClient``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -37,7 +36,7 @@ from lookup_source.connector_api.kit import scanned_keys
 from lookup_source.connector_api.matches import Matches
 from lookup_source.connector_api.options import OptionSpec
 from lookup_source.connector_api.values import records_from_matches, records_to_matches
-from lookup_source.errors import PermanentError, RecordError, SchemaError, TransientError
+from lookup_source.errors import RecordError, SchemaError
 from lookup_source.redaction import redact_url
 
 SCAN_CHUNK_ROWS = 10_000
@@ -319,17 +318,3 @@ class LookupClient:
         case-insensitive or padded key types): a broadcast join of the scanned table then gives
         what the lookups give. The default: whenever the connector can scan."""
         return cls.can_scan(config)
-
-    def is_retryable(self, error: BaseException) -> bool:
-        """Whether a failed attempt may succeed if tried again.
-
-        The default retries timeouts, dropped or refused connections and
-        :class:`~lookup_source.errors.TransientError`; never
-        :class:`~lookup_source.errors.PermanentError`. Connectors extend it for their
-        library's exceptions.
-        """
-        if isinstance(error, PermanentError):
-            return False
-        return isinstance(
-            error, (TransientError, TimeoutError, asyncio.TimeoutError, ConnectionError)
-        )

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connector_api import LookupClient, Matches
+from lookup_source.connector_api import LookupClient, Matches, is_retryable
 from lookup_source.connector_api.values import conform_matches
 from lookup_source.engine.deadline import RequestDeadline, with_deadline, with_timeout
 from lookup_source.engine.limit import ConcurrencyLimit
@@ -73,9 +73,10 @@ class RetryPolicy:
     """When a request is tried again, and after how long: the retry strategy object of the
     engine (Flink's ``AsyncRetryStrategy``, redis-py's ``Retry``).
 
-    Two predicates decide: an *error* predicate (the connector's ``is_retryable``, given per
-    call) and a *result* predicate, ``retry.on-miss``: keys the store does not have yet are
-    asked again (late dimension rows). Both stop after ``max_attempts`` attempts.
+    Two predicates decide: an *error* predicate (the one rule,
+    :func:`~lookup_source.connector_api.is_retryable`, given per call) and a *result*
+    predicate, ``retry.on-miss``: keys the store does not have yet are asked again (late
+    dimension rows). Both stop after ``max_attempts`` attempts.
 
     >>> policy = RetryPolicy(RetrySettings(max_attempts=2, backoff="fixed", on_miss=True))
     >>> policy.retry_missing(attempt=1, missing=3), policy.retry_missing(attempt=2, missing=3)
@@ -214,7 +215,7 @@ class Attempts:
                 metrics.retries += 1
                 await self._sleep(delay)
                 continue
-            if not policy.retry_error(attempt, self._client.is_retryable(error)):
+            if not policy.retry_error(attempt, is_retryable(error)):
                 raise FinalFailure(error, attempt)
             retry_after = getattr(error, "retry_after", None)
             delay = policy.delay_s(attempt, retry_after_s=retry_after, rng=self._rng)

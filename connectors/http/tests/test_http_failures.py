@@ -1,0 +1,123 @@
+"""What each failure aiohttp really raises means, by the connector's ``classify`` and the one rule
+of what is retried (lookup_source.connector_api.retryable): produced against a closed port, a
+name that does not resolve, a server that hangs up, one that never answers and TLS spoken to a
+plain HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from asynclookup_http.client import classify
+
+from lookup_source.connector_api import (
+    PermanentError,
+    TransientError,
+    is_retryable,
+    translate_error,
+)
+from lookup_source.demo.service import UserService
+from tests.servers import free_port
+
+
+@pytest.fixture
+def rude_port() -> Iterator[tuple[int, int]]:
+    """Two ports: one that hangs up on every connection, one that never answers."""
+    hang_up, silent = socket.socket(), socket.socket()
+    for listener in (hang_up, silent):
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        listener.settimeout(0.1)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            for listener, keep in ((hang_up, False), (silent, True)):
+                try:
+                    connection = listener.accept()[0]
+                except OSError:
+                    continue
+                if keep:
+                    held.append(connection)
+                else:
+                    connection.recv(65536)
+                    connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield int(hang_up.getsockname()[1]), int(silent.getsockname()[1])
+    stop.set()
+    thread.join(2)
+    for connection in held:
+        connection.close()
+    hang_up.close()
+    silent.close()
+
+
+def raised(make: Callable[[], Awaitable[Any]]) -> Exception:
+    async def run() -> Exception:
+        try:
+            await make()
+        except Exception as error:
+            return error
+        raise AssertionError("no exception")
+
+    return asyncio.run(run())
+
+
+def test_what_aiohttp_raises_and_whether_it_is_retried(rude_port: tuple[int, int]) -> None:
+    import aiohttp
+
+    hang_up, silent = rude_port
+
+    async def get(url: str, **arguments: Any) -> Any:
+        async with aiohttp.ClientSession() as session, session.get(url, **arguments) as answer:
+            return await answer.read()
+
+    with UserService(users=10, latency_ms=0) as service:
+        plain = f"127.0.0.1:{service.port}"
+        cases = [
+            (
+                "refused",
+                lambda: get(f"http://127.0.0.1:{free_port()}/"),
+                aiohttp.ClientConnectorError,
+                True,
+            ),
+            (
+                "no such host",
+                lambda: get("http://no-such-host.invalid/"),
+                aiohttp.ClientConnectorError,
+                True,
+            ),
+            (
+                "hangs up",
+                lambda: get(f"http://127.0.0.1:{hang_up}/"),
+                aiohttp.ServerDisconnectedError,
+                True,
+            ),
+            (
+                "never answers",
+                lambda: get(
+                    f"http://127.0.0.1:{silent}/", timeout=aiohttp.ClientTimeout(sock_read=0.2)
+                ),
+                (asyncio.TimeoutError, aiohttp.ServerTimeoutError),
+                True,
+            ),
+            (
+                "TLS to plain HTTP",
+                lambda: get(f"https://{plain}/users/1"),
+                aiohttp.ClientSSLError,
+                False,
+            ),
+        ]
+        for what, make, library_class, retried in cases:
+            error = raised(make)
+            assert isinstance(error, library_class), (what, error)
+            translated = translate_error("aiohttp", classify, error, tls="http")
+            assert isinstance(translated, TransientError if retried else PermanentError), what
+            assert is_retryable(translated) is retried, what

@@ -1,0 +1,126 @@
+"""What each failure redis-py really raises means, by the connector's ``classify`` and the one
+rule of what is retried (lookup_source.connector_api.retryable): produced against a real
+redis-server, a closed port, a name that does not resolve and a server that never answers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from asynclookup_redis.client import classify
+
+from lookup_source.connector_api import (
+    PermanentError,
+    TransientError,
+    is_retryable,
+    translate_error,
+)
+from tests.servers import RedisServer, free_port
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(listener.getsockname()[1])
+    stop.set()
+    thread.join(2)
+    for connection in held:
+        connection.close()
+    listener.close()
+
+
+def raised(make: Callable[[], Awaitable[Any]]) -> Exception:
+    """What redis-py's asyncio client raises doing ``make``."""
+
+    async def run() -> Exception:
+        try:
+            await make()
+        except Exception as error:
+            return error
+        raise AssertionError("no exception")
+
+    return asyncio.run(run())
+
+
+def meaning(error: Exception) -> Any:
+    return translate_error("redis", classify, error, tls="redis")
+
+
+def test_what_redis_raises_and_whether_it_is_retried(
+    redis_srv: RedisServer, redis_db: Any, prefix: str, silent_port: int
+) -> None:
+    from redis import exceptions as rex
+    from redis.asyncio import Redis
+
+    redis_db.set(f"{prefix}text", "x")
+
+    def client(**arguments: Any) -> Redis:
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        defaults = {
+            "host": redis_srv.host,
+            "port": redis_srv.port,
+            "password": redis_srv.password,
+            "retry": Retry(NoBackoff(), 0),  # as the connector makes its pool: one try
+        }
+        return Redis(**{**defaults, **arguments})
+
+    async def wrong_type() -> Any:
+        return await client().hget(f"{prefix}text", "name")
+
+    cases = [
+        ("refused", lambda: client(port=free_port()).ping(), rex.ConnectionError, True),
+        (
+            "no such host",
+            lambda: client(host="no-such-host.invalid").ping(),
+            rex.ConnectionError,
+            True,
+        ),
+        (
+            "never answers",
+            lambda: client(port=silent_port, socket_timeout=0.2).ping(),
+            rex.TimeoutError,
+            True,
+        ),
+        (
+            "bad command",
+            lambda: client().execute_command("NO-SUCH-COMMAND"),
+            rex.ResponseError,
+            False,
+        ),
+        ("wrong type", wrong_type, rex.ResponseError, False),
+        (
+            "wrong password",
+            lambda: client(password="wrong", username="nobody").ping(),
+            rex.AuthenticationError,
+            False,
+        ),
+    ]
+    for what, make, library_class, retried in cases:
+        error = raised(make)
+        assert isinstance(error, library_class), (what, error)
+        translated = meaning(error)
+        assert isinstance(translated, TransientError if retried else PermanentError), what
+        assert is_retryable(translated) is retried, what
+        assert translated.__cause__ is error and "redis " in str(translated)
