@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
-from lookup_source.engine.loop import TaskLoop
+from lookup_source.engine.loop import LoopFactory, TaskLoop
 
 log = logging.getLogger("lookup_source")
 
@@ -124,22 +124,26 @@ def lease_client(
     *,
     max_idle_s: float,
     keep: bool | None = None,
+    loop_factory: LoopFactory | None = None,
 ) -> Lease:
     """A loop and an opened client for one task: the worker's kept ones when this worker
     serves task after task (``keep``: whether it does; by default, what Spark says) and
-    ``max_idle_s`` > 0, else a loop and a client of the task's own."""
+    ``max_idle_s`` > 0, else a loop (made by ``loop_factory``, given one) and a client of the
+    task's own."""
     if keep is None:
-        keep = worker_reuse()
+        keep = worker_reuse() and loop_factory is None
     reusable_class = bool(getattr(factory, "reusable", True))
     identity = factory_identity(factory)
     if keep and max_idle_s > 0 and reusable_class and identity is not None:
         return worker_clients().lease(client_key(identity, config), factory, config, max_idle_s)
-    return _task_lease(factory, config)
+    return _task_lease(factory, config, loop_factory)
 
 
-def _task_lease(factory: ClientFactory, config: ConnectorConfig) -> Lease:
+def _task_lease(
+    factory: ClientFactory, config: ConnectorConfig, loop_factory: LoopFactory | None = None
+) -> Lease:
     """A loop and a client for this task alone, closed when it ends."""
-    loop = TaskLoop()
+    loop = TaskLoop(loop_factory)
     client: LookupClient | None = None
     try:
         client = factory(config)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -29,12 +29,21 @@ class _Closable(Protocol):
 C = TypeVar("C", bound=_Closable)
 
 
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+"""Makes an event loop: ``asyncio.new_event_loop`` by default; a test may give
+:class:`~lookup_source.testing.clock.VirtualTimeLoop` (the engine keeps its time by its loop)."""
+
+
 class TaskLoop:
     """A private asyncio event loop, driven synchronously."""
 
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
+    def __init__(self, loop_factory: LoopFactory | None = None) -> None:
+        self._loop = (loop_factory or asyncio.new_event_loop)()
         self.closed = False
+
+    def time(self) -> float:
+        """The loop's clock (the engine's)."""
+        return self._loop.time()
 
     def run(self, awaitable: Awaitable[T]) -> T:
         """Run ``awaitable`` to completion on this loop and return its result."""

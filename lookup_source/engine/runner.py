@@ -19,6 +19,7 @@ import pyarrow as pa
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.cache import task_cache
 from lookup_source.engine.lifetime import ClientFactory, Lease, lease_client
+from lookup_source.engine.loop import LoopFactory
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.spec import EngineSpec
@@ -49,6 +50,7 @@ class LookupTask:
         client_factory: ClientFactory | None = None,
         on_metrics: Callable[[LookupMetrics], None] | None = None,
         keep_client: bool | None = None,
+        loop_factory: LoopFactory | None = None,
     ) -> None:
         self.config = config
         self._on_metrics = on_metrics
@@ -56,7 +58,11 @@ class LookupTask:
         self._closed = False
         factory = client_factory or spec.options.connector_class()
         self._lease: Lease = lease_client(
-            factory, config, max_idle_s=spec.options.connection_max_idle_s, keep=keep_client
+            factory,
+            config,
+            max_idle_s=spec.options.connection_max_idle_s,
+            keep=keep_client,
+            loop_factory=loop_factory,
         )
         self._loop = self._lease.loop
         try:
@@ -134,13 +140,20 @@ def run_lookups(
     client_factory: ClientFactory | None = None,
     on_metrics: Callable[[LookupMetrics], None] | None = None,
     keep_client: bool | None = None,
+    loop_factory: LoopFactory | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Look up the keys of ``batches``; yield them with the value columns appended.
 
     ``keep_client``: whether the loop and the client outlive the task (:mod:`.lifetime`); by
-    default, when Spark reuses this worker."""
+    default, when Spark reuses this worker. ``loop_factory``: the task's own event loop, and so
+    the engine's clock (tests give :class:`~lookup_source.testing.clock.VirtualTimeLoop`)."""
     task = LookupTask(
-        spec, config, client_factory=client_factory, on_metrics=on_metrics, keep_client=keep_client
+        spec,
+        config,
+        client_factory=client_factory,
+        on_metrics=on_metrics,
+        keep_client=keep_client,
+        loop_factory=loop_factory,
     )
     failed = True
     try:

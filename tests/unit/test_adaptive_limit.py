@@ -14,6 +14,7 @@ from lookup_source.engine.metrics import LIMIT_POINTS, LookupMetrics
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.errors import OptionError, OverloadedError
 from lookup_source.options import parse_options
+from lookup_source.testing import clock as virtual_time
 from tests.fakes import FakeClient, FakeStore, flat, key_batch, make_config, make_options, make_spec
 
 
@@ -155,8 +156,8 @@ async def _run(adaptive: bool, room: int) -> tuple[LookupEngine, Crowded, list[A
 
 
 def test_the_engine_finds_the_room_the_store_has() -> None:
-    _, fixed_store, fixed_rows = asyncio.run(_run(adaptive=False, room=8))
-    engine, store, rows = asyncio.run(_run(adaptive=True, room=8))
+    _, fixed_store, fixed_rows = virtual_time.run(_run(adaptive=False, room=8))
+    engine, store, rows = virtual_time.run(_run(adaptive=True, room=8))
     assert rows == fixed_rows and [r["name"] for r in rows] == [f"user-{k}" for k in range(2000)]
     assert store.refused < fixed_store.refused / 4  # far fewer failed attempts
     assert engine.metrics.retries == store.refused

@@ -14,6 +14,7 @@ from lookup_source.connector_api import Matches
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.output import JoinedRows
 from lookup_source.engine.spec import EngineSpec
+from lookup_source.testing import clock as virtual_time
 from tests.fakes import (
     FakeColumnarClient,
     FakeStore,
@@ -114,7 +115,7 @@ def test_a_hot_key_fans_out_in_bounded_batches_and_bounded_memory() -> None:
                 seen["largest"] = max(seen["largest"], batch.num_rows)
                 seen["peak"] = max(seen["peak"], pa.total_allocated_bytes())
 
-    asyncio.run(drive())
+    virtual_time.run(drive())
     assert seen["rows"] == 20_000 * 500
     assert seen["largest"] <= 4_096
     # the whole output would be ~10M rows x 4 columns: hundreds of MB; one slice is < 1 MB
@@ -142,6 +143,6 @@ def test_the_buffer_counts_held_matches() -> None:
         rows = sum(b.num_rows for output in outputs for b in output)
         return held, rows
 
-    held, rows = asyncio.run(drive())
+    held, rows = virtual_time.run(drive())
     assert held == 5 + 4 * 100  # five input rows, and the matches of the four batches done
     assert rows == 5 * 100

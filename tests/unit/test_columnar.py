@@ -6,7 +6,6 @@ form of the same answers must give the same rows.
 
 from __future__ import annotations
 
-import asyncio
 import random
 from typing import Any
 
@@ -21,6 +20,8 @@ from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.output import JoinedRows
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError
+from lookup_source.testing import clock as virtual_time
+from lookup_source.testing.clock import VirtualTimeLoop
 from tests.fakes import (
     FakeClient,
     FakeColumnarClient,
@@ -41,7 +42,13 @@ def joined(*args: Any, **kwargs: Any) -> pa.RecordBatch:
 
 def run(spec: Any, batches: list[pa.RecordBatch], store: FakeStore, form: str) -> list[dict]:
     client = CLIENTS[form]
-    out = run_lookups(batches, spec, make_config(spec), client_factory=lambda c: client(c, store))
+    out = run_lookups(
+        batches,
+        spec,
+        make_config(spec),
+        client_factory=lambda c: client(c, store),
+        loop_factory=VirtualTimeLoop,
+    )
     return [row for batch in out for row in batch.to_pylist()]
 
 
@@ -136,7 +143,7 @@ def test_a_key_in_flight_for_an_earlier_batch_is_not_asked_again(form: str) -> N
         return out
 
     stats: list[Any] = []
-    out = asyncio.run(drive())
+    out = virtual_time.run(drive())
     rows = [(r["k"], r["name"]) for b in out for r in b.to_pylist()]
     assert rows == [(k, f"user-{k}") for k in [1, 2, 3, 3, 4, 1, 1]]
     assert sorted(k for request in store.requests for k in request) == [1, 2, 3, 4]
@@ -161,9 +168,9 @@ def test_a_shared_request_that_fails_fails_for_every_batch_sharing_it(on_error: 
 
     if on_error == "fail":
         with pytest.raises(LookupFailedError, match="boom"):
-            asyncio.run(drive())
+            virtual_time.run(drive())
         return
-    rows = [r for b in asyncio.run(drive()) for r in b.to_pylist()]
+    rows = [r for b in virtual_time.run(drive()) for r in b.to_pylist()]
     assert [(r["k"], r["name"]) for r in rows] == [(1, None), (2, None), (5, "u5"), (1, None)]
     errors = [r["_lookup_error"] for r in rows]
     assert (
@@ -187,8 +194,8 @@ def test_cache_serves_one_to_many_and_misses_without_a_request(form: str) -> Non
         out = flat(await engine.submit(key_batch(keys))) + flat(await engine.finish())
         return [(r["k"], r["name"]) for b in out for r in b.to_pylist()]
 
-    first = asyncio.run(drive([1, 2, 3]))
-    again = asyncio.run(drive([3, 2, 1]))
+    first = virtual_time.run(drive([1, 2, 3]))
+    again = virtual_time.run(drive([3, 2, 1]))
     assert first == [(1, "a"), (1, "b"), (2, "c"), (3, None)]
     assert again == [(3, None), (2, "c"), (1, "a"), (1, "b")]
     assert len(store.requests) == 1  # the second batch was answered by the cache alone

@@ -13,6 +13,8 @@ import pytest
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError, TransientError
+from lookup_source.testing import clock as virtual_time
+from lookup_source.testing.clock import VirtualTimeLoop
 from tests.fakes import FakeClient, FakeStore, flat, key_batch, make_config, make_options, make_spec
 
 TABLE = {i: {"name": f"user-{i}", "n": i * 10} for i in range(1000)}
@@ -20,7 +22,15 @@ TABLE = {i: {"name": f"user-{i}", "n": i * 10} for i in range(1000)}
 
 def run(spec, batches, store: FakeStore) -> list[pa.RecordBatch]:
     config = make_config(spec)
-    return list(run_lookups(batches, spec, config, client_factory=lambda c: FakeClient(c, store)))
+    return list(
+        run_lookups(
+            batches,
+            spec,
+            config,
+            client_factory=lambda c: FakeClient(c, store),
+            loop_factory=VirtualTimeLoop,
+        )
+    )
 
 
 def rows(batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
@@ -56,6 +66,7 @@ def test_peak_in_flight_never_exceeds_capacity_and_reaches_it() -> None:
             config,
             client_factory=lambda c: FakeClient(c, store),
             on_metrics=engine_metrics.append,
+            loop_factory=VirtualTimeLoop,
         )
     )
     assert store.peak_in_flight == 7
@@ -146,7 +157,7 @@ def test_input_is_pulled_only_while_there_is_room() -> None:
         feeder.cancel()
         await engine.aclose()
 
-    asyncio.run(drive())
+    virtual_time.run(drive())
 
 
 def test_buffered_rows_stay_bounded_under_head_of_line_blocking() -> None:
@@ -177,7 +188,7 @@ def test_buffered_rows_stay_bounded_under_head_of_line_blocking() -> None:
         feeder.cancel()
         await engine.aclose()
 
-    asyncio.run(drive())
+    virtual_time.run(drive())
 
 
 def test_timeouts_are_retried_then_fail_naming_connector_and_keys() -> None:
@@ -288,7 +299,7 @@ def test_backoff_delays(backoff: str) -> None:
         out = flat(await engine.submit(key_batch([1])))
         return out + flat(await engine.finish())
 
-    out = asyncio.run(drive())
+    out = virtual_time.run(drive())
     assert rows(out)[0]["name"] == "user-1"
     assert len(delays) == 5
     if backoff == "fixed":
@@ -315,7 +326,7 @@ def test_retry_after_hint_is_honoured_but_capped() -> None:
         flat(await engine.submit(key_batch([1])))
         flat(await engine.finish())
 
-    asyncio.run(drive())
+    virtual_time.run(drive())
     assert delays == [0.3, 1.0]
 
 
@@ -393,6 +404,7 @@ def test_client_is_opened_and_closed_once_when_output_is_abandoned() -> None:
         spec,
         make_config(spec),
         client_factory=lambda c: FakeClient(c, store),
+        loop_factory=VirtualTimeLoop,
     )
     next(gen)
     gen.close()

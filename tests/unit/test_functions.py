@@ -16,6 +16,7 @@ from lookup_source.errors import ConfigurationError, LookupFailedError, SchemaEr
 from lookup_source.functions import LookupFunction
 from lookup_source.options import parse_options
 from lookup_source.spark.plan import LookupPlan
+from lookup_source.testing.clock import VirtualTimeLoop
 
 SCHEMA = "id long, name string, tier int"
 USERS = {i: {"name": f"user {i}", "tier": i % 3} for i in range(1, 100)}
@@ -41,6 +42,7 @@ def run(
         plan.connector_config(),
         client_factory=function,
         on_metrics=metrics.append if metrics is not None else None,
+        loop_factory=VirtualTimeLoop,
     )
     return [row for b in out for row in b.to_pylist()]
 
@@ -131,6 +133,7 @@ def test_every_engine_option_applies_to_a_function() -> None:
         plan.connector_config(),
         client_factory=function,
         on_metrics=metrics.append,
+        loop_factory=VirtualTimeLoop,
     )
     rows = [row for b in out for row in b.to_pylist()]
     by_id = {}

@@ -16,6 +16,7 @@ from lookup_source.engine.cache import clear_worker_caches
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import PermanentError
 from lookup_source.options import CacheSettings
+from lookup_source.testing.clock import VirtualTimeLoop
 from tests.fakes import (
     FakeClient,
     FakeColumnarClient,
@@ -31,7 +32,13 @@ TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(50)}
 
 def run(spec: Any, batches: list[pa.RecordBatch], store: FakeStore, client: Any = FakeClient):
     config = make_config(spec)
-    out = run_lookups(batches, spec, config, client_factory=lambda c: client(c, store))
+    out = run_lookups(
+        batches,
+        spec,
+        config,
+        client_factory=lambda c: client(c, store),
+        loop_factory=VirtualTimeLoop,
+    )
     return [row for batch in out for row in batch.to_pylist()]
 
 
@@ -153,6 +160,7 @@ def test_failures_cache_hits_and_max_matches_under_key_order() -> None:
             config,
             client_factory=lambda c: FakeClient(c, store),
             on_metrics=metrics.append,
+            loop_factory=VirtualTimeLoop,
         )
         rows = [row for batch in out for row in batch.to_pylist()]
         errors = {r["k"]: r["_lookup_error"] for r in rows}
