@@ -1,33 +1,32 @@
-"""The engine's units of work: an input batch on its way (:class:`Job`), one request to the
-store (:class:`Request`), and answers in the record form waiting to be converted
-(:class:`RecordPart`)."""
+"""The engine's units of work: an input batch on its way (:class:`Job`) and one request to the
+store (:class:`Request`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import python_keys
+from lookup_source.engine.answers import Part
 from lookup_source.engine.keys import DistinctKeys, cast_key_column, distinct_keys
 from lookup_source.engine.spec import EngineSpec
 
-if TYPE_CHECKING:
-    from lookup_source.engine.output import JoinedRows
 
+class Output(Protocol):
+    """A finished batch's output, made slice by slice as it is read
+    (:class:`~lookup_source.engine.output.JoinedRows`)."""
 
-@dataclass(eq=False)
-class RecordPart:
-    """Answers in the record form for some of a batch's keys (``positions`` among its distinct
-    keys), converted together when the batch is complete."""
+    num_rows: int
 
-    positions: np.ndarray
-    keys: list[Any]
-    result: Mapping[Any, Any]
+    @property
+    def held_rows(self) -> int: ...
+
+    def batches(self, max_rows: int) -> Iterator[pa.RecordBatch]: ...
 
 
 @dataclass(eq=False)
@@ -38,15 +37,13 @@ class Job:
     number: int
     batch: pa.RecordBatch
     distinct: DistinctKeys
-    parts: list[Matches] = field(default_factory=list)
-    """Answers for some of its keys (from the store or the cache), columnar."""
-    record_parts: list[RecordPart] = field(default_factory=list)
-    """Answers in the record form, converted when its output is built."""
+    parts: list[Part] = field(default_factory=list)
+    """Answers for some of its keys (from the store or the cache), at its key positions."""
     failed_parts: list[Matches] = field(default_factory=list)
     """Error rows of its keys whose request failed (``on.error=null|column``)."""
     pending: int = 0
     done: bool = False
-    output: JoinedRows | None = None
+    output: Output | None = None
     held_rows: int = 0
     """Rows this batch holds in the engine's buffer: its input rows, then its matches."""
     keys_with_bad_values: int = 0

@@ -8,15 +8,15 @@ in flight in one ``index_in`` (or, for composite keys, one encoding of the rows)
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import match_rows
-from lookup_source.engine.batches import Job, RecordPart, Request
+from lookup_source.engine.answers import Answer, Part
+from lookup_source.engine.batches import Job, Request
 
 R = TypeVar("R", bound=Hashable)
 
@@ -77,41 +77,13 @@ class InFlightKeys(Generic[R]):
         return out
 
 
-def _absent(value: Any) -> bool:
-    return value is None or (isinstance(value, (list, tuple)) and not value)
-
-
-def deliver(request: Request, answer: Matches | Mapping[Any, Any]) -> int:
-    """Hand ``answer`` (``key_index`` = rows of the request's keys, or the record form) to the
-    batch that asked and to each batch sharing the request, as answers for its own key
-    positions; return how many of their keys are missing."""
-    if not isinstance(answer, Matches):
-        return _deliver_records(request, answer)
-    size = request.keys.num_rows
-    found = np.zeros(size, dtype=bool)
-    found[answer.key_index] = True
-    request.owner.parts.append(
-        Matches(request.positions[answer.key_index], answer.values, answer.errors)
-    )
-    missing = int(size - found.sum())
+def deliver(request: Request, answer: Answer) -> int:
+    """Hand ``answer`` (to the request's keys) to the batch that asked and to each batch
+    sharing the request, placed at its own key positions; return how many of their keys are
+    missing."""
+    request.owner.parts.append(Part(request.positions, answer))
+    missing = answer.missing_among()
     for job, positions, request_rows in request.subscribers:
-        slot = np.full(size, -1, dtype=np.int64)
-        slot[request_rows] = positions
-        mine = slot[answer.key_index]
-        keep = mine >= 0
-        rows = pa.array(np.flatnonzero(keep))
-        errors = answer.errors.take(rows) if answer.errors is not None else None
-        job.parts.append(Matches(mine[keep], answer.values.take(rows), errors))
-        missing += int((~found[request_rows]).sum())
-    return missing
-
-
-def _deliver_records(request: Request, answer: Mapping[Any, Any]) -> int:
-    keys = request.python_keys()
-    request.owner.record_parts.append(RecordPart(request.positions, keys, answer))
-    missing = sum(1 for k in keys if _absent(answer.get(k)))
-    for job, positions, request_rows in request.subscribers:
-        shared = [keys[r] for r in request_rows]
-        job.record_parts.append(RecordPart(positions, shared, answer))
-        missing += sum(1 for k in shared if _absent(answer.get(k)))
+        job.parts.append(Part(positions, answer.take(request_rows)))
+        missing += answer.missing_among(request_rows)
     return missing

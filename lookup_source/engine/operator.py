@@ -26,19 +26,19 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connector_api import LookupClient, Matches
-from lookup_source.engine.batches import Job, RecordPart, Request
-from lookup_source.engine.cache import CacheLayer
+from lookup_source.connector_api import LookupClient
+from lookup_source.engine.answers import Answer
+from lookup_source.engine.batches import Job, Request
+from lookup_source.engine.cache_layer import CacheLayer
 from lookup_source.engine.deadline import RequestDeadline, cancel_abandoned
 from lookup_source.engine.inflight import InFlightKeys, deliver
 from lookup_source.engine.limit import AdaptiveLimit, ConcurrencyLimit, FixedLimit
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.output import OutputBuilder, keyed_messages
+from lookup_source.engine.output import OutputBuilder
 from lookup_source.engine.queue import OutputQueue, output_queue
 from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.engine.retry import Attempts, FinalFailure, RetryPolicy, Sleep
@@ -219,14 +219,7 @@ class LookupEngine:
         if self._cache is None or not len(job.distinct):
             return np.arange(len(job.distinct), dtype=np.int64)
         known = self._cache.lookup(job.python_keys(), self._fields)
-        if known.matches is not None:
-            job.parts.append(keyed_messages(known.matches, job.python_keys))
-        if known.records:
-            positions = np.asarray(known.record_positions, dtype=np.int64)
-            keys = job.python_keys()
-            job.record_parts.append(
-                RecordPart(positions, [keys[p] for p in positions], known.records)
-            )
+        job.parts.extend(known.parts)
         self.metrics.cache_hits += known.hits
         self.metrics.cache_misses += known.misses
         self.metrics.missing_keys += known.missing
@@ -268,12 +261,10 @@ class LookupEngine:
                     self._complete(job)
             self._notify()
 
-    def _answered(self, request: Request, answer: Any) -> None:
+    def _answered(self, request: Request, answer: Answer) -> None:
         """Keep what the cache should know of ``answer``; hand it to every batch waiting."""
-        if isinstance(answer, Matches):
-            answer = keyed_messages(answer, request.python_keys)
         if self._cache is not None:
-            self._cache.store(request.python_keys(), answer)
+            self._cache.store(answer)
         self.metrics.missing_keys += deliver(request, answer)
 
     def _request_failed(self, request: Request, failure: FinalFailure) -> None:

@@ -28,28 +28,10 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import Matches
-from lookup_source.connector_api.values import conform_matches, records_to_matches
-from lookup_source.engine.batches import Job, RecordPart
+from lookup_source.engine.answers import Part, concat_matches, gather
+from lookup_source.engine.batches import Job
 from lookup_source.errors import LookupFailedError
 from lookup_source.options import ERROR_COLUMN, LookupOptions
-
-
-def concat_matches(parts: Sequence[Matches], fields: Sequence[pa.Field]) -> Matches:
-    """All ``parts`` (each already conformed to ``fields``) as one :class:`Matches`."""
-    parts = [part for part in parts if part.num_rows]
-    if not parts:
-        return Matches.none(fields)
-    if len(parts) == 1:
-        return parts[0]
-    schema = pa.schema(list(fields))
-    values = pa.Table.from_batches([p.values for p in parts], schema=schema).combine_chunks()
-    batch = values.to_batches()[0] if values.num_rows else parts[0].values.slice(0, 0)
-    errors = None
-    if any(p.errors is not None for p in parts):
-        errors = pa.concat_arrays(
-            [p.errors if p.errors is not None else pa.nulls(p.num_rows, pa.string()) for p in parts]
-        )
-    return Matches(np.concatenate([p.key_index for p in parts]), batch, errors)
 
 
 def failed_keys(matches: Matches) -> np.ndarray:
@@ -230,37 +212,11 @@ def describe_error(error: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def keyed_messages(matches: Matches, keys: Callable[[], Sequence[Any]]) -> Matches:
-    """``matches`` with each error message prefixed by the key it concerns: ``key 7: ...``
-    (``keys()``: the asked keys, which ``key_index`` points into)."""
-    errors = matches.errors
-    if errors is None or errors.null_count == len(errors):
-        return matches
-    everything = keys()
-    index = matches.key_index
-    messages = [
-        None if text is None else f"key {everything[index[row]]!r}: {text}"
-        for row, text in enumerate(errors.to_pylist())
-    ]
-    return Matches(index, matches.values, pa.array(messages, type=pa.string()))
-
-
 def failed_rows(positions: np.ndarray, fields: Sequence[pa.Field], message: str) -> Matches:
     """One error row, with null values, for each key position of ``positions``."""
     values = pa.RecordBatch.from_pylist([], schema=pa.schema(list(fields)))
     nulls = values.take(pa.nulls(len(positions), type=pa.int64()))
     return Matches(positions, nulls, pa.array([message] * len(positions), type=pa.string()))
-
-
-def records_as_matches(parts: Sequence[RecordPart], fields: Sequence[pa.Field]) -> Matches:
-    """Answers in the record form, of all the requests of a batch, converted together."""
-    positions = np.concatenate([p.positions for p in parts])
-    keys = [k for p in parts for k in p.keys]
-    merged: dict[Any, Any] = {}
-    for part in parts:
-        merged.update(part.result)
-    matches = keyed_messages(records_to_matches(keys, merged, fields), lambda: keys)
-    return Matches(positions[matches.key_index], matches.values, matches.errors)
 
 
 def over_max_matches(
@@ -353,11 +309,7 @@ class OutputBuilder:
     def build(self, job: Job) -> JoinedRows:
         """The output of a batch whose lookups are all done, to be made slice by slice; raises
         the ``on.error=fail`` error of a value that could not be used."""
-        fields = self.fields
-        parts = [conform_matches(part, fields) for part in job.parts]
-        if job.record_parts:
-            parts.append(records_as_matches(job.record_parts, fields))
-        matches = self._checked(job, concat_matches(parts, fields), job.failed_parts)
+        matches = self._checked(job, gather(job.parts, self.fields), job.failed_parts)
         return self._joined(job.batch, job.distinct.indices, len(job.distinct), matches)
 
     def build_part(self, job: Job, positions: np.ndarray, nulls: bool) -> JoinedRows:
@@ -365,16 +317,17 @@ class OutputBuilder:
         have their answer), and of its rows with a null key if ``nulls``, in input order. The
         answers of other keys stay with the job for a later part (``output.mode=key-ordered``)."""
         fields = self.fields
-        if job.record_parts:
-            job.parts.append(records_as_matches(job.record_parts, fields))
-            job.record_parts.clear()
         wanted = np.zeros(len(job.distinct) + 1, dtype=bool)
         wanted[positions] = True
-        answers, job.parts = _split(
-            [conform_matches(part, fields) for part in job.parts], wanted, fields
-        )
+        taken: list[Part] = []
+        kept: list[Part] = []
+        for part in job.parts:
+            mine, rest = part.split(wanted)
+            taken += [mine] if mine is not None else []
+            kept += [rest] if rest is not None else []
+        job.parts = kept
         failures, job.failed_parts = _split(job.failed_parts, wanted, fields)
-        matches = self._checked(job, answers, [failures])
+        matches = self._checked(job, gather(taken, fields), [failures])
         wanted[-1] = nulls  # a null key's rows: index len(distinct), below
         key_of_row = job.distinct.indices.fill_null(len(job.distinct)).to_numpy(
             zero_copy_only=False

@@ -16,20 +16,15 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
-from lookup_source.connector_api.values import conform_matches
+from lookup_source.engine.answers import Answer, merge
 from lookup_source.engine.deadline import RequestDeadline, with_deadline, with_timeout
 from lookup_source.engine.limit import ConcurrencyLimit
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.output import concat_matches
 from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.errors import OverloadedError
 from lookup_source.options import RetrySettings
 
 Sleep = Callable[[float], Awaitable[Any]]
-
-Answer = Matches | Mapping[Any, Any]
-"""A request's answer: columnar (``key_index`` = rows of the request's keys) or the record
-form (key -> record)."""
 
 
 @dataclass(frozen=True)
@@ -113,11 +108,6 @@ class FinalFailure(Exception):
         self.attempts = attempts
 
 
-def _absent(value: Any) -> bool:
-    """Whether a record-form value means "no match": None, or an empty list of records."""
-    return value is None or (isinstance(value, (list, tuple)) and not value)
-
-
 class Attempts:
     """The attempt loop of a task's requests: each attempt waits for the rate limiter, runs
     under its time limit (``timeout.ms``, less near ``deadline.ms``), and is counted; a failed
@@ -162,8 +152,9 @@ class Attempts:
         loop = asyncio.get_running_loop()
         policy = self._policy
         metrics = self._metrics
-        answers: list[Matches] = []
-        merged: dict[Any, Any] = {}
+        size = keys.num_rows
+        answers: list[Answer] = []
+        found = np.zeros(0, dtype=bool)
         rows: np.ndarray | None = None  # None: every key of the request
         attempt = 0
         deadline = self._deadline(loop.time())
@@ -192,25 +183,17 @@ class Attempts:
                 now = loop.time()
                 metrics.record_latency(now - started)
                 self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
-                result = self._checked(result)
+                answer = self._answer(self._checked(result), size, python_keys, rows)
                 if not policy.retry_on_miss and rows is None:  # the common case: one answer
-                    return self._merge([result]) if isinstance(result, Matches) else result
-                if isinstance(result, Matches):
-                    if rows is not None:
-                        result = Matches(rows[result.key_index], result.values, result.errors)
-                    answers.append(result)
-                    missing = _missing_rows(keys.num_rows, answers)
-                else:
-                    merged.update(result)
-                    missing = np.asarray(
-                        [r for r, k in enumerate(python_keys()) if _absent(merged.get(k))],
-                        dtype=np.int64,
-                    )
+                    return answer
+                answers.append(answer)
+                found = answer.found() if rows is None else found | answer.found()
+                missing = np.flatnonzero(~found)
                 delay = policy.delay_s(attempt, rng=self._rng)
                 if not policy.retry_missing(attempt, len(missing)) or not deadline.allows(
                     loop.time() + delay
                 ):
-                    return self._merge(answers) if self._columnar else merged
+                    return merge(answers, self._fields)
                 rows = missing  # late dimension rows: ask again for the missing keys only
                 metrics.retries += 1
                 await self._sleep(delay)
@@ -223,6 +206,28 @@ class Attempts:
                 raise FinalFailure(deadline.error(attempt, error), attempt)
             metrics.retries += 1
             await self._sleep(delay)
+
+    def _answer(
+        self,
+        result: Matches | Mapping[Any, Any],
+        size: int,
+        python_keys: Callable[[], list[Any]],
+        rows: np.ndarray | None,
+    ) -> Answer:
+        """The client's answer to the keys it was asked (all, or those at ``rows``), as an
+        :class:`Answer` to the whole request."""
+        if rows is None:
+            if isinstance(result, Matches):
+                return Answer.columnar(result, size, python_keys)
+            return Answer.records(result, python_keys())
+        everything = python_keys()
+        asked = [everything[row] for row in rows.tolist()]
+        part = (
+            Answer.columnar(result, len(asked), lambda: asked)
+            if isinstance(result, Matches)
+            else Answer.records(result, asked)
+        )
+        return part.placed(rows, size, python_keys)
 
     async def _attempt(
         self,
@@ -245,7 +250,7 @@ class Attempts:
             return await with_timeout(call, limit_s)
         return await with_deadline(call, limit_s, self.abandoned)
 
-    def _checked(self, result: Any) -> Answer:
+    def _checked(self, result: Any) -> Matches | Mapping[Any, Any]:
         """The client's answer, or a TypeError that fails the task (a connector bug)."""
         name = self._client.name
         if self._columnar:
@@ -263,14 +268,3 @@ class Attempts:
                 "lookup(); it must return a mapping of key -> record"
             )
         return result
-
-    def _merge(self, answers: list[Matches]) -> Matches:
-        conformed = [conform_matches(answer, self._fields) for answer in answers]
-        return concat_matches(conformed, self._fields)
-
-
-def _missing_rows(size: int, answers: list[Matches]) -> np.ndarray:
-    found = np.zeros(size, dtype=bool)
-    for answer in answers:
-        found[answer.key_index] = True
-    return np.flatnonzero(~found)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.cache import task_cache
+from lookup_source.engine.cache_layer import task_cache
 from lookup_source.engine.lifetime import ClientFactory, Lease, lease_client
 from lookup_source.engine.loop import LoopFactory
 from lookup_source.engine.metrics import LookupMetrics

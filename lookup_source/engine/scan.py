@@ -17,9 +17,10 @@ import pyarrow as pa
 from lookup_source.connector_api import ConnectorConfig, LookupClient, Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_matches, to_arrow_column
+from lookup_source.engine.answers import concat_matches, keyed_messages
 from lookup_source.engine.lifetime import lease_client
 from lookup_source.engine.loop import TaskLoop
-from lookup_source.engine.output import JoinedRows, concat_matches, keyed_messages, value_failure
+from lookup_source.engine.output import JoinedRows, value_failure
 from lookup_source.options import ERROR_COLUMN, LookupOptions
 
 

@@ -181,7 +181,8 @@ def test_a_shared_request_that_fails_fails_for_every_batch_sharing_it(on_error: 
 
 @pytest.mark.parametrize("form", ["record", "columnar"])
 def test_cache_serves_one_to_many_and_misses_without_a_request(form: str) -> None:
-    from lookup_source.engine.cache import PartialCache, PartialCacheLayer
+    from lookup_source.engine.cache import PartialCache
+    from lookup_source.engine.cache_layer import PartialCacheLayer
 
     store = FakeStore({1: [{"name": "a", "n": 1}, {"name": "b", "n": 2}], 2: {"name": "c", "n": 3}})
     spec = make_spec(make_options(batch_size=10))

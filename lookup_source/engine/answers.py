@@ -1,0 +1,373 @@
+"""What a request returns, in one form the engine handles everywhere: :class:`Answer`.
+
+An answer holds, for each key a request asked (rows ``0 .. size - 1``), its matches — from a
+columnar client as :class:`~lookup_source.connector_api.Matches`, from a client in the record
+form as the records it returned. The engine never tells the two apart: it asks an answer which
+keys it found (:meth:`Answer.found`), the part of it that a later batch sharing the request
+waits for (:meth:`Answer.take`), what the cache should keep (:meth:`Answer.cache_entries`), and
+merges the answers of a request's attempts (:func:`merge`). A batch gathers its answers as
+:class:`Part` objects, placed at its own key positions, and :func:`gather` makes them one
+:class:`Matches`, its error messages naming their keys.
+
+Records are converted into Arrow in one place, :func:`gather`, all the record answers of a
+batch together: one GET's record alone would cost more to convert than to fetch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from lookup_source.connector_api import Key, Matches
+from lookup_source.connector_api.values import conform_matches, records_to_matches
+
+MISSING: Any = object()
+"""Cached marker of a key the store does not have."""
+
+KeySource = Callable[[], Sequence[Key]]
+"""The asked keys as Python values, made when first needed (a message names its key)."""
+
+
+def absent(value: Any) -> bool:
+    """Whether a record-form value means "no match": None, or an empty list of records."""
+    return value is None or (isinstance(value, (list, tuple)) and not value)
+
+
+class Answer:
+    """The matches of the keys one request asked (see the module)."""
+
+    __slots__ = ("_found", "_keys", "matches", "size", "values")
+
+    def __init__(
+        self,
+        size: int,
+        keys: KeySource,
+        *,
+        matches: Matches | None = None,
+        values: list[Any] | None = None,
+    ) -> None:
+        if (matches is None) == (values is None):
+            raise ValueError("an Answer holds Matches or record values, one of them")
+        self.size = size
+        self._keys = keys
+        self.matches = matches
+        """Columnar: one row per match, ``key_index`` = the asked row."""
+        self.values = values
+        """Record form: per asked row, what the client returned for it (a record, a list of
+        records, a :class:`RecordError`, None)."""
+        self._found: np.ndarray | None = None
+
+    # -- made from what a client returns --------------------------------------------------------
+
+    @classmethod
+    def columnar(cls, matches: Matches, size: int, keys: KeySource) -> Answer:
+        return cls(size, keys, matches=matches)
+
+    @classmethod
+    def records(cls, result: Mapping[Key, Any], keys: Sequence[Key]) -> Answer:
+        """The record form of a client's answer (``{key: record}``) for the asked ``keys``."""
+        return cls(len(keys), lambda: keys, values=[result.get(key) for key in keys])
+
+    @classmethod
+    def none(cls, size: int, keys: KeySource) -> Answer:
+        """No key found."""
+        return cls(size, keys, values=[None] * size)
+
+    # -- what it holds ---------------------------------------------------------------------------
+
+    @property
+    def columnar_form(self) -> bool:
+        return self.matches is not None
+
+    def asked(self) -> Sequence[Key]:
+        """The keys the request asked, as Python values."""
+        return self._keys()
+
+    def found(self) -> np.ndarray:
+        """For each asked key, whether it has at least one match (or an error)."""
+        if self._found is None:
+            found = np.zeros(self.size, dtype=bool)
+            if self.matches is not None:
+                found[self.matches.key_index] = True
+            else:
+                assert self.values is not None
+                found[:] = [not absent(value) for value in self.values]
+            self._found = found
+        return self._found
+
+    def missing_among(self, rows: np.ndarray | None = None) -> int:
+        """How many of the asked keys (those at ``rows``, or all) have no match (for the
+        record form without an array per request: a GET's answer is one key)."""
+        if self.values is not None and self._found is None:
+            values = self.values if rows is None else [self.values[r] for r in rows.tolist()]
+            return sum(1 for value in values if absent(value))
+        found = self.found()
+        return int(len(found) - found.sum()) if rows is None else int((~found[rows]).sum())
+
+    def missing_rows(self) -> np.ndarray:
+        """The asked rows with no match."""
+        return np.flatnonzero(~self.found())
+
+    def take(self, rows: np.ndarray) -> Answer:
+        """The answer of the asked keys at ``rows`` only, numbered ``0 .. len(rows) - 1`` (what a
+        batch that shares the request waits for)."""
+        everything = self._keys
+        picked = rows.tolist()
+
+        def keys() -> list[Key]:
+            asked = everything()
+            return [asked[row] for row in picked]
+
+        if self.values is not None:
+            return Answer(len(picked), keys, values=[self.values[row] for row in picked])
+        assert self.matches is not None
+        slot = np.full(self.size, -1, dtype=np.int64)
+        slot[rows] = np.arange(len(rows))
+        mine = slot[self.matches.key_index]
+        kept = _rows(self.matches, np.flatnonzero(mine >= 0), mine)
+        return Answer(len(picked), keys, matches=kept)
+
+    def placed(self, rows: np.ndarray, size: int, keys: KeySource) -> Answer:
+        """This answer to the keys at ``rows`` of a request of ``size`` keys, as an answer to
+        that whole request (the other keys not found): a retry that asked some keys again."""
+        if self.values is not None:
+            values: list[Any] = [None] * size
+            for row, value in zip(rows.tolist(), self.values):
+                values[row] = value
+            return Answer(size, keys, values=values)
+        assert self.matches is not None
+        matches = self.matches
+        return Answer(
+            size, keys, matches=Matches(rows[matches.key_index], matches.values, matches.errors)
+        )
+
+    def cache_entries(self, *, cache_missing: bool) -> list[tuple[Key, Any]]:
+        """What a cache keeps of this answer: per found key its matches — a
+        :class:`CachedRows` (columnar) or its records — and per missing key :data:`MISSING`
+        (if ``cache_missing``); a key whose value was malformed is not kept."""
+        keys = self.asked()
+        if self.matches is not None:
+            return cache_rows(keys, self.matches, self.found(), cache_missing=cache_missing)
+        assert self.values is not None
+        items: list[tuple[Key, Any]] = []
+        for key, value in zip(keys, self.values):
+            if absent(value):
+                if cache_missing:
+                    items.append((key, MISSING))
+            elif isinstance(value, Mapping) or (
+                isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value)
+            ):
+                items.append((key, value))
+        return items
+
+
+def merge(answers: Sequence[Answer], fields: Sequence[pa.Field]) -> Answer:
+    """The answers of a request's attempts (each to the whole request, :meth:`Answer.placed`)
+    as one: a key takes its matches from the last attempt that found it (a retry asks only
+    the keys still missing)."""
+    if len(answers) == 1:
+        return answers[0]
+    first = answers[0]
+    if first.values is not None:
+        values = list(first.values)
+        for answer in answers[1:]:
+            assert answer.values is not None
+            for row, value in enumerate(answer.values):
+                if not absent(value):
+                    values[row] = value
+        return Answer(first.size, first._keys, values=values)
+    parts = [conform_matches(a.matches, fields) for a in answers if a.matches is not None]
+    return Answer(first.size, first._keys, matches=concat_matches(parts, fields))
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """An answer gathered by a batch: the batch's key position of each asked row."""
+
+    positions: np.ndarray
+    answer: Answer
+
+    def split(self, wanted: np.ndarray) -> tuple[Part | None, Part | None]:
+        """This part cut in two by ``wanted`` (a mask by the batch's key positions): the rows
+        of wanted keys, and the others (None for an empty side)."""
+        mine = wanted[self.positions]
+        if mine.all():
+            return self, None
+        if not mine.any():
+            return None, self
+        taken, left = np.flatnonzero(mine), np.flatnonzero(~mine)
+        return (
+            Part(self.positions[taken], self.answer.take(taken)),
+            Part(self.positions[left], self.answer.take(left)),
+        )
+
+
+def gather(parts: Sequence[Part], fields: Sequence[pa.Field]) -> Matches:
+    """Every part's matches as one :class:`Matches` in ``fields``' types, ``key_index`` = the
+    batch's key position, each error message naming its key (``key 7: ...``). The record
+    answers are converted together, in one pass."""
+    columnar: list[Matches] = []
+    record_parts = [part for part in parts if part.answer.values is not None]
+    for part in parts:
+        matches = part.answer.matches
+        if matches is None or not matches.num_rows:
+            continue
+        matches = keyed_messages(conform_matches(matches, fields), part.answer.asked)
+        columnar.append(Matches(part.positions[matches.key_index], matches.values, matches.errors))
+    if record_parts:
+        values = [v for part in record_parts for v in part.answer.values or ()]
+        positions = np.concatenate([part.positions for part in record_parts])
+        keys = [k for part in record_parts for k in part.answer.asked()]
+        converted = records_to_matches(range(len(values)), dict(enumerate(values)), fields)
+        converted = keyed_messages(converted, lambda: keys)
+        columnar.append(Matches(positions[converted.key_index], converted.values, converted.errors))
+    return concat_matches(columnar, fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matches, put together
+# ---------------------------------------------------------------------------------------------
+
+
+def concat_matches(parts: Sequence[Matches], fields: Sequence[pa.Field]) -> Matches:
+    """All ``parts`` (each already conformed to ``fields``) as one :class:`Matches`."""
+    parts = [part for part in parts if part.num_rows]
+    if not parts:
+        return Matches.none(fields)
+    if len(parts) == 1:
+        return parts[0]
+    schema = pa.schema(list(fields))
+    values = pa.Table.from_batches([p.values for p in parts], schema=schema).combine_chunks()
+    batch = values.to_batches()[0] if values.num_rows else parts[0].values.slice(0, 0)
+    errors = None
+    if any(p.errors is not None for p in parts):
+        errors = pa.concat_arrays(
+            [p.errors if p.errors is not None else pa.nulls(p.num_rows, pa.string()) for p in parts]
+        )
+    return Matches(np.concatenate([p.key_index for p in parts]), batch, errors)
+
+
+def keyed_messages(matches: Matches, keys: KeySource) -> Matches:
+    """``matches`` with each error message prefixed by the key it concerns: ``key 7: ...``
+    (``keys()``: the asked keys, which ``key_index`` points into)."""
+    errors = matches.errors
+    if errors is None or errors.null_count == len(errors):
+        return matches
+    everything = keys()
+    index = matches.key_index
+    messages = [
+        None if text is None else f"key {everything[index[row]]!r}: {text}"
+        for row, text in enumerate(errors.to_pylist())
+    ]
+    return Matches(index, matches.values, pa.array(messages, type=pa.string()))
+
+
+def _rows(matches: Matches, rows: np.ndarray, key_index: np.ndarray | None = None) -> Matches:
+    """The rows ``rows`` of ``matches`` (with ``key_index``'s entries, if given, as their keys)."""
+    index = pa.array(rows, type=pa.int64())
+    errors = matches.errors.take(index) if matches.errors is not None else None
+    keys = (key_index if key_index is not None else matches.key_index)[rows]
+    return Matches(keys, matches.values.take(index), errors)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a cache keeps of an answer
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class CachedRows:
+    """A cached key's matches: rows ``start`` to ``start + count`` of an Arrow batch of value
+    columns (a compact copy of the rows its answer held for cached keys, never an error)."""
+
+    values: pa.RecordBatch
+    start: int
+    count: int
+
+
+@dataclass(frozen=True)
+class CachedError:
+    """A key whose stored value is malformed (full cache): reported each time it is asked."""
+
+    message: str
+
+
+def cache_rows(
+    keys: Sequence[Key], answer: Matches, found: np.ndarray, *, cache_missing: bool
+) -> list[tuple[Key, Any]]:
+    """What to cache from a columnar answer to ``keys``: a :class:`CachedRows` per key that
+    has matches, :data:`MISSING` per key without (if ``cache_missing``); keys whose value was
+    malformed are not cached."""
+    index = answer.key_index
+    usable = np.ones(len(index), dtype=bool)
+    if answer.errors is not None and answer.errors.null_count < len(answer.errors):
+        bad = answer.errors.is_valid().to_numpy(zero_copy_only=False)
+        usable &= ~np.isin(index, index[bad])
+    rows = np.flatnonzero(usable)
+    rows = rows[np.argsort(index[rows], kind="stable")]
+    items: list[tuple[Key, Any]] = []
+    if len(rows):
+        segment = answer.values.take(pa.array(rows))
+        positions, starts, counts = np.unique(index[rows], return_index=True, return_counts=True)
+        items = [
+            (keys[p], CachedRows(segment, int(a), int(n)))
+            for p, a, n in zip(positions.tolist(), starts.tolist(), counts.tolist())
+        ]
+    if cache_missing:
+        items += [(keys[p], MISSING) for p in np.flatnonzero(~found).tolist()]
+    return items
+
+
+def cached_answer(
+    hits: Sequence[tuple[Key, CachedRows | CachedError]], fields: Sequence[pa.Field]
+) -> Answer:
+    """The answer a cache gives for its columnar hits ``(key, entry)``, rows numbered in the
+    order of ``hits``."""
+    keys = [key for key, _ in hits]
+    by_segment: dict[int, tuple[pa.RecordBatch, list[int], list[int]]] = {}
+    failed: list[tuple[int, str]] = []
+    for row, (_, cached) in enumerate(hits):
+        if isinstance(cached, CachedError):
+            failed.append((row, cached.message))
+            continue
+        _, taken, rows = by_segment.setdefault(id(cached.values), (cached.values, [], []))
+        taken.extend(range(cached.start, cached.start + cached.count))
+        rows.extend([row] * cached.count)
+    schema = pa.schema(list(fields))
+    batches = [values.take(pa.array(taken)) for values, taken, _ in by_segment.values()]
+    if failed:
+        empty = pa.RecordBatch.from_pylist([], schema=schema)
+        batches.append(empty.take(pa.nulls(len(failed), pa.int64())))
+    table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
+    values = (
+        table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=schema)
+    )
+    index = np.asarray(
+        [r for _, _, rows in by_segment.values() for r in rows] + [r for r, _ in failed],
+        dtype=np.int64,
+    )
+    errors = None
+    if failed:
+        found = len(index) - len(failed)
+        errors = pa.array([None] * found + [m for _, m in failed], type=pa.string())
+    return Answer(len(keys), lambda: keys, matches=Matches(index, values, errors))
+
+
+__all__ = [
+    "MISSING",
+    "Answer",
+    "CachedError",
+    "CachedRows",
+    "Part",
+    "absent",
+    "cache_rows",
+    "cached_answer",
+    "concat_matches",
+    "gather",
+    "keyed_messages",
+    "merge",
+]

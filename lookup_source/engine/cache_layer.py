@@ -1,0 +1,147 @@
+"""What the engine sees of a cache (:class:`CacheLayer`): what it knows of a batch's keys and
+what to keep of an answer; :func:`task_cache` sets up the one a task's options ask for, shared
+with the other tasks of the worker (:mod:`.cache`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from lookup_source.connector_api import ConnectorConfig, Key, LookupClient
+from lookup_source.engine.answers import (
+    MISSING,
+    Answer,
+    CachedError,
+    CachedRows,
+    Part,
+    cached_answer,
+)
+from lookup_source.engine.cache import FullCache, PartialCache, worker_cache
+from lookup_source.engine.loop import TaskLoop
+from lookup_source.engine.table_load import load_table, reload_in_background
+
+if TYPE_CHECKING:
+    from lookup_source.options import CacheSettings
+
+
+@dataclass
+class CacheAnswer:
+    """What a cache knows of a batch's distinct keys: the positions still to fetch
+    (``wanted``), the hits as answers placed at the batch's positions (``parts``), and the
+    counts for the metrics."""
+
+    wanted: np.ndarray
+    parts: list[Part] = field(default_factory=list)
+    hits: int = 0
+    misses: int = 0
+    missing: int = 0
+    """Keys the cache knows to be missing."""
+
+
+class CacheLayer(Protocol):
+    """A task's view of its worker's cache."""
+
+    def lookup(self, keys: list[Key], fields: Sequence[pa.Field]) -> CacheAnswer:
+        """What the cache knows of a batch's distinct ``keys``."""
+        ...
+
+    def store(self, answer: Answer) -> None:
+        """Keep what the store answered."""
+        ...
+
+
+class _Layer:
+    """Answers a batch's keys from ``cache`` (anything with ``get_many``)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def lookup(self, keys: list[Key], fields: Sequence[pa.Field]) -> CacheAnswer:
+        everything = np.arange(len(keys), dtype=np.int64)
+        if not keys:
+            return CacheAnswer(everything)
+        hits = self.cache.get_many(keys)
+        if not hits:
+            return CacheAnswer(everything, misses=len(keys))
+        wanted: list[int] = []
+        columnar: list[tuple[int, CachedRows | CachedError]] = []
+        records: list[tuple[int, Any]] = []
+        answer = CacheAnswer(everything)
+        for position, key in enumerate(keys):
+            value = hits.get(key)
+            if value is None:
+                wanted.append(position)
+            elif value is MISSING:
+                answer.missing += 1
+            elif isinstance(value, (CachedRows, CachedError)):
+                columnar.append((position, value))
+            else:
+                records.append((position, value))
+        if columnar:
+            positions = np.asarray([p for p, _ in columnar], dtype=np.int64)
+            found = cached_answer([(keys[p], entry) for p, entry in columnar], fields)
+            answer.parts.append(Part(positions, found))
+        if records:
+            positions = np.asarray([p for p, _ in records], dtype=np.int64)
+            asked = [keys[p] for p, _ in records]
+            kept = Answer(len(asked), lambda: asked, values=[entry for _, entry in records])
+            answer.parts.append(Part(positions, kept))
+        answer.wanted = np.asarray(wanted, dtype=np.int64)
+        answer.hits = len(keys) - len(wanted)
+        answer.misses = len(wanted)
+        return answer
+
+    def store(self, answer: Answer) -> None:
+        """Nothing: a full cache is loaded by scans only."""
+
+
+class PartialCacheLayer(_Layer):
+    """A task's view of a :class:`PartialCache`: answers come from it and go into it."""
+
+    def __init__(self, cache: PartialCache, *, cache_missing: bool) -> None:
+        super().__init__(cache)
+        self.cache_missing = cache_missing
+
+    def store(self, answer: Answer) -> None:
+        items = answer.cache_entries(cache_missing=self.cache_missing)
+        if items:
+            self.cache.put_many(items)
+
+
+def task_cache(
+    settings: CacheSettings,
+    config: ConnectorConfig,
+    client: LookupClient,
+    loop: TaskLoop,
+    factory: Callable[[ConnectorConfig], LookupClient],
+    value_fields: Sequence[pa.Field],
+) -> CacheLayer | None:
+    """The cache a task's settings ask for, shared with the other tasks of this worker: a full
+    cache (loaded now by ``client`` if this worker has not yet, reloaded in the background when
+    due), a partial one, or None."""
+    if settings.mode == "full":
+        full = worker_cache(
+            f"full reload={settings.reload_s}",
+            config,
+            lambda: FullCache(settings.reload_s),
+        )
+        key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
+        with full.load_lock:
+            if not full.loaded:
+                full.install(loop.run(load_table(client, key_fields, value_fields)))
+        if full.claim_reload():
+            reload_in_background(full, lambda: factory(config), key_fields, value_fields)
+        return _Layer(full)
+    if settings.max_rows > 0:
+        # a lookup with other cache settings gets a cache of its own, with its settings
+        partial = worker_cache(
+            f"partial max-rows={settings.max_rows} ttl={settings.ttl_s}",
+            config,
+            lambda: PartialCache(settings.max_rows, settings.ttl_s),
+        )
+        return PartialCacheLayer(partial, cache_missing=settings.missing_keys)
+    return None
