@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import time
 
-    from lookup_source.demo.service import UserService
+    from lookup_source.service import UserService
 
     service = UserService(users=args.users, latency_ms=args.latency_ms, port=args.port)
     service.host = args.host

@@ -1,7 +1,6 @@
-"""An embedded HTTP "user profile" service with a simulated latency.
-
-Used by ``asynclookup demo`` and by the tests; it runs an aiohttp server on a free loopback port
-in a background thread with its own event loop::
+"""An embedded HTTP "user profile" service with a simulated latency: the service of the demo,
+the bench, ``asynclookup serve`` (the docker image's), and the tests. It runs an aiohttp server
+on a free loopback port in a background thread with its own event loop::
 
     with UserService(users=10_000, latency_ms=5) as service:
         service.url            # http://127.0.0.1:PORT/users/{key}

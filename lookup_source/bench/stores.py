@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from lookup_source.bench.proxy import LatencyProxy
-from lookup_source.demo.service import UserService, user_record
+from lookup_source.service import UserService, user_record
 
 PREFIX = "asynclookup:bench:user:"
 TABLE = "asynclookup_bench_users"

@@ -1,1 +1,2 @@
-"""The demo: an embedded user-profile HTTP service and a side-by-side comparison."""
+"""The demo: a side-by-side comparison over the embedded user-profile HTTP service
+(:mod:`lookup_source.service`)."""

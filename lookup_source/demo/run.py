@@ -220,7 +220,7 @@ def _table(measurements: list[Measurement], baseline: Measurement) -> str:
 def _load_redis_users(url: str, users: int) -> Callable[[], None]:
     import redis
 
-    from lookup_source.demo.service import user_record
+    from lookup_source.service import user_record
 
     client = redis.Redis.from_url(url)
     pipe = client.pipeline(transaction=False)
@@ -258,7 +258,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 url = where = args.http_url
                 options = {"connector": "http", "url": url}
             else:
-                from lookup_source.demo.service import UserService
+                from lookup_source.service import UserService
 
                 service = stack.enter_context(
                     UserService(users=args.users, latency_ms=args.latency_ms)

@@ -76,7 +76,7 @@ def target(request: Any, prefix: str, table_name: str) -> Iterator[Target]:
         )
         pg(f"DROP TABLE IF EXISTS {table_name}")
     else:
-        from lookup_source.demo.service import UserService
+        from lookup_source.service import UserService
 
         with UserService(users=600, latency_ms=0) as service:
             proxy = FaultProxy("127.0.0.1", service.port)

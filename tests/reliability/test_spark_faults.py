@@ -90,7 +90,7 @@ def test_no_leaks_across_jobs(
 ) -> None:
     """Each Python worker keeps one client per lookup configuration, for job after job: the
     connections, sockets and threads after the first round of jobs do not grow with more."""
-    from lookup_source.demo.service import UserService
+    from lookup_source.service import UserService
 
     pg(f"CREATE TABLE {table_name} (user_id bigint PRIMARY KEY, name text)")
     pg.many(f"INSERT INTO {table_name} VALUES ($1, $2)", [(i, f"user {i}") for i in range(500)])

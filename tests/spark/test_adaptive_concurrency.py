@@ -26,7 +26,7 @@ class Crowded:
         self.answered = 0
         app = web.Application()
         app.router.add_get("/{id}", self.get)
-        from lookup_source.demo.service import BackgroundHttpServer
+        from lookup_source.service import BackgroundHttpServer
 
         self.server = BackgroundHttpServer(app)
 

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import lookup_join, lookup_metrics, register_lookup_table
-from lookup_source.demo.service import UserService
+from lookup_source.service import UserService
 from lookup_source.spark.versions import TABLE_FUNCTION
 from tests.helpers import needs
 

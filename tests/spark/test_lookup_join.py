@@ -157,7 +157,7 @@ def test_plan_time_errors_name_the_column_or_option(spark: Any, options: dict) -
 
 @pytest.mark.parametrize("style", ["per-key", "batch"])
 def test_http_lookup_join_through_the_user_service(spark: Any, style: str) -> None:
-    from lookup_source.demo.service import UserService, user_record
+    from lookup_source.service import UserService, user_record
 
     with UserService(users=3000, latency_ms=1) as service:
         options = (

@@ -24,7 +24,7 @@ class Counting:
         self.asked: Counter[int] = Counter()
         app = web.Application()
         app.router.add_get("/{id}", self.get)
-        from lookup_source.demo.service import BackgroundHttpServer
+        from lookup_source.service import BackgroundHttpServer
 
         self.server = BackgroundHttpServer(app)
 

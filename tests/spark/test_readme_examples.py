@@ -89,7 +89,7 @@ EXAMPLES = examples()
 
 @pytest.fixture(scope="module")
 def services(redis_srv: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
-    from lookup_source.demo.service import UserService
+    from lookup_source.service import UserService
 
     async def seed() -> None:
         import asyncpg

@@ -221,7 +221,7 @@ def test_cache_persists_across_micro_batches_and_metrics_reach_the_driver(
     per-worker cache, each Python worker asks each key at most once (local[2] runs at most
     two workers at a time), so far fewer."""
     from lookup_source import lookup_metrics
-    from lookup_source.demo.service import UserService
+    from lookup_source.service import UserService
 
     source = tmp_path / "events"
     source.mkdir()

@@ -145,7 +145,7 @@ def test_a_stream_opens_its_connections_once(
 ) -> None:
     name = f"lifetime_{store}_{prefix.rstrip(':')}"
     if store == "http":
-        from lookup_source.demo.service import UserService
+        from lookup_source.service import UserService
 
         with UserService(users=USERS, latency_ms=1) as service:
             options = {"connector": "http", "url": service.url, "capacity": "20"}

@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 from asynclookup_http import HttpLookupClient
 
-from lookup_source.demo.service import BackgroundHttpServer, UserService, user_record
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.errors import LookupFailedError, OptionError
+from lookup_source.service import BackgroundHttpServer, UserService, user_record
 from lookup_source.spark.plan import LookupPlan
 from tests.helpers import INT64, run_keys
 from tests.servers import free_port
@@ -496,8 +496,8 @@ def test_https_verifies_certificates_unless_told_not_to(tmp_path: Any) -> None:
 
     from aiohttp import web
 
-    from lookup_source.demo.service import BackgroundHttpServer
     from lookup_source.errors import LookupFailedError
+    from lookup_source.service import BackgroundHttpServer
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a self-signed certificate")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from lookup_source.demo.service import BackgroundHttpServer
+from lookup_source.service import BackgroundHttpServer
 from lookup_source.testing.contract import ConnectorContract, ContractStore, Record, json_ready
 
 

@@ -20,7 +20,7 @@ from lookup_source.connector_api import (
     is_retryable,
     translate_error,
 )
-from lookup_source.demo.service import UserService
+from lookup_source.service import UserService
 from tests.servers import free_port
 
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookup_source.demo.service import BackgroundHttpServer
+from lookup_source.service import BackgroundHttpServer
 from tests.generated import ERROR, SETTINGS, expected_outcome, good, malformed, texts
 from tests.helpers import run_keys
 

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from asynclookup_http.client import HttpLookupClient
 
-from lookup_source.demo.service import BackgroundHttpServer
 from lookup_source.errors import OptionError
+from lookup_source.service import BackgroundHttpServer
 from lookup_source.spark.plan import LookupPlan
 from tests.helpers import run_keys
 from tests.tls import KEY_PASSWORD, Pki, lookup_failure, make_pki
