@@ -380,6 +380,21 @@ class LookupOptions:
     )
     connector_options: Mapping[str, Any] = field(default_factory=dict)
     """The connector's own options (``<connector>.*``), parsed by its option specs."""
+    given: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """The options as they were given, by lower-case name, as text: what
+    :meth:`to_strings` hands on (kept out of ``repr``: a URL may hold a password)."""
+
+    def to_strings(self) -> dict[str, str]:
+        """These options as the strings that parse into them (``parse_options`` of them gives
+        them back): what the data source, a SQL view and Spark's own APIs take. The one way
+        back to strings."""
+        if not self.given:
+            raise OptionError(
+                "options",
+                "these LookupOptions were not made by parse_options, so there is no text to "
+                "give the data source: build them with parse_options(...)",
+            )
+        return dict(self.given)
 
     def split_rate(self, tasks: int) -> LookupOptions:
         """These options for one of ``tasks`` tasks that may run at once: ``rate.limit.total``
@@ -388,7 +403,9 @@ class LookupOptions:
             return self
         share = self.rate_limit_total / max(1, tasks)
         rate = min(self.rate_limit, share) if self.rate_limit else share
-        return dataclasses.replace(self, rate_limit=rate, rate_limit_total=0.0)
+        given = {k: v for k, v in self.given.items() if k != "rate.limit.total"}
+        given["rate.limit"] = repr(rate)
+        return dataclasses.replace(self, rate_limit=rate, rate_limit_total=0.0, given=given)
 
     @property
     def ordered(self) -> bool:
@@ -526,7 +543,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
     if "batch.size" not in parsed:
         parsed["batch.size"] = client_class.batch_size_default(connector_values)
     options: LookupOptions = _build(LookupOptions, parsed)
-    options = dataclasses.replace(options, connector_options=connector_values)
+    options = dataclasses.replace(options, connector_options=connector_values, given=values)
     retry = options.retry
     if retry.max_delay_s < retry.initial_delay_s:
         raise OptionError(
@@ -550,6 +567,12 @@ def _unknown_option(name: str, connector: str, specs: tuple[OptionSpec, ...]) ->
         f"is not an option of asynclookup with connector '{connector}'",
         suggestion=_suggest(name, known),
     )
+
+
+def option_strings(options: Mapping[Any, Any]) -> dict[str, str]:
+    """A mapping of options given from Python (values may be ints, bools, lists) as the strings
+    every option is (``True`` -> ``true``, a list -> JSON); strings as they are."""
+    return {str(k): v if isinstance(v, str) else option_text(v) for k, v in options.items()}
 
 
 def option_text(value: object) -> str:

@@ -23,7 +23,7 @@ from lookup_source.engine.runner import ClientFactory, run_lookups
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.errors import ConfigurationError, OptionError, SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
+from lookup_source.options import ERROR_COLUMN, LookupOptions, option_strings, parse_options
 from lookup_source.spark.metrics import (
     METRICS_COLUMN,
     MetricsRows,
@@ -84,11 +84,10 @@ def lookup_join(
     plan = LookupPlan.build(lookup_options, schema)
     on_columns = resolve_on(df.schema, on, plan)
     out_schema = output_schema(df.schema, plan)
-    choice = strategy_of(df, plan, options if function is None else None)
+    choice = strategy_of(df, plan)
     if choice.strategy == "broadcast":
-        assert isinstance(options, Mapping)
         name = decided(name_lookup(None), choice)
-        return broadcast_join(df, on_columns, plan, options, how=how).alias(name)
+        return broadcast_join(df, on_columns, plan, how=how).alias(name)
     if lookup_options.partition_by_key:
         df = partitioned_by_key(df, on_columns)
     spec = plan.engine_spec(tuple(on_columns), how=how, output_rows=output_rows(df.sparkSession))
@@ -115,14 +114,12 @@ def lookup_join(
 def lookup_options_of(
     options: Mapping[str, Any] | LookupOptions | None, function: LookupFunction | None
 ) -> LookupOptions:
-    """The options of a lookup through their connector, or through ``function``."""
+    """The options of a lookup through their connector, or through ``function``, parsed once:
+    every surface hands the :class:`LookupOptions` on from here."""
     if function is not None:
-        if isinstance(options, LookupOptions):
-            raise OptionError(
-                "options", f"with {function.argument}=, give the options as a mapping of strings"
-            )
         check_pickles(function)
-        return parse_options(function.options(options))
+        given = options.to_strings() if isinstance(options, LookupOptions) else options
+        return parse_options(function.options(given))
     if options is None:
         raise OptionError(
             "connector",
@@ -131,7 +128,7 @@ def lookup_options_of(
         )
     if isinstance(options, LookupOptions):
         return options
-    return parse_options({str(k): v for k, v in options.items()})
+    return parse_options(option_strings(options))
 
 
 def check_pickles(function: LookupFunction) -> None:

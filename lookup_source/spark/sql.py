@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.types import StructType
 
 from lookup_source.connector_api.secrets import read_on_driver
-from lookup_source.errors import OptionError, SchemaError
+from lookup_source.errors import SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import LookupOptions, option_text, parse_options
+from lookup_source.options import LookupOptions, option_strings, parse_options
 from lookup_source.spark.join import cluster_cores, lookup_options_of
 from lookup_source.spark.metrics import new_accumulator
 from lookup_source.spark.plan import INFERRING, LookupPlan
@@ -88,7 +88,9 @@ def register_lookup_table(
         return
     if options is None:
         lookup_options_of(None, None)  # raises: a connector or a function is required
-    raw = _raw_options(options or {})
+        return
+    # (the data source and the view take strings: the options as given, or as they were parsed)
+    raw = options.to_strings() if isinstance(options, LookupOptions) else option_strings(options)
     if not any(key.strip().lower() == "filter.pushdown" for key in raw):
         raw["filter.pushdown"] = "true" if pushdown else "false"
     lookup_options = parse_options(raw)
@@ -111,11 +113,3 @@ def register_lookup_table(
     reader.load().createOrReplaceTempView(name)
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
     spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics, spark))
-
-
-def _raw_options(options: Mapping[str, Any] | LookupOptions) -> dict[str, str]:
-    if isinstance(options, LookupOptions):
-        raise OptionError(
-            "options", "register_lookup_table takes the options as a mapping of strings"
-        )
-    return {str(k): v if isinstance(v, str) else option_text(v) for k, v in options.items()}

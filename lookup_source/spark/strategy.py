@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.scan import estimate_rows
 from lookup_source.errors import OptionError
-from lookup_source.options import ERROR_COLUMN, LookupOptions, option_text
+from lookup_source.options import ERROR_COLUMN
 from lookup_source.spark.plan import LookupPlan
 from lookup_source.spark.versions import BROADCAST
 
@@ -133,9 +133,7 @@ def input_rows(df: Any) -> int | None:
     return int(total // width)
 
 
-def strategy_of(
-    df: DataFrame, plan: LookupPlan, options: Mapping[str, Any] | LookupOptions | None
-) -> Choice:
+def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
     """The strategy of a lookup_join (``strategy``): checked when asked for, chosen from sizes
     under ``auto``, logged in one line."""
     lookup_options = plan.options
@@ -150,9 +148,6 @@ def strategy_of(
             if df.isStreaming
             else f"the {client_class.name} connector cannot scan its table"
             if not can_scan
-            else "it reads the table through the data source, whose options are strings: give "
-            "options as a mapping"
-            if not isinstance(options, Mapping)
             else None
         )
         if why is not None:
@@ -166,23 +161,16 @@ def strategy_of(
             log.info("asynclookup: the table's size is unknown: %s", error)
             return None
 
-    if requested == "auto" and isinstance(options, LookupOptions):
-        choice = Choice(
-            "lookup",
-            "options given as LookupOptions, which the scan of a broadcast (through the data "
-            "source, whose options are strings) cannot take: give options as a mapping",
-        )
-    else:
-        choice = choose(
-            requested,
-            streaming=df.isStreaming,
-            can_scan=can_scan,
-            exact_keys=client_class.exact_key_match(config),
-            table_rows=table_rows,
-            input_rows=lambda: input_rows(df),
-            max_rows=lookup_options.broadcast_max_rows,
-            connector=client_class.name,
-        )
+    choice = choose(
+        requested,
+        streaming=df.isStreaming,
+        can_scan=can_scan,
+        exact_keys=client_class.exact_key_match(config),
+        table_rows=table_rows,
+        input_rows=lambda: input_rows(df),
+        max_rows=lookup_options.broadcast_max_rows,
+        connector=client_class.name,
+    )
     log.info("asynclookup: strategy %s: %s", choice.strategy, choice.reason)
     return choice
 
@@ -200,7 +188,6 @@ def broadcast_join(
     df: DataFrame,
     on_columns: Sequence[str],
     plan: LookupPlan,
-    options: Mapping[str, Any],
     *,
     how: str,
 ) -> DataFrame:
@@ -213,9 +200,7 @@ def broadcast_join(
     spark = df.sparkSession
     spark.dataSource.register(AsyncLookupDataSource)
     reader_options = {
-        str(k): v if isinstance(v, str) else option_text(v)
-        for k, v in options.items()
-        if str(k).strip().lower() not in _LOOKUP_ONLY
+        k: v for k, v in plan.options.to_strings().items() if k not in _LOOKUP_ONLY
     }
     reader_options["filter.pushdown"] = "false"
     fields = list(plan.schema.fields)

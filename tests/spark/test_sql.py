@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from lookup_source import register_lookup_table
+from lookup_source.options import parse_options
 from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
 from tests.helpers import needs
 from tests.servers import RedisServer
@@ -81,7 +82,7 @@ def test_registered_table_pushdown_and_scan_agree(
 
 @needs(TABLE_FUNCTION)
 def test_pushdown_fetches_just_the_filtered_keys(spark: Any) -> None:
-    from lookup_source.demo.service import UserService
+    from lookup_source.service import UserService
 
     with UserService(users=100, latency_ms=0) as service:
         options = {"connector": "http", "url": service.url}
@@ -219,12 +220,14 @@ def test_redis_key_space_as_a_table(
         "redis.key.pattern": f"{prefix}u:{{key}}",
         "partitions": "3",
     }
-    register_lookup_table(spark, "rusers", schema="id long, name string", options=options)
-    rows = spark.sql("SELECT * FROM rusers").collect()
-    assert sorted((r.id, r.name) for r in rows) == [(i, f"n{i}") for i in range(250)]
     spark.createDataFrame([(1,), (600,)], "user_id long").createOrReplaceTempView("clicks")
-    rows = spark.sql("SELECT * FROM rusers_lookup(TABLE(clicks), 'user_id')").collect()
-    assert as_set(rows) == {(1, "n1"), (600, None)}
+    # the options as a mapping, or parsed once (LookupOptions): the same table
+    for given in (options, parse_options(options)):
+        register_lookup_table(spark, "rusers", schema="id long, name string", options=given)
+        rows = spark.sql("SELECT * FROM rusers").collect()
+        assert sorted((r.id, r.name) for r in rows) == [(i, f"n{i}") for i in range(250)]
+        rows = spark.sql("SELECT * FROM rusers_lookup(TABLE(clicks), 'user_id')").collect()
+        assert as_set(rows) == {(1, "n1"), (600, None)}
 
 
 @needs(TABLE_FUNCTION)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookup_source.errors import ConnectorNotFoundError, OptionError
-from lookup_source.options import CORE_OPTIONS, parse_options
+from lookup_source.options import CORE_OPTIONS, LookupOptions, parse_options
 
 BASE = {"connector": "redis", "url": "redis://localhost:6379/0"}
 KNOWN = {spec.name for spec in CORE_OPTIONS} | {
@@ -168,3 +168,48 @@ def test_arbitrary_text_never_crashes_the_parser(value: str) -> None:
             parse_options({**BASE, name: value})
         except OptionError as exc:
             assert exc.option == name
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"connector": "redis", "url": "redis://u:pw@h:6379/0", "redis.key.pattern": "u:{key}"},
+        {
+            "connector": "http",
+            "url": "https://api/users/{key}",
+            "http.json.path": "data.user",
+            "http.header.Authorization.env": "API_TOKEN",
+            "capacity": 7,
+            "retry.on-miss": True,
+            "timeout.ms": "250",
+            "output.mode": "key-ordered",
+            "cache.max-rows": "1000",
+            "cache.ttl.ms": 60_000,
+        },
+        {
+            "connector": "postgres",
+            "url": "postgresql://u@h/db",
+            "postgres.table": "users",
+            "key.column": "tenant, user_id",
+            "rate.limit.total": "100",
+            "strategy": "auto",
+        },
+    ],
+)
+def test_parsed_options_turn_back_into_the_strings_that_parse_into_them(
+    raw: dict[str, object],
+) -> None:
+    from lookup_source.options import option_strings
+
+    options = parse_options(option_strings(raw))
+    text = options.to_strings()
+    assert all(isinstance(v, str) for v in text.values())
+    assert parse_options(text) == options
+    split = options.split_rate(4)  # what a surface hands on after splitting a total rate
+    assert parse_options(split.to_strings()) == split
+    assert "pw" not in repr(options)  # the text is kept out of repr (a URL may hold a password)
+
+
+def test_options_not_made_by_parse_options_say_how_to_make_them() -> None:
+    with pytest.raises(OptionError, match="build them with parse_options"):
+        LookupOptions(connector="redis").to_strings()
