@@ -3,10 +3,11 @@
 :class:`LookupEngine` conducts: it takes Arrow record batches, finds each batch's distinct
 non-null keys, asks the cache (:mod:`.cache`), shares the keys that a request in flight already
 asks (:mod:`.inflight`), groups the rest into requests of at most ``batch.size`` keys, keeps at
-most ``capacity`` of them in flight (:mod:`.limit`), each run by the attempt loop
-(:mod:`.retry`), and emits each batch, in the order :mod:`.queue` says, with what
-:mod:`.output` makes of its answers. Input is taken only while a request slot is free and the
-rows held back stay under a budget: memory is bounded whatever the size of the input.
+most ``capacity`` of them in flight (:mod:`.limit`), each run by the request executor
+(:mod:`.executor`, with :mod:`.retry`'s policy), and emits each batch, in the order
+:mod:`.queue` says, with what :mod:`.output` makes of its answers. Input is taken only while a
+request slot is free and the rows held back stay under a budget: memory is bounded whatever the
+size of the input.
 
 It is driven batch by batch::
 
@@ -35,13 +36,14 @@ from lookup_source.engine.answers import Answer
 from lookup_source.engine.batches import Job, Request
 from lookup_source.engine.cache_layer import CacheLayer
 from lookup_source.engine.deadline import RequestDeadline, cancel_abandoned
+from lookup_source.engine.executor import RequestExecutor
 from lookup_source.engine.inflight import InFlightKeys, deliver
 from lookup_source.engine.limit import AdaptiveLimit, ConcurrencyLimit, FixedLimit
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.output import OutputBuilder
 from lookup_source.engine.queue import OutputQueue, output_queue
 from lookup_source.engine.rate_limit import RateLimiter
-from lookup_source.engine.retry import Attempts, FinalFailure, RetryPolicy, Sleep
+from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
 from lookup_source.engine.spec import EngineSpec
 
 MIN_BUFFER_ROWS = 20_000
@@ -75,7 +77,7 @@ class LookupEngine:
         )
         if self._concurrency.adaptive:
             self.metrics.record_limit(time.time(), self._concurrency.value)
-        self._attempts = Attempts(
+        self._requests = RequestExecutor(
             client,
             RetryPolicy(options.retry),
             deadline=lambda now: RequestDeadline(options.timeout_s, options.deadline_s, now),
@@ -167,8 +169,8 @@ class LookupEngine:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        await cancel_abandoned(self._attempts.abandoned)
-        return not any(not future.done() for future in self._attempts.abandoned)
+        await cancel_abandoned(self._requests.abandoned)
+        return not any(not future.done() for future in self._requests.abandoned)
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -240,7 +242,7 @@ class LookupEngine:
     async def _run(self, request: Request) -> None:
         try:
             try:
-                answer = await self._attempts.run(request.keys, request.python_keys)
+                answer = await self._requests.run(request.keys, request.python_keys)
             except FinalFailure as failure:
                 self._request_failed(request, failure)
             else:

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.types import (
-    DataType,
-    DecimalType,
-    FractionalType,
-    IntegralType,
     StringType,
     StructField,
     StructType,
@@ -21,9 +16,10 @@ from pyspark.sql.types import (
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.runner import ClientFactory, run_lookups
 from lookup_source.engine.spec import EngineSpec
-from lookup_source.errors import ConfigurationError, OptionError, SchemaError
+from lookup_source.errors import SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import ERROR_COLUMN, LookupOptions, option_strings, parse_options
+from lookup_source.options import LookupOptions
+from lookup_source.spark.arguments import concurrent_tasks, lookup_options_of
 from lookup_source.spark.metrics import (
     METRICS_COLUMN,
     MetricsRows,
@@ -33,6 +29,7 @@ from lookup_source.spark.metrics import (
     observed,
 )
 from lookup_source.spark.plan import LookupPlan, output_rows
+from lookup_source.spark.shape import output_schema, resolve_on
 from lookup_source.spark.strategy import broadcast_join, strategy_of
 from lookup_source.spark.versions import CONNECT_METRICS
 
@@ -111,41 +108,6 @@ def lookup_join(
     return observed(df.mapInArrow(task, with_metrics), name)
 
 
-def lookup_options_of(
-    options: Mapping[str, Any] | LookupOptions | None, function: LookupFunction | None
-) -> LookupOptions:
-    """The options of a lookup through their connector, or through ``function``, parsed once:
-    every surface hands the :class:`LookupOptions` on from here."""
-    if function is not None:
-        check_pickles(function)
-        given = options.to_strings() if isinstance(options, LookupOptions) else options
-        return parse_options(function.options(given))
-    if options is None:
-        raise OptionError(
-            "connector",
-            "is required: give options={'connector': 'redis' | 'http' | 'postgres' | ...}, or "
-            "your own async function as fetch= or fetch_many=",
-        )
-    if isinstance(options, LookupOptions):
-        return options
-    return parse_options(option_strings(options))
-
-
-def check_pickles(function: LookupFunction) -> None:
-    """Fail now, naming the function, if it cannot travel to the executors (Spark would fail
-    later, with a long trace)."""
-    from pyspark import cloudpickle
-
-    try:
-        cloudpickle.dumps(function.function)
-    except Exception as exc:
-        raise ConfigurationError(
-            f"{function.argument}={function.name} cannot be pickled to the executors "
-            f"({type(exc).__name__}: {exc}): make sessions, clients and locks in "
-            "async def open(self), not before"
-        ) from None
-
-
 def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:
     """``df`` hash-partitioned by its key columns: a key's rows all go to one task, so the
     per-worker caches hold disjoint shares of the keys. Keeps the number of partitions of a
@@ -154,30 +116,6 @@ def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:
         return df.repartition(df.rdd.getNumPartitions(), *columns)
     except Exception:  # streaming (no rdd), or Spark Connect
         return df.repartition(*columns)
-
-
-def cluster_cores(spark: Any) -> int:
-    """The cores of the cluster (``defaultParallelism``), which ``rate.limit.total`` is split
-    over; a clear error over Spark Connect, which does not tell them."""
-    try:
-        return int(spark.sparkContext.defaultParallelism)
-    except Exception as exc:  # Spark Connect: no SparkContext
-        raise OptionError(
-            "rate.limit.total",
-            "needs a classic SparkSession to know how many tasks run at once; over Spark "
-            "Connect, set rate.limit (per task) instead",
-        ) from exc
-
-
-def concurrent_tasks(df: DataFrame) -> int:
-    """The most tasks of a lookup over ``df`` that can run at once: its partitions, at most
-    the cores of the cluster (what ``rate.limit.total`` is split over)."""
-    cores = cluster_cores(df.sparkSession)
-    try:
-        partitions = int(df.rdd.getNumPartitions())
-    except Exception:  # a streaming DataFrame: its micro-batches run on every core
-        return cores
-    return max(1, min(partitions, cores))
 
 
 def _lookup_partition(
@@ -206,99 +144,3 @@ def _lookup_partition(
     yield from run_lookups(
         batches, spec, config, client_factory=client_factory, on_metrics=on_metrics
     )
-
-
-@dataclass(frozen=True)
-class InputTerms:
-    """How errors about the input name it: ``lookup_join``'s ``on`` and DataFrame, or the table
-    function's key argument and ``TABLE(...)``."""
-
-    on: str = "on"
-    input: str = "the DataFrame"
-
-
-DATAFRAME = InputTerms()
-TABLE_ARGUMENT = InputTerms(on="the key argument", input="the TABLE(...) argument")
-
-
-def resolve_on(
-    df_schema: StructType,
-    on: str | Sequence[str],
-    plan: LookupPlan,
-    terms: InputTerms = DATAFRAME,
-) -> list[str]:
-    names = [on] if isinstance(on, str) else list(on)
-    if len(names) == 1 and "," in names[0]:
-        names = [part.strip() for part in names[0].split(",")]
-    if len(names) != len(plan.key_fields):
-        raise SchemaError(
-            f"{terms.on} names {len(names)} column(s) ({', '.join(names)}) but the lookup key "
-            f"has {len(plan.key_fields)} ({', '.join(plan.key_names)})"
-        )
-    by_name = {f.name.lower(): f for f in df_schema.fields}
-    resolved = []
-    for name, key_field in zip(names, plan.key_fields):
-        field = by_name.get(name.lower())
-        if field is None:
-            raise SchemaError(
-                f"{terms.on} names column '{name}', which {terms.input} does not have "
-                f"({', '.join(df_schema.fieldNames())})",
-                column=name,
-            )
-        if name.lower() != key_field.name.lower() and any(
-            name.lower() == value.name.lower() for value in plan.value_fields
-        ):
-            raise SchemaError(
-                f"{terms.on} names column '{name}', which the lookup schema has as a value "
-                f"column: "
-                f"the lookup key is '{key_field.name}' ("
-                + (
-                    "the schema's first column; put the key first or set key.column"
-                    if plan.options.key_columns is None
-                    else "from key.column"
-                )
-                + ")",
-                column=name,
-            )
-        if not _compatible_key_types(field.dataType, key_field.dataType):
-            raise SchemaError(
-                f"key column '{field.name}' is {field.dataType.simpleString()} in {terms.input} "
-                f"but the lookup schema declares '{key_field.name}' as "
-                f"{key_field.dataType.simpleString()}; cast it first",
-                column=field.name,
-            )
-        resolved.append(field.name)
-    return resolved
-
-
-def _compatible_key_types(actual: DataType, declared: DataType) -> bool:
-    if actual == declared:
-        return True
-    if isinstance(actual, IntegralType) and isinstance(declared, (IntegralType, DecimalType)):
-        return True
-    if isinstance(actual, (IntegralType, FractionalType)) and isinstance(declared, FractionalType):
-        return True
-    return isinstance(actual, StringType) and isinstance(declared, StringType)
-
-
-def output_schema(
-    df_schema: StructType, plan: LookupPlan, terms: InputTerms = DATAFRAME
-) -> StructType:
-    """The input's fields, unchanged and *with their metadata*, then the value columns.
-
-    mapInArrow keeps an event-time watermark only if the output field still carries the
-    ``spark.watermarkDelayMs`` metadata; declaring the output from a DDL string would drop it,
-    and with it append-mode windowed aggregations after the join.
-    """
-    existing = {name.lower() for name in df_schema.fieldNames()}
-    added = [StructField(f.name, f.dataType, True, f.metadata) for f in plan.value_fields]
-    if plan.options.error_column:
-        added.append(StructField(ERROR_COLUMN, StringType(), True))
-    for field in added:
-        if field.name.lower() in existing:
-            raise SchemaError(
-                f"{terms.input} already has a column '{field.name}', which the lookup would "
-                "add; rename or drop it first",
-                column=field.name,
-            )
-    return StructType(list(df_schema.fields) + added)

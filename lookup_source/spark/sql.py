@@ -29,7 +29,7 @@ from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.errors import SchemaError
 from lookup_source.functions import LookupFunction
 from lookup_source.options import LookupOptions, option_strings, parse_options
-from lookup_source.spark.join import cluster_cores, lookup_options_of
+from lookup_source.spark.arguments import cluster_cores, lookup_options_of
 from lookup_source.spark.metrics import new_accumulator
 from lookup_source.spark.plan import INFERRING, LookupPlan
 from lookup_source.spark.versions import TABLE_FUNCTION

@@ -199,9 +199,7 @@ def broadcast_join(
 
     spark = df.sparkSession
     spark.dataSource.register(AsyncLookupDataSource)
-    reader_options = {
-        k: v for k, v in plan.options.to_strings().items() if k not in _LOOKUP_ONLY
-    }
+    reader_options = {k: v for k, v in plan.options.to_strings().items() if k not in _LOOKUP_ONLY}
     reader_options["filter.pushdown"] = "false"
     fields = list(plan.schema.fields)
     if plan.options.error_column:

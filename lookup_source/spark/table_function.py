@@ -19,8 +19,8 @@ from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 from lookup_source.engine.runner import ClientFactory, LookupTask
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS
 from lookup_source.errors import SchemaError
-from lookup_source.spark.join import TABLE_ARGUMENT, output_schema, resolve_on
 from lookup_source.spark.plan import LookupPlan, output_rows
+from lookup_source.spark.shape import TABLE_ARGUMENT, output_schema, resolve_on
 
 
 @dataclass

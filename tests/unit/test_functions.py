@@ -342,7 +342,7 @@ def test_bad_arguments_say_what_to_do() -> None:
 def test_a_function_that_cannot_be_pickled_is_refused_on_the_driver() -> None:
     import threading
 
-    from lookup_source.spark.join import lookup_options_of
+    from lookup_source.spark.arguments import lookup_options_of
 
     class Holder:
         def __init__(self) -> None:

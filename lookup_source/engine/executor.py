@@ -1,0 +1,186 @@
+"""The request executor: one request to the store, from its first attempt to its answer or its
+final failure (:class:`RequestExecutor`). The retry strategy it follows is
+:mod:`.retry`'s; its time limits are :mod:`.deadline`'s."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from lookup_source.connector_api import LookupClient, Matches, is_retryable
+from lookup_source.engine.answers import Answer, merge
+from lookup_source.engine.deadline import RequestDeadline, with_deadline, with_timeout
+from lookup_source.engine.limit import ConcurrencyLimit
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.rate_limit import RateLimiter
+from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
+from lookup_source.errors import OverloadedError
+
+
+class RequestExecutor:
+    """Runs a task's requests to the store, each to its answer or its final failure: each
+    attempt waits for the rate limiter, runs under its time limit (``timeout.ms``, less near
+    ``deadline.ms``), is counted in the metrics and checked; a failed attempt is retried as the
+    :class:`~lookup_source.engine.retry.RetryPolicy` says, after its backoff (or the store's
+    ``retry_after``), and so are missing keys under ``retry.on-miss``; the concurrency limit
+    hears of every answer, timeout and overload. (Flink's ``RetryableResultHandlerDelegator``
+    with the request's own time limits.)"""
+
+    def __init__(
+        self,
+        client: LookupClient,
+        policy: RetryPolicy,
+        *,
+        deadline: Callable[[float], RequestDeadline],
+        limit: ConcurrencyLimit,
+        limit_changed: Callable[[bool], None],
+        in_flight: Callable[[], int],
+        metrics: LookupMetrics,
+        fields: list[pa.Field],
+        rate_limiter: RateLimiter | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self._policy = policy
+        self._deadline = deadline
+        self._limit = limit
+        self._limit_changed = limit_changed
+        self._in_flight = in_flight
+        self._metrics = metrics
+        self._fields = fields
+        self._rate_limiter = rate_limiter
+        self._sleep = sleep
+        self._rng = rng
+        self._columnar = client.columnar
+        self._cheap_deadline = bool(getattr(client, "honours_cancellation", False))
+        self.abandoned: set[asyncio.Future[Any]] = set()
+        """Attempts that overstayed their time limit and ignored cancellation."""
+
+    async def run(self, keys: pa.RecordBatch, python_keys: Callable[[], list[Any]]) -> Answer:
+        """The answer for ``keys`` (``python_keys()``: the same keys as Python values), or
+        :class:`FinalFailure`."""
+        loop = asyncio.get_running_loop()
+        policy = self._policy
+        metrics = self._metrics
+        size = keys.num_rows
+        answers: list[Answer] = []
+        found = np.zeros(0, dtype=bool)
+        rows: np.ndarray | None = None  # None: every key of the request
+        attempt = 0
+        deadline = self._deadline(loop.time())
+        while True:
+            attempt += 1
+            if self._rate_limiter is not None:
+                await self._rate_limiter.acquire()
+            limit_s = deadline.limit_s(loop.time())
+            if limit_s <= 0:  # the rate limiter held the attempt past the deadline
+                raise FinalFailure(deadline.error(attempt - 1), attempt - 1)
+            metrics.requests += 1
+            started = loop.time()
+            try:
+                result = await self._attempt(keys, python_keys, rows, limit_s)
+            except (asyncio.TimeoutError, TimeoutError) as exc:
+                metrics.timeouts += 1
+                self._limit_changed(self._limit.on_overload(started, loop.time()))
+                error: BaseException = deadline.timeout_error(exc, limit_s, attempt)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = exc
+                if isinstance(exc, OverloadedError):
+                    self._limit_changed(self._limit.on_overload(started, loop.time()))
+            else:
+                now = loop.time()
+                metrics.record_latency(now - started)
+                self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
+                answer = self._answer(self._checked(result), size, python_keys, rows)
+                if not policy.retry_on_miss and rows is None:  # the common case: one answer
+                    return answer
+                answers.append(answer)
+                found = answer.found() if rows is None else found | answer.found()
+                missing = np.flatnonzero(~found)
+                delay = policy.delay_s(attempt, rng=self._rng)
+                if not policy.retry_missing(attempt, len(missing)) or not deadline.allows(
+                    loop.time() + delay
+                ):
+                    return merge(answers, self._fields)
+                rows = missing  # late dimension rows: ask again for the missing keys only
+                metrics.retries += 1
+                await self._sleep(delay)
+                continue
+            if not policy.retry_error(attempt, is_retryable(error)):
+                raise FinalFailure(error, attempt)
+            retry_after = getattr(error, "retry_after", None)
+            delay = policy.delay_s(attempt, retry_after_s=retry_after, rng=self._rng)
+            if not deadline.allows(loop.time() + delay):
+                raise FinalFailure(deadline.error(attempt, error), attempt)
+            metrics.retries += 1
+            await self._sleep(delay)
+
+    def _answer(
+        self,
+        result: Matches | Mapping[Any, Any],
+        size: int,
+        python_keys: Callable[[], list[Any]],
+        rows: np.ndarray | None,
+    ) -> Answer:
+        """The client's answer to the keys it was asked (all, or those at ``rows``), as an
+        :class:`Answer` to the whole request."""
+        if rows is None:
+            if isinstance(result, Matches):
+                return Answer.columnar(result, size, python_keys)
+            return Answer.records(result, python_keys())
+        everything = python_keys()
+        asked = [everything[row] for row in rows.tolist()]
+        part = (
+            Answer.columnar(result, len(asked), lambda: asked)
+            if isinstance(result, Matches)
+            else Answer.records(result, asked)
+        )
+        return part.placed(rows, size, python_keys)
+
+    async def _attempt(
+        self,
+        keys: pa.RecordBatch,
+        python_keys: Callable[[], list[Any]],
+        rows: np.ndarray | None,
+        limit_s: float,
+    ) -> Any:
+        """One call to the client for the keys (or the given rows of them), for at most
+        ``limit_s`` seconds."""
+        if self._columnar:
+            asked = keys if rows is None else keys.take(pa.array(rows))
+            call: Awaitable[Any] = self._client.lookup_arrow(asked)
+        else:
+            everything = python_keys()
+            call = self._client.lookup(
+                everything if rows is None else [everything[r] for r in rows]
+            )
+        if self._cheap_deadline:
+            return await with_timeout(call, limit_s)
+        return await with_deadline(call, limit_s, self.abandoned)
+
+    def _checked(self, result: Any) -> Matches | Mapping[Any, Any]:
+        """The client's answer, or a TypeError that fails the task (a connector bug)."""
+        name = self._client.name
+        if self._columnar:
+            if not isinstance(result, Matches):
+                raise TypeError(
+                    f"connector {name!r} returned {type(result).__name__} from "
+                    "lookup_arrow(); it must return Matches"
+                )
+            return result
+        if result is None:
+            return {}
+        if not isinstance(result, Mapping):
+            raise TypeError(
+                f"connector {name!r} returned {type(result).__name__} from "
+                "lookup(); it must return a mapping of key -> record"
+            )
+        return result
