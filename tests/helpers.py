@@ -79,3 +79,44 @@ def run_keys(
         on_metrics=stats.append if stats is not None else None,
     )
     return [row for b in out for row in b.to_pylist()]
+
+
+def raised(make: Any) -> Exception:
+    """What ``make()`` (a coroutine function) raises, run to its end on a new event loop; an
+    AssertionError if it raises nothing."""
+    import asyncio
+
+    async def run() -> Exception:
+        try:
+            await make()
+        except Exception as error:
+            return error
+        raise AssertionError("no exception")
+
+    return asyncio.run(run())
+
+
+def assert_meanings(cases: list[tuple[str, Any, Any, bool]], library: str, classify: Any) -> None:
+    """For each case ``(what, make, library_class, retried)``: ``make()`` raises an instance of
+    ``library_class`` (the real library's exception), which the connector's boundary translates
+    into a TransientError (``retried``) or a PermanentError that the one rule of what is retried
+    agrees with, keeping the original as its cause and naming the library."""
+    from lookup_source.connector_api import (
+        PermanentError,
+        TransientError,
+        is_retryable,
+        translate_error,
+    )
+
+    for what, make, library_class, retried in cases:
+        error = raised(make)
+        assert isinstance(error, library_class), (what, error)
+        translated = translate_error(library, classify, error, tls=TLS_NAMES.get(library))
+        assert isinstance(translated, TransientError if retried else PermanentError), what
+        assert is_retryable(translated) is retried, what
+        assert translated.__cause__ is error, what
+        assert str(translated).startswith(f"{library} ") or "TLS" in str(translated), what
+
+
+TLS_NAMES = {"redis": "redis", "asyncpg": "postgres", "aiohttp": "http"}
+"""The ``<name>.tls.*`` options of each library's connector."""

@@ -401,3 +401,36 @@ def postgres_tls_server(pki: Any) -> Iterator[PostgresServer]:
     )
     with _postgres_from_binary(settings=settings, hba=hba, files=files) as server:
         yield server
+
+
+def seed_users(server: RedisServer | PostgresServer, count: int) -> None:
+    """Users ``0 .. count - 1`` named ``user <id>`` in a server of the tests' own: Redis keys
+    ``u:<id>`` holding ``{"name": ...}``, saved (a killed server comes back with them), or a
+    Postgres table ``users (user_id bigint PRIMARY KEY, name text)``."""
+    if isinstance(server, RedisServer):
+        import json
+
+        import redis
+
+        db = redis.Redis(host=server.host, port=server.port, password=server.password)
+        pipe = db.pipeline(transaction=False)
+        for key in range(count):
+            pipe.set(f"u:{key}", json.dumps({"name": f"user {key}"}))
+        pipe.execute()
+        db.save()
+        db.close()
+        return
+
+    async def seed() -> None:
+        import asyncpg
+
+        db = await asyncpg.connect(server.url)
+        await db.execute("CREATE TABLE users (user_id bigint PRIMARY KEY, name text)")
+        await db.execute(
+            "INSERT INTO users SELECT g, 'user ' || g FROM generate_series(0, $1) g", count - 1
+        )
+        await db.close()
+
+    import asyncio
+
+    asyncio.run(seed())

@@ -130,16 +130,9 @@ def _events(spark: Any, args: Any) -> Any:
 
 
 def _floor(events: Any) -> Any:
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    from lookup_source.bench.methods import floor_columns
 
-    def enrich(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            text = batch.column("user_id").cast(pa.string())
-            name = pc.binary_join_element_wise("user-", text, "")
-            yield batch.append_column("name", name).append_column("tier", text)
-
-    return events.mapInArrow(enrich, "event_id long, user_id long, name string, tier string")
+    return events.mapInArrow(floor_columns, "event_id long, user_id long, name string, tier string")
 
 
 def _run(

@@ -9,7 +9,6 @@ Each test prints its figures (``pytest -s``): docs/guarantees.md quotes them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -23,7 +22,13 @@ from lookup_source import lookup_join, register_lookup_table
 from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
 from tests.faults import FaultProxy
 from tests.helpers import needs
-from tests.servers import PostgresServer, RedisServer, own_postgres_server, own_redis_server
+from tests.servers import (
+    PostgresServer,
+    RedisServer,
+    own_postgres_server,
+    own_redis_server,
+    seed_users,
+)
 
 ROWS = 2_000_000  # lookups of lookup_join and the table function
 KEYS = 200_000  # keys in the store; the data source reads them all
@@ -40,35 +45,15 @@ FAIL_WITHIN_S = 3 + 10  # timeout.ms, plus Spark's own time to stop the job
 
 @pytest.fixture(scope="module")
 def redis_store() -> Iterator[RedisServer]:
-    import redis
-
     with own_redis_server() as server:
-        db = redis.Redis(host=server.host, port=server.port)
-        pipe = db.pipeline(transaction=False)
-        for key in range(KEYS):
-            pipe.set(f"u:{key}", json.dumps({"name": f"user {key}"}))
-        pipe.execute()
-        db.save()  # a killed server comes back with the data
-        db.close()
+        seed_users(server, KEYS)
         yield server
 
 
 @pytest.fixture(scope="module")
 def postgres_store() -> Iterator[PostgresServer]:
     with own_postgres_server() as server:
-
-        async def seed() -> None:
-            import asyncpg
-
-            db = await asyncpg.connect(server.url)
-            await db.execute("CREATE TABLE users (user_id bigint PRIMARY KEY, name text)")
-            await db.execute(
-                "INSERT INTO users SELECT g, 'user ' || g FROM generate_series(0, $1) g",
-                KEYS - 1,
-            )
-            await db.close()
-
-        asyncio.run(seed())
+        seed_users(server, KEYS)
         yield server
 
 

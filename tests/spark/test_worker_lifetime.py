@@ -28,7 +28,13 @@ from pyspark.sql import functions as F
 from lookup_source import lookup_join
 from tests.faults import FaultProxy
 from tests.helpers import clean_environment
-from tests.servers import PostgresServer, RedisServer, own_postgres_server, own_redis_server
+from tests.servers import (
+    PostgresServer,
+    RedisServer,
+    own_postgres_server,
+    own_redis_server,
+    seed_users,
+)
 
 SCHEMA = "user_id long, name string"
 USERS = 200
@@ -194,30 +200,12 @@ def test_with_max_idle_zero_each_task_connects_as_before(
 def own_store(store: str) -> Iterator[tuple[Any, dict[str, str]]]:
     """A server of the test's own (so it can be restarted), seeded with the users."""
     if store == "redis":
-        import redis
-
         with own_redis_server() as server:
-            db = redis.Redis(host=server.host, port=server.port)
-            db.mset({f"u:{i}": json.dumps({"name": f"user {i}"}) for i in range(USERS)})
-            db.save()  # a killed server comes back with the data
-            db.close()
+            seed_users(server, USERS)
             yield server, {"connector": "redis", "url": server.url, "redis.key.pattern": "u:{key}"}
         return
     with own_postgres_server() as pg_server:
-        import asyncio
-
-        import asyncpg
-
-        async def seed() -> None:
-            db = await asyncpg.connect(pg_server.url)
-            await db.execute("CREATE TABLE users (user_id bigint PRIMARY KEY, name text)")
-            await db.execute(
-                "INSERT INTO users SELECT g, 'user ' || g FROM generate_series(0, $1) g",
-                USERS - 1,
-            )
-            await db.close()
-
-        asyncio.run(seed())
+        seed_users(pg_server, USERS)
         yield pg_server, {"connector": "postgres", "url": pg_server.url, "postgres.table": "users"}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from typing import Any
 
 import pytest
 
@@ -61,26 +62,27 @@ def test_the_rate_limit_spaces_requests_on_the_loops_clock() -> None:
     assert virtual_time.run(scenario(), start=50.0) == [50.0, 50.1, 50.2, 50.3, 50.4]
 
 
+def timed(store: FakeStore, attempts: list[float]) -> Any:
+    """A client factory of the fake store that notes the loop's time of every attempt."""
+
+    class Timed(FakeClient):
+        async def lookup(self, keys: Any) -> Any:
+            attempts.append(round(asyncio.get_running_loop().time(), 6))
+            return await super().lookup(keys)
+
+    return lambda config: Timed(config, store)
+
+
 def test_backoff_timeouts_and_the_deadline_run_to_the_millisecond() -> None:
     """An answer of 120 ms against timeout.ms=100, a fixed backoff of 50 ms and deadline.ms=250:
     attempts at 0 and 150 ms; the second is cut to end at 250 ms; no third."""
     store = FakeStore(TABLE)
     store.latency = lambda keys: 0.12
     attempts: list[float] = []
-    original = FakeClient.lookup
-
-    async def timed(self: FakeClient, keys: list[int]) -> object:
-        attempts.append(round(asyncio.get_running_loop().time(), 6))
-        return await original(self, keys)
-
     options = make_options(
         timeout_ms=100, max_attempts=10, initial_delay_ms=50, max_delay_ms=50, deadline_ms=250
     )
     spec = make_spec(options)
-
-    class Timed(FakeClient):
-        lookup = timed  # type: ignore[assignment]
-
     started = time.perf_counter()
     with pytest.raises(LookupFailedError, match=r"deadline.ms=250 \(2 attempts\)"):
         list(
@@ -88,7 +90,7 @@ def test_backoff_timeouts_and_the_deadline_run_to_the_millisecond() -> None:
                 [key_batch([1])],
                 spec,
                 make_config(spec),
-                client_factory=lambda c: Timed(c, store),
+                client_factory=timed(store, attempts),
                 loop_factory=VirtualTimeLoop,
             )
         )
@@ -100,14 +102,6 @@ def test_exponential_backoff_doubles_on_the_clock() -> None:
     store = FakeStore(TABLE)
     store.failures = [ConnectionResetError("reset")] * 4
     attempts: list[float] = []
-    original = FakeClient.lookup
-
-    async def timed(self: FakeClient, keys: list[int]) -> object:
-        attempts.append(asyncio.get_running_loop().time())
-        return await original(self, keys)
-
-    class Timed(FakeClient):
-        lookup = timed  # type: ignore[assignment]
 
     options = make_options(
         max_attempts=5, backoff="exponential", initial_delay_ms=1000, max_delay_ms=60_000
@@ -118,7 +112,7 @@ def test_exponential_backoff_doubles_on_the_clock() -> None:
             [key_batch([3])],
             spec,
             make_config(spec),
-            client_factory=lambda c: Timed(c, store),
+            client_factory=timed(store, attempts),
             loop_factory=VirtualTimeLoop,
         )
     )

@@ -8,19 +8,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asynclookup_http.client import classify
 
-from lookup_source.connector_api import (
-    PermanentError,
-    TransientError,
-    is_retryable,
-    translate_error,
-)
 from lookup_source.service import UserService
+from tests.helpers import assert_meanings
 from tests.servers import free_port
 
 
@@ -57,17 +52,6 @@ def rude_port() -> Iterator[tuple[int, int]]:
         connection.close()
     hang_up.close()
     silent.close()
-
-
-def raised(make: Callable[[], Awaitable[Any]]) -> Exception:
-    async def run() -> Exception:
-        try:
-            await make()
-        except Exception as error:
-            return error
-        raise AssertionError("no exception")
-
-    return asyncio.run(run())
 
 
 def test_what_aiohttp_raises_and_whether_it_is_retried(rude_port: tuple[int, int]) -> None:
@@ -115,9 +99,4 @@ def test_what_aiohttp_raises_and_whether_it_is_retried(rude_port: tuple[int, int
                 False,
             ),
         ]
-        for what, make, library_class, retried in cases:
-            error = raised(make)
-            assert isinstance(error, library_class), (what, error)
-            translated = translate_error("aiohttp", classify, error, tls="http")
-            assert isinstance(translated, TransientError if retried else PermanentError), what
-            assert is_retryable(translated) is retried, what
+        assert_meanings(cases, "aiohttp", classify)

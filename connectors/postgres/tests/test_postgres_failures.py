@@ -5,29 +5,12 @@ closed port and a name that does not resolve."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asynclookup_postgres.client import classify
 
-from lookup_source.connector_api import (
-    PermanentError,
-    TransientError,
-    is_retryable,
-    translate_error,
-)
+from tests.helpers import assert_meanings
 from tests.servers import PostgresServer, free_port
-
-
-def raised(make: Callable[[], Awaitable[Any]]) -> Exception:
-    async def run() -> Exception:
-        try:
-            await make()
-        except Exception as error:
-            return error
-        raise AssertionError("no exception")
-
-    return asyncio.run(run())
 
 
 def test_what_asyncpg_raises_and_whether_it_is_retried(
@@ -97,13 +80,7 @@ def test_what_asyncpg_raises_and_whether_it_is_retried(
         ),
     ]
     try:
-        for what, make, library_class, retried in cases:
-            error = raised(make)
-            assert isinstance(error, library_class), (what, error)
-            translated = translate_error("asyncpg", classify, error, tls="postgres")
-            assert isinstance(translated, TransientError if retried else PermanentError), what
-            assert is_retryable(translated) is retried, what
-            assert translated.__cause__ is error
+        assert_meanings(cases, "asyncpg", classify)
     finally:
         pg(f"DROP TABLE {table_name}")
         pg(f"DROP ROLE {reader}")

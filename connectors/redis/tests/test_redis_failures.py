@@ -4,21 +4,15 @@ redis-server, a closed port, a name that does not resolve and a server that neve
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asynclookup_redis.client import classify
 
-from lookup_source.connector_api import (
-    PermanentError,
-    TransientError,
-    is_retryable,
-    translate_error,
-)
+from tests.helpers import assert_meanings
 from tests.servers import RedisServer, free_port
 
 
@@ -47,23 +41,6 @@ def silent_port() -> Iterator[int]:
     for connection in held:
         connection.close()
     listener.close()
-
-
-def raised(make: Callable[[], Awaitable[Any]]) -> Exception:
-    """What redis-py's asyncio client raises doing ``make``."""
-
-    async def run() -> Exception:
-        try:
-            await make()
-        except Exception as error:
-            return error
-        raise AssertionError("no exception")
-
-    return asyncio.run(run())
-
-
-def meaning(error: Exception) -> Any:
-    return translate_error("redis", classify, error, tls="redis")
 
 
 def test_what_redis_raises_and_whether_it_is_retried(
@@ -117,10 +94,4 @@ def test_what_redis_raises_and_whether_it_is_retried(
             False,
         ),
     ]
-    for what, make, library_class, retried in cases:
-        error = raised(make)
-        assert isinstance(error, library_class), (what, error)
-        translated = meaning(error)
-        assert isinstance(translated, TransientError if retried else PermanentError), what
-        assert is_retryable(translated) is retried, what
-        assert translated.__cause__ is error and "redis " in str(translated)
+    assert_meanings(cases, "redis", classify)
