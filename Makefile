@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint unit docs clean spark-versions spark-oldest
+.PHONY: install demo test lint unit docs clean spark-versions spark-oldest spark-newest-python
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -75,6 +75,20 @@ spark-%: .venvs/pyspark-%/.installed
 spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
 
 spark-oldest: spark-$(SPARK_OLDEST)
+
+# The newest PySpark on the newest Python we support (NEWEST_PYTHON), in an environment of its own
+SPARK_NEWEST := $(lastword $(SPARK_VERSIONS))
+NEWEST_PYTHON ?= python3.13
+.venvs/pyspark-newest-python/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS) $(EXAMPLES))
+	$(NEWEST_PYTHON) -m venv .venvs/pyspark-newest-python
+	.venvs/pyspark-newest-python/bin/python -m pip install --quiet --upgrade pip
+	.venvs/pyspark-newest-python/bin/python -m pip install --quiet -e ".[test]" \
+		$(addprefix -e ,$(CONNECTORS) $(EXAMPLES)) "pyspark[connect]==$(SPARK_PIN_$(SPARK_NEWEST))"
+	touch $@
+
+spark-newest-python: .venvs/pyspark-newest-python/.installed
+	@echo "== Spark suites on $$(.venvs/pyspark-newest-python/bin/python -c 'import pyspark, sys; print("PySpark", pyspark.__version__, "on Python", sys.version.split()[0])')"
+	.venvs/pyspark-newest-python/bin/python -m pytest $(SPARK_SUITES) $(PYTEST_ARGS)
 
 docs: install
 	$(PY) -m lookup_source.docs --write docs/options.md
