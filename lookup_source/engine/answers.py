@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -38,14 +38,19 @@ def absent(value: Any) -> bool:
 
 
 class Answer:
-    """The matches of the keys one request asked (see the module)."""
+    """The matches of the keys one request asked (see the module).
+
+    ``matches`` (columnar: one row per match, ``key_index`` = the asked row) or ``values``
+    (the record form: per asked row, what the client returned for it — a record, a list of
+    records, a :class:`RecordError`, None): one of them. ``keys``: the asked keys as Python
+    values, or a function that makes them when first needed."""
 
     __slots__ = ("_found", "_keys", "matches", "size", "values")
 
     def __init__(
         self,
         size: int,
-        keys: KeySource,
+        keys: KeySource | Sequence[Key],
         *,
         matches: Matches | None = None,
         values: list[Any] | None = None,
@@ -55,10 +60,7 @@ class Answer:
         self.size = size
         self._keys = keys
         self.matches = matches
-        """Columnar: one row per match, ``key_index`` = the asked row."""
         self.values = values
-        """Record form: per asked row, what the client returned for it (a record, a list of
-        records, a :class:`RecordError`, None)."""
         self._found: np.ndarray | None = None
 
     # -- made from what a client returns --------------------------------------------------------
@@ -70,7 +72,7 @@ class Answer:
     @classmethod
     def records(cls, result: Mapping[Key, Any], keys: Sequence[Key]) -> Answer:
         """The record form of a client's answer (``{key: record}``) for the asked ``keys``."""
-        return cls(len(keys), lambda: keys, values=[result.get(key) for key in keys])
+        return cls(len(keys), keys, values=[result.get(key) for key in keys])
 
     @classmethod
     def none(cls, size: int, keys: KeySource) -> Answer:
@@ -85,7 +87,8 @@ class Answer:
 
     def asked(self) -> Sequence[Key]:
         """The keys the request asked, as Python values."""
-        return self._keys()
+        keys = self._keys
+        return keys() if callable(keys) else keys
 
     def found(self) -> np.ndarray:
         """For each asked key, whether it has at least one match (or an error)."""
@@ -104,7 +107,7 @@ class Answer:
         record form without an array per request: a GET's answer is one key)."""
         if self.values is not None and self._found is None:
             values = self.values if rows is None else [self.values[r] for r in rows.tolist()]
-            return sum(1 for value in values if absent(value))
+            return sum(map(absent, values))
         found = self.found()
         return int(len(found) - found.sum()) if rows is None else int((~found[rows]).sum())
 
@@ -115,21 +118,21 @@ class Answer:
     def take(self, rows: np.ndarray) -> Answer:
         """The answer of the asked keys at ``rows`` only, numbered ``0 .. len(rows) - 1`` (what a
         batch that shares the request waits for)."""
-        everything = self._keys
-        picked = rows.tolist()
+        asked = self.asked
 
         def keys() -> list[Key]:
-            asked = everything()
-            return [asked[row] for row in picked]
+            everything = asked()
+            return [everything[row] for row in rows.tolist()]
 
         if self.values is not None:
+            picked = rows.tolist()
             return Answer(len(picked), keys, values=[self.values[row] for row in picked])
         assert self.matches is not None
         slot = np.full(self.size, -1, dtype=np.int64)
         slot[rows] = np.arange(len(rows))
         mine = slot[self.matches.key_index]
         kept = _rows(self.matches, np.flatnonzero(mine >= 0), mine)
-        return Answer(len(picked), keys, matches=kept)
+        return Answer(len(rows), keys, matches=kept)
 
     def placed(self, rows: np.ndarray, size: int, keys: KeySource) -> Answer:
         """This answer to the keys at ``rows`` of a request of ``size`` keys, as an answer to
@@ -184,8 +187,7 @@ def merge(answers: Sequence[Answer], fields: Sequence[pa.Field]) -> Answer:
     return Answer(first.size, first._keys, matches=concat_matches(parts, fields))
 
 
-@dataclass(frozen=True, eq=False)
-class Part:
+class Part(NamedTuple):
     """An answer gathered by a batch: the batch's key position of each asked row."""
 
     positions: np.ndarray
@@ -354,7 +356,7 @@ def cached_answer(
     if failed:
         found = len(index) - len(failed)
         errors = pa.array([None] * found + [m for _, m in failed], type=pa.string())
-    return Answer(len(keys), lambda: keys, matches=Matches(index, values, errors))
+    return Answer(len(keys), keys, matches=Matches(index, values, errors))
 
 
 __all__ = [

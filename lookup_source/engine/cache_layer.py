@@ -88,7 +88,7 @@ class _Layer:
         if records:
             positions = np.asarray([p for p, _ in records], dtype=np.int64)
             asked = [keys[p] for p, _ in records]
-            kept = Answer(len(asked), lambda: asked, values=[entry for _, entry in records])
+            kept = Answer(len(asked), asked, values=[entry for _, entry in records])
             answer.parts.append(Part(positions, kept))
         answer.wanted = np.asarray(wanted, dtype=np.int64)
         answer.hits = len(keys) - len(wanted)

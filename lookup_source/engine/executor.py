@@ -70,7 +70,7 @@ class RequestExecutor:
         metrics = self._metrics
         size = keys.num_rows
         answers: list[Answer] = []
-        found = np.zeros(0, dtype=bool)
+        found: np.ndarray | None = None  # under retry.on-miss: the keys found so far
         rows: np.ndarray | None = None  # None: every key of the request
         attempt = 0
         deadline = self._deadline(loop.time())
@@ -103,7 +103,7 @@ class RequestExecutor:
                 if not policy.retry_on_miss and rows is None:  # the common case: one answer
                     return answer
                 answers.append(answer)
-                found = answer.found() if rows is None else found | answer.found()
+                found = answer.found() if found is None else found | answer.found()
                 missing = np.flatnonzero(~found)
                 delay = policy.delay_s(attempt, rng=self._rng)
                 if not policy.retry_missing(attempt, len(missing)) or not deadline.allows(

@@ -261,6 +261,7 @@ class LookupEngine:
                 job.pending -= 1
                 if job.pending == 0 and not self._closed and self._failure is None:
                     self._complete(job)
+            request.subscribers = []  # done: what it delivered owes it nothing (no cycle)
             self._notify()
 
     def _answered(self, request: Request, answer: Answer) -> None:
@@ -294,6 +295,7 @@ class LookupEngine:
             return
         finally:
             self.metrics.failed_keys += job.keys_with_bad_values
+            job.parts, job.failed_parts = [], []  # in its output now (and no cycle is kept)
         job.done = True
         job.held_rows += job.output.held_rows  # its matches wait with it until emitted
         self._buffered_rows += job.output.held_rows
