@@ -347,3 +347,45 @@ def test_once_spark_stops_no_connection_of_the_lookup_is_left(
     finally:
         if job.poll() is None:
             job.kill()
+
+
+NO_REUSE_JOB = textwrap.dedent(
+    """
+    import sys
+    import redis
+    from pyspark.sql import SparkSession, functions as F
+    from lookup_source import lookup_join
+
+    redis_url, pattern = sys.argv[1:3]
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.python.worker.reuse", "false").getOrCreate())
+    df = spark.range(2000, numPartitions=2).select((F.col("id") % 250).alias("user_id"))
+    options = {"connector": "redis", "url": redis_url, "redis.key.pattern": pattern}
+    out = lookup_join(df, "user_id", schema="user_id long, name string", options=options)
+    server = redis.Redis.from_url(redis_url)
+    before = server.info("stats")["total_connections_received"]
+    for _ in range(3):
+        assert out.where("name IS NOT NULL").count() == 1600
+    print(server.info("stats")["total_connections_received"] - before, flush=True)
+    spark.stop()
+    """
+)
+
+
+def test_without_worker_reuse_each_task_connects_and_lets_go(
+    redis_srv: RedisServer, redis_users: dict[str, str], tmp_path: Path
+) -> None:
+    """spark.python.worker.reuse=false: a worker per task, and a client per task, as before."""
+    script = tmp_path / "job.py"
+    script.write_text(NO_REUSE_JOB)
+    root = Path(__file__).resolve().parents[2]
+    env = {**clean_environment(), "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, str(script), redis_srv.url, redis_users["redis.key.pattern"]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.strip().splitlines()[-1]) == 3 * 2  # three jobs of two tasks
