@@ -336,6 +336,25 @@ class LookupOptions:
         scope=JOINS,
     )
     cache: CacheSettings = group(CacheSettings)
+    metrics_progress: bool = option(
+        "metrics.progress",
+        parse_bool,
+        True,
+        "A streaming lookup_join reports each micro-batch's metrics in its progress "
+        "(observedMetrics['asynclookup_<name>']); false saves what that costs the JVM "
+        "(about 0.1-0.3 core-µs per row), for streams of hundreds of thousands of rows a "
+        "second. See docs/monitoring.md.",
+        scope=LOOKUP_JOIN,
+    )
+    metrics_opentelemetry: bool = option(
+        "metrics.opentelemetry",
+        parse_bool,
+        False,
+        "Report each task's metrics (counters and a request-duration histogram, by lookup "
+        "name and connector) through the OpenTelemetry API from the executors, exported as "
+        "OpenTelemetry's own OTEL_* environment variables say; needs the `opentelemetry` extra "
+        "on the executors. See docs/monitoring.md.",
+    )
     strategy: str = option(
         "strategy",
         choice("lookup", "broadcast", "auto"),

@@ -11,6 +11,7 @@ PAGES = [
     ROOT / "README.md",
     ROOT / "docs" / "connectors.md",
     ROOT / "docs" / "deployment.md",
+    ROOT / "docs" / "monitoring.md",
     ROOT / "docs" / "guarantees.md",
     ROOT / "docs" / "benchmarks.md",
     ROOT / "docs" / "options.md",

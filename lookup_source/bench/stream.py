@@ -8,7 +8,8 @@ Spark's ``noop`` sink, for each method:
 - no Python step at all;
 - the Spark floor: the same ``mapInArrow`` appending computed columns, no I/O;
 - per store (Redis and Postgres, plain and over TLS): ``lookup_join`` with the clients the
-  Python workers keep (the default), and with a client per task (``connection.max-idle.ms=0``,
+  Python workers keep (the default), the same without the micro-batch's metrics in its
+  progress (``metrics.progress=false``), and with a client per task (``connection.max-idle.ms=0``,
   what 0.3 did); and, outside Spark, what one task's lookups of 250 keys cost in this process
   on a kept client and on a client of its own (medians in the same columns).
 
@@ -280,6 +281,10 @@ def run_stream(spark: Any, args: Any) -> list[StreamResult]:
                     }
                     for method, extra in (
                         ("asynclookup, clients kept by the workers", {}),
+                        (
+                            "asynclookup, no progress metrics (metrics.progress=false)",
+                            {"metrics.progress": "false"},
+                        ),
                         (
                             "asynclookup, a client per task (connection.max-idle.ms=0)",
                             {"connection.max-idle.ms": "0"},

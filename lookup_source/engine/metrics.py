@@ -10,20 +10,39 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
-_BASE_MS = 0.01
-_GROWTH = 1.1
+BASE_MS = 0.01
+GROWTH = 1.1
+"""Latency buckets: bucket ``i`` holds latencies up to ``BASE_MS * GROWTH**i`` ms."""
 _BUCKETS = 200  # up to 0.01 ms * 1.1**200 ≈ 19 hours
 
 
-_PER_BUCKET = 1 / math.log(_GROWTH)
+_PER_BUCKET = 1 / math.log(GROWTH)
 
 LIMIT_POINTS = 500
 
 
+COUNTERS = (
+    "tasks",
+    "rows",
+    "keys",
+    "null_keys",
+    "requests",
+    "retries",
+    "timeouts",
+    "failed_requests",
+    "failed_keys",
+    "missing_keys",
+    "cache_hits",
+    "cache_misses",
+    "shared_keys",
+)
+"""The fields of :class:`LookupMetrics` that add up over tasks (:meth:`LookupMetrics.merge`)."""
+
+
 def _bucket(ms: float) -> int:
-    if ms <= _BASE_MS:
+    if ms <= BASE_MS:
         return 0
-    return min(_BUCKETS - 1, int(math.log(ms / _BASE_MS) * _PER_BUCKET) + 1)
+    return min(_BUCKETS - 1, int(math.log(ms / BASE_MS) * _PER_BUCKET) + 1)
 
 
 @dataclass
@@ -31,6 +50,9 @@ class LookupMetrics:
     """Counters of one task, or of many merged. Latencies are kept in a fixed histogram
     (10% wide buckets), so memory stays constant whatever the number of requests."""
 
+    name: str = ""
+    """The lookup's name (``lookup_join(name=...)``); several, comma-separated, when the
+    metrics of several lookups are merged."""
     tasks: int = 0
     rows: int = 0
     keys: int = 0
@@ -78,21 +100,7 @@ class LookupMetrics:
 
     def merge(self, other: LookupMetrics) -> LookupMetrics:
         """Add ``other`` into this one (peak in flight: the highest of any task)."""
-        for name in (
-            "tasks",
-            "rows",
-            "keys",
-            "null_keys",
-            "requests",
-            "retries",
-            "timeouts",
-            "failed_requests",
-            "failed_keys",
-            "missing_keys",
-            "cache_hits",
-            "cache_misses",
-            "shared_keys",
-        ):
+        for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.peak_in_flight = max(self.peak_in_flight, other.peak_in_flight)
         self.peak_rss_mb = max(self.peak_rss_mb, other.peak_rss_mb)
@@ -102,7 +110,26 @@ class LookupMetrics:
         self.limit_history.extend(list(points) for points in other.limit_history)
         if not self.strategy:
             self.strategy, self.strategy_reason = other.strategy, other.strategy_reason
+        if other.name and other.name not in self.name.split(", "):
+            self.name = f"{self.name}, {other.name}" if self.name else other.name
         return self
+
+    def latency_samples(self) -> list[tuple[float, int]]:
+        """The latency histogram as (milliseconds, requests) pairs, one per bucket in use,
+        lowest first: each bucket at its upper bound (at most the largest latency seen), so a
+        quantile of the pairs is :meth:`latency_ms`'s. How a task's latencies travel to the
+        driver in rows (``percentile(latency_ms, q, requests)`` over every task's pairs).
+
+        >>> m = LookupMetrics()
+        >>> for seconds in (0.001, 0.001, 0.004):
+        ...     m.record_latency(seconds)
+        >>> [(round(ms, 2), n) for ms, n in m.latency_samples()]
+        [(1.07, 2), (4.0, 1)]
+        """
+        return [
+            (min(BASE_MS * GROWTH**index, self.latency_max_ms), self.latency_buckets[index])
+            for index in sorted(self.latency_buckets)
+        ]
 
     def latency_ms(self, quantile: float) -> float:
         """Request latency at ``quantile`` (0..1), to within 10%; 0 when nothing was sent."""
@@ -114,7 +141,7 @@ class LookupMetrics:
         for index in sorted(self.latency_buckets):
             seen += self.latency_buckets[index]
             if seen >= rank:
-                upper = _BASE_MS * _GROWTH**index
+                upper = BASE_MS * GROWTH**index
                 return min(upper, self.latency_max_ms)
         return self.latency_max_ms
 
@@ -158,8 +185,9 @@ class LookupMetrics:
         return cls(**data)
 
     def __str__(self) -> str:
+        label = f"asynclookup {self.name}" if self.name else "asynclookup"
         return (
-            f"asynclookup: {self.rows:,} rows, {self.keys:,} distinct keys per batch, "
+            f"{label}: {self.rows:,} rows, {self.keys:,} distinct keys per batch, "
             f"{self.requests:,} requests, {self.cache_hits:,} cache hits, "
             f"{self.shared_keys:,} keys shared with a request in flight, "
             f"{self.retries:,} retries, {self.timeouts:,} timeouts, "

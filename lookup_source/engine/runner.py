@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
+import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.cache_layer import task_cache
 from lookup_source.engine.lifetime import ClientFactory, Lease, lease_client
@@ -53,6 +54,7 @@ class LookupTask:
         loop_factory: LoopFactory | None = None,
     ) -> None:
         self.config = config
+        self._spec = spec
         self._on_metrics = on_metrics
         self._engine: LookupEngine | None = None
         self._closed = False
@@ -66,6 +68,8 @@ class LookupTask:
         )
         self._loop = self._lease.loop
         try:
+            if spec.options.metrics_opentelemetry:
+                telemetry.prepare()
             cache = task_cache(
                 spec.options.cache,
                 config,
@@ -117,10 +121,14 @@ class LookupTask:
         finally:
             self._lease.release(reusable=sound)
         if self._engine is not None:
-            self._engine.metrics.peak_rss_mb = _peak_rss_mb()
+            metrics = self._engine.metrics
+            metrics.peak_rss_mb = _peak_rss_mb()
+            metrics.name = self._spec.name
             if self._on_metrics is not None:
-                self._on_metrics(self._engine.metrics)
-            log.debug("asynclookup task metrics: %s", self._engine.metrics)
+                self._on_metrics(metrics)
+            if self._spec.options.metrics_opentelemetry:
+                telemetry.record(metrics, lookup=self._spec.name, connector=self.config.connector)
+            log.debug("asynclookup task metrics: %s", metrics)
 
 
 def _peak_rss_mb() -> float:

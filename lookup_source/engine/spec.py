@@ -26,6 +26,9 @@ class EngineSpec:
     output_rows: int = DEFAULT_OUTPUT_ROWS
     """Most rows per output batch (Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch``;
     0 or less: bounded by bytes only): a key with many matches is emitted in several batches."""
+    name: str = ""
+    """The lookup's name (``lookup_join(name=...)``, a registered table's name): in its
+    metrics, its log lines and its OpenTelemetry attributes."""
 
     def __post_init__(self) -> None:
         if self.how not in ("left", "inner"):

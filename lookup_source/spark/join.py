@@ -7,11 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.types import (
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import StructType
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.runner import ClientFactory, run_lookups
@@ -21,17 +17,18 @@ from lookup_source.functions import LookupFunction
 from lookup_source.options import LookupOptions
 from lookup_source.spark.arguments import concurrent_tasks, lookup_options_of
 from lookup_source.spark.metrics import (
-    METRICS_COLUMN,
     MetricsRows,
-    decided,
-    name_lookup,
+    carries_rows,
+    is_connect,
+    lookup_name,
+    metrics_spark_field,
     new_accumulator,
     observed,
+    track,
 )
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.shape import output_schema, resolve_on
 from lookup_source.spark.strategy import broadcast_join, strategy_of
-from lookup_source.spark.versions import CONNECT_METRICS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,6 +43,7 @@ def lookup_join(
     how: str = "left",
     fetch: Any = None,
     fetch_many: Any = None,
+    name: str | None = None,
 ) -> DataFrame:
     """Return ``df`` with the value columns of ``schema`` looked up by key and appended.
 
@@ -60,6 +58,11 @@ def lookup_join(
     ``fetch`` (one key per call; returns a record, a list of records or None) or
     ``fetch_many`` (a list of keys per call; returns key -> record or records). With a
     function, ``options`` may be left out.
+
+    ``name`` (letters, digits, underscores) names the lookup in its metrics: the entry
+    ``asynclookup_<name>`` of each micro-batch's ``observedMetrics`` in a stream's progress,
+    the log line and the OpenTelemetry attributes; one is made from the connector when not
+    given.
 
     >>> enriched = lookup_join(                                         # doctest: +SKIP
     ...     events, "user_id",
@@ -76,6 +79,7 @@ def lookup_join(
         raise SchemaError(f"how must be 'left' or 'inner', got {how!r}")
     function = LookupFunction.of(fetch, fetch_many)
     lookup_options = lookup_options_of(options, function)
+    lookup = lookup_name(name, lookup_options.connector)
     if lookup_options.rate_limit_total:
         lookup_options = lookup_options.split_rate(concurrent_tasks(df))
     plan = LookupPlan.build(lookup_options, schema)
@@ -83,29 +87,30 @@ def lookup_join(
     out_schema = output_schema(df.schema, plan)
     choice = strategy_of(df, plan)
     if choice.strategy == "broadcast":
-        name = decided(name_lookup(None), choice)
-        return broadcast_join(df, on_columns, plan, how=how).alias(name)
+        return broadcast_join(df, on_columns, plan, how=how).alias(track(lookup, choice))
     if lookup_options.partition_by_key:
         df = partitioned_by_key(df, on_columns)
-    spec = plan.engine_spec(tuple(on_columns), how=how, output_rows=output_rows(df.sparkSession))
-    accumulator = new_accumulator(df.sparkSession)
-    connect = accumulator is None  # Spark Connect: metrics travel in rows, to an observation
+    spec = plan.engine_spec(
+        tuple(on_columns), how=how, output_rows=output_rows(df.sparkSession), name=lookup
+    )
+    accumulator = None if is_connect(df) else new_accumulator(df.sparkSession)
+    metrics_rows = carries_rows(df, lookup_options.metrics_progress)
     task = functools.partial(
         _lookup_partition,
         spec=spec,
         config=plan.connector_config(),
         metrics=accumulator,
-        metrics_rows=connect and CONNECT_METRICS.available(),
+        metrics_rows=metrics_rows,
         client_factory=function,
     )
-    # the function's name appears in the plan of every DataFrame derived from the result:
+    # the function's id appears in the plan of every DataFrame derived from the result:
     # lookup_metrics finds the accumulator (or the observation) by it
-    name = decided(name_lookup(accumulator), choice)
-    task.__name__ = name  # type: ignore[attr-defined]
-    if not task.keywords["metrics_rows"]:
+    function_id = track(lookup, choice, accumulator)
+    task.__name__ = function_id  # type: ignore[attr-defined]
+    if not metrics_rows:
         return df.mapInArrow(task, out_schema)
-    with_metrics = StructType([*out_schema.fields, StructField(METRICS_COLUMN, StringType())])
-    return observed(df.mapInArrow(task, with_metrics), name)
+    with_metrics = StructType([*out_schema.fields, metrics_spark_field()])
+    return observed(df.mapInArrow(task, with_metrics), function_id)
 
 
 def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -128,8 +133,8 @@ def _lookup_partition(
     client_factory: ClientFactory | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The function each task runs (under mapInArrow); module level, so it pickles by name."""
-    if metrics_rows:  # Spark Connect: the task's metrics leave as one last row
-        rows = MetricsRows()
+    if metrics_rows:  # a stream, or Spark Connect: the task's metrics leave as its last rows
+        rows = MetricsRows(metrics)
         yield from rows.output(
             run_lookups(
                 rows.watch(batches),

@@ -186,6 +186,7 @@ class LookupPlan:
         input_key_columns: tuple[str, ...],
         how: str,
         output_rows: int = DEFAULT_OUTPUT_ROWS,
+        name: str = "",
     ) -> EngineSpec:
         return EngineSpec(
             options=self.options,
@@ -194,6 +195,7 @@ class LookupPlan:
             key_types=self.key_arrow_types(),
             how=how,
             output_rows=output_rows,
+            name=name,
         )
 
 

@@ -83,7 +83,7 @@ def register_lookup_table(
             lookup_options = lookup_options.split_rate(cluster_cores(spark))
         plan = LookupPlan.build(lookup_options, schema)
         metrics = new_accumulator(spark, name)
-        table_function = lookup_table_function(plan, metrics, spark, function)
+        table_function = lookup_table_function(plan, metrics, spark, function, name=name)
         spark.udtf.register(f"{name}_lookup", table_function)
         return
     if options is None:
@@ -112,4 +112,4 @@ def register_lookup_table(
     reader = spark.read.format("asynclookup").options(**view_options).schema(plan.schema)
     reader.load().createOrReplaceTempView(name)
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
-    spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics, spark))
+    spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics, spark, name=name))

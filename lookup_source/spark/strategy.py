@@ -27,6 +27,7 @@ from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.scan import estimate_rows
 from lookup_source.errors import OptionError
 from lookup_source.options import ERROR_COLUMN
+from lookup_source.spark.internals import plan_text
 from lookup_source.spark.plan import LookupPlan
 from lookup_source.spark.versions import BROADCAST
 
@@ -99,38 +100,65 @@ def choose(
 
 _ROW_COUNT = re.compile(r"rowCount=([0-9.E+]+)")
 _SIZE = re.compile(r"sizeInBytes=([0-9.]+)\s*([KMGTPE]?i?B)")
-_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+_UNITS = {"B": 1, **{f"{p}iB": 2 ** (10 * (i + 1)) for i, p in enumerate("KMGTPE")}}
 
 
 def input_rows(df: Any) -> int | None:
     """Spark's estimate of ``df``'s rows: the optimizer's row count, or its size in bytes over
     the width of a row; None when Spark cannot tell (or says more rows than there can be)."""
-    text = ""
-    width = 8 * max(1, len(df.columns))  # Spark Connect: about 8 bytes per column
     try:
-        java = getattr(df, "_jdf", None)
-        if java is not None:
-            plan = java.queryExecution().optimizedPlan()
-            stats = plan.stats()
-            count = stats.rowCount()
-            if count.isDefined():
-                return int(str(count.get()))
-            text = f"sizeInBytes={stats.sizeInBytes()} B"
-            width = max(8, int(plan.schema().defaultSize()))
-        else:  # Spark Connect: the cost explain
-            text = df._explain_string(mode="cost")
+        text = plan_text(df, "cost")  # the optimized plan, its root's statistics first
+        width = row_width(df.schema)
     except Exception:
         return None
-    found = _ROW_COUNT.search(text)
+    if "Statistics(" not in text:
+        return None
+    statistics = text[text.index("Statistics(") :].split(")", 1)[0]
+    found = _ROW_COUNT.search(statistics)
     if found:
         return int(float(found.group(1)))
-    size = _SIZE.search(text)
+    size = _SIZE.search(statistics)
     if size is None:
         return None
     total = float(size.group(1)) * _UNITS.get(size.group(2), 1)
     if total >= 2**62:  # Spark's "unknown" is about Long.MaxValue bytes
         return None
     return int(total // width)
+
+
+_FIXED_WIDTH = {
+    "boolean": 1,
+    "byte": 1,
+    "short": 2,
+    "integer": 4,
+    "float": 4,
+    "date": 4,
+    "long": 8,
+    "double": 8,
+    "timestamp": 8,
+    "timestamp_ntz": 8,
+    "string": 20,
+    "binary": 100,
+}
+
+
+def row_width(schema: Any) -> int:
+    """Bytes per row in Spark's own estimate (``DataType.defaultSize``: a string 20, a binary
+    100, an array or a map one element, a decimal 8 or 16), at least 8."""
+
+    def width(data_type: Any) -> int:
+        kind = data_type.typeName()
+        if kind == "struct":
+            return sum(width(f.dataType) for f in data_type.fields)
+        if kind == "array":
+            return width(data_type.elementType)
+        if kind == "map":
+            return width(data_type.keyType) + width(data_type.valueType)
+        if kind == "decimal":
+            return 8 if data_type.precision <= 18 else 16
+        return _FIXED_WIDTH.get(kind, 8)
+
+    return max(8, width(schema))
 
 
 def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:

@@ -47,8 +47,10 @@ def lookup_table_function(
     metrics: Any = None,
     spark: Any = None,
     client_factory: ClientFactory | None = None,
+    name: str = "",
 ) -> Any:
-    """A Python UDTF that performs the lookup join of ``plan`` from SQL, on Arrow batches."""
+    """A Python UDTF that performs the lookup join of ``plan`` from SQL, on Arrow batches;
+    ``name`` (the registered table's) names the lookup in its metrics and log lines."""
     buckets = _shuffle_partitions(spark)
     rows_per_batch = output_rows(spark) if spark is not None else DEFAULT_OUTPUT_ROWS
 
@@ -85,7 +87,7 @@ def lookup_table_function(
 
         def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
             self.spec = plan.engine_spec(
-                analyze_result.on, how=analyze_result.how, output_rows=rows_per_batch
+                analyze_result.on, how=analyze_result.how, output_rows=rows_per_batch, name=name
             )
             self.task: LookupTask | None = None
             self.failed = False

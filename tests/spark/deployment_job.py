@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lookup_source import lookup_join, lookup_metrics, register_lookup_table
+from lookup_source import lookup_join, lookup_metrics, progress_metrics, register_lookup_table
 from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
 
 SCHEMA = "user_id long, name string"
@@ -25,6 +27,45 @@ SCHEMA = "user_id long, name string"
 async def fetch_name(user_id: int) -> dict[str, str] | None:
     """A lookup function of the job's own (pickled by value, from __main__)."""
     return {"name": f"fn {user_id}"} if user_id < 1_000 else None
+
+
+def input_rows(progress: Any) -> int:
+    """A progress' numInputRows (a dict on PySpark 3.5; over Connect, an attribute only)."""
+    value = getattr(progress, "numInputRows", None)
+    return int(progress["numInputRows"] if value is None else value)
+
+
+def stream_progress(spark: SparkSession, options: dict[str, str], work: str) -> list[Any]:
+    """Three micro-batches of a file stream through a lookup named "users": each one's entry
+    in its progress, as progress_metrics reads it, beside the micro-batch's input rows."""
+    source = os.path.join(work, "events")
+    os.makedirs(source, exist_ok=True)
+    for batch in range(3):  # 100 rows each; user ids 1,000 and up are missing
+        with open(os.path.join(source, f"{batch}.json"), "w") as f:
+            for event in range(batch * 100, batch * 100 + 100):
+                f.write(json.dumps({"event_id": event, "user_id": event * 7 % 1_100}) + "\n")
+    stream = (
+        spark.readStream.schema("event_id long, user_id long")
+        .option("maxFilesPerTrigger", 1)
+        .json(source)
+    )
+    enriched = lookup_join(stream, "user_id", schema=SCHEMA, options=options, name="users")
+    query = (
+        enriched.writeStream.format("memory")
+        .queryName("users_stream")
+        .option("checkpointLocation", os.path.join(work, "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    rows = spark.sql("SELECT count(*) AS n, count(name) AS named FROM users_stream").collect()[0]
+    reported = [
+        {"input": input_rows(progress), "users": progress_metrics(progress).get("users")}
+        for progress in query.recentProgress
+    ]
+    return [r for r in reported if r["input"]] + [
+        {"rows": rows["n"], "named": rows["named"], "columns": enriched.columns}
+    ]
 
 
 def main() -> None:
@@ -72,9 +113,12 @@ def main() -> None:
             table_metrics = lookup_metrics("users").rows
         except ValueError as error:  # Spark Connect: the table function reports no metrics
             table_metrics = str(error)
+    with tempfile.TemporaryDirectory() as work:
+        progress = stream_progress(spark, options, work)
     print(
         json.dumps(
             {
+                "progress": progress,
                 "join": join_rows,
                 "function": function_rows,
                 "read": read_rows,

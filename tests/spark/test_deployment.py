@@ -74,6 +74,30 @@ def check_metrics(metrics: dict[str, Any]) -> None:
     assert metrics["rows_after_two_actions"] == 10_000
 
 
+def check_progress(progress: list[dict[str, Any]]) -> None:
+    """Each micro-batch's progress holds the lookup's entry, numbers only, the same fields on
+    a classic session and over Spark Connect: 100 rows each, 9 of them with a missing key."""
+    from lookup_source.spark.metrics import PROGRESS_FIELDS
+
+    *batches, sink = progress
+    assert sink["rows"] == 300 and sink["columns"] == ["event_id", "user_id", "name"]
+    assert len(batches) == 3
+    for batch in batches:
+        users = batch["users"]
+        assert list(users) == list(PROGRESS_FIELDS)
+        assert all(isinstance(v, (int, float)) for v in users.values())
+        assert users["rows"] == batch["input"] == 100
+        assert users["requests"] >= 1 and users["peak_in_flight"] >= 1
+        assert users["failed_keys"] == 0
+        assert users["keys"] == 100  # every key of a micro-batch is distinct
+        assert 0 < users["latency_p50_ms"] <= users["latency_p99_ms"]
+    missing = [
+        sum(1 for e in range(b * 100, b * 100 + 100) if e * 7 % 1_100 >= 1_000) for b in range(3)
+    ]
+    assert sorted(batch["users"]["missing_keys"] for batch in batches) == sorted(missing)
+    assert sink["named"] == 300 - sum(missing)
+
+
 def test_local_cluster_matches_local(
     redis_srv: Any, prefix: str, loaded: None, spark_work_dir: None
 ) -> None:
@@ -82,6 +106,7 @@ def test_local_cluster_matches_local(
     assert result["join"] == want["join"]
     check_function(result["function"])
     check_metrics(result["metrics"])  # the accumulator crossed the executors
+    check_progress(result["progress"])
     if DATA_SOURCE.available():
         assert result["read"] == want["read"]
     if TABLE_FUNCTION.available():
@@ -98,6 +123,7 @@ def test_spark_connect(redis_srv: Any, prefix: str, loaded: None) -> None:
     assert result["columns"] == ["event_id", "user_id", "name"]  # no metrics column left
     check_function(result["function"])
     check_metrics(result["metrics"])  # observed metrics, over Connect
+    check_progress(result["progress"])
     if DATA_SOURCE.available():
         assert result["read"] == want["read"]
     if TABLE_FUNCTION.available():

@@ -259,7 +259,32 @@ def _check_http(namespace: dict[str, Any], out: str, workspace: str) -> None:
     assert "user-10" in out and "user-99" in out  # from the demo service
 
 
+def _check_listener(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    """The listener's Prometheus counters hold the micro-batch's figures (4 rows: 3 keys, one
+    missing), once its progress event has reached it."""
+    import time
+
+    spark, registry = namespace["spark"], namespace["registry"]
+    assert "'rows': 4" in out and "'missing_keys': 1" in out, out
+    try:
+        deadline = time.monotonic() + 30
+        while registry.get_sample_value("asynclookup_rows_total", {"lookup": "users"}) != 4:
+            assert time.monotonic() < deadline, "the listener saw no progress of the lookup"
+            time.sleep(0.1)
+        assert registry.get_sample_value("asynclookup_missing_keys_total", {"lookup": "users"}) == 1
+        assert registry.get_sample_value("asynclookup_failed_keys_total", {"lookup": "users"}) == 0
+        assert registry.get_sample_value("asynclookup_requests_total", {"lookup": "users"}) >= 1
+        text = namespace["generate_latest"](registry).decode()
+        assert 'asynclookup_rows_total{lookup="users"} 4.0' in text
+    finally:
+        spark.streams.removeListener(namespace["listener"])
+    table = spark.sql("SELECT * FROM clicks_enriched").orderBy("event_id")
+    names = [row.name for row in table.collect()]
+    assert names == ["Ada", "Grace", "Ada", None]
+
+
 CHECKS = {
+    "Each micro-batch's metrics, in a listener": _check_listener,
     "Enrich a DataFrame": _check_lookup_join,
     "Streaming": _check_streaming,
     "Metrics": _check_metrics,
