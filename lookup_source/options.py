@@ -33,9 +33,14 @@ from lookup_source.connector_api.options import (
     parse_required_text,
     parse_text,
 )
+from lookup_source.connector_api.shared_cache import SharedCacheStore
 from lookup_source.errors import OptionError
 from lookup_source.redaction import redact_url
-from lookup_source.registry import available_connectors, resolve_connector
+from lookup_source.registry import (
+    available_connectors,
+    resolve_connector,
+    resolve_shared_cache,
+)
 
 # ---------------------------------------------------------------------------------------------
 # How a core option is declared: once, on the field it fills
@@ -174,6 +179,136 @@ class RetrySettings:
 
 
 @dataclass(frozen=True)
+class HedgeAfter:
+    """When a request is hedged: after a fixed delay (``seconds``), or once it has taken longer
+    than the ``quantile`` of the recent answers' latencies."""
+
+    seconds: float = 0.0
+    quantile: float = 0.0
+
+    def __str__(self) -> str:
+        if self.quantile:
+            return f"p{self.quantile * 100:g}"
+        return f"{self.seconds * 1000:g}"
+
+
+def parse_hedge_after(value: str) -> HedgeAfter | None:
+    """``hedge.after.ms``: milliseconds (``50``), a quantile of recent latencies (``p95``,
+    ``p99.9``), or 0 / ``off`` (no hedging)."""
+    text = value.strip().lower()
+    if text in ("", "0", "off", "none", "false"):
+        return None
+    if text.startswith("p"):
+        try:
+            percent = float(text[1:])
+        except ValueError:
+            percent = -1.0
+        if not 50 <= percent < 100:
+            raise ValueError(
+                f"expected a latency quantile from p50 to p99.99 (such as p95), got {value!r}"
+            )
+        return HedgeAfter(quantile=round(percent / 100.0, 6))
+    try:
+        ms = float(text)
+    except ValueError:
+        raise ValueError(
+            f"expected milliseconds (such as 50), a latency quantile (such as p95), or 0 for no "
+            f"hedging, got {value!r}"
+        ) from None
+    if not 0 < ms < float("inf"):
+        raise ValueError(f"must be a positive number of milliseconds, got {value!r}")
+    return HedgeAfter(seconds=ms / 1000.0)
+
+
+def _share(value: str) -> float:
+    try:
+        share = float(value.strip().rstrip("%")) / (100.0 if value.strip().endswith("%") else 1.0)
+    except ValueError:
+        raise ValueError(f"expected a share such as 0.05 or 5%, got {value!r}") from None
+    if not 0 < share <= 1:
+        raise ValueError(f"must be above 0 and at most 1 (or 100%), got {value!r}")
+    return share
+
+
+@dataclass(frozen=True)
+class HedgeSettings:
+    """Hedged requests: past a delay, the same read is sent again and the first answer wins."""
+
+    after: HedgeAfter | None = option(
+        "hedge.after.ms",
+        parse_hedge_after,
+        None,
+        "Hedge a request still unanswered after this many ms, or after a latency quantile of "
+        "the worker's recent answers (`p95`, `p99`): the same keys are asked again, the first "
+        "answer wins, the other request is cancelled. At most one hedge per request; a hedge "
+        "takes a free `capacity` slot (none free: no hedge), waits for `rate.limit` and ends "
+        "within the attempt's `timeout.ms`. Off by default.",
+        default_doc="(off)",
+    )
+    budget: float = option(
+        "hedge.budget",
+        _share,
+        0.05,
+        "Most hedges as a share of requests (a token per request, worth this share of a "
+        "hedge): the extra load hedging may put on the store.",
+    )
+
+
+@dataclass(frozen=True)
+class SharedCacheSettings:
+    """A cache tier shared by every worker and job (a Redis), after the per-worker cache."""
+
+    def store_class(self) -> type[SharedCacheStore]:
+        """The class of the store ``url`` names (by its scheme)."""
+        assert self.url is not None
+        return resolve_shared_cache(self.url)
+
+    def __repr__(self) -> str:  # the URL may hold a password
+        url = redact_url(self.url) if self.url else None
+        return (
+            f"SharedCacheSettings(url={url!r}, ttl_s={self.ttl_s}, "
+            f"missing_keys={self.missing_keys}, timeout_s={self.timeout_s}, "
+            f"namespace={self.namespace!r})"
+        )
+
+    url: str | None = option(
+        "cache.shared.url",
+        parse_text,
+        None,
+        "A Redis (`redis://`, `rediss://`) that every worker and every job reads answers from "
+        "before asking the store, and writes the store's answers to (needs the `redis` "
+        "connector installed). Keys are namespaced by the lookup's identity (connector, URL "
+        "without credentials, connector options except secrets, key and value schema).",
+        default_doc="(none)",
+    )
+    ttl_s: float = duration_ms(
+        "cache.shared.ttl.ms", 3_600_000, "How long the shared tier keeps an answer.", positive=True
+    )
+    missing_keys: bool = option(
+        "cache.shared.missing-keys",
+        parse_bool,
+        True,
+        "Keep misses in the shared tier too (for cache.shared.ttl.ms).",
+    )
+    timeout_s: float = duration_ms(
+        "cache.shared.timeout.ms",
+        100,
+        "Time limit of a read or write of the shared tier; past it (or on any error) the keys go "
+        "straight to the store, and the tier is left alone for 5 s (counted in "
+        "`shared_errors`).",
+        positive=True,
+    )
+    namespace: str = option(
+        "cache.shared.namespace",
+        parse_text,
+        "",
+        "Added to the lookup's identity: lookups whose answers differ by something the identity "
+        "leaves out (an API token chosen per tenant) set different namespaces.",
+        default_doc="(empty)",
+    )
+
+
+@dataclass(frozen=True)
 class CacheSettings:
     """The lookup cache: ``mode`` partial (LRU, on when ``max_rows`` > 0) or full."""
 
@@ -204,6 +339,7 @@ class CacheSettings:
         0,
         "Full cache: reload the table in the background this often (0 = never).",
     )
+    shared: SharedCacheSettings = group(SharedCacheSettings)
 
 
 @dataclass(frozen=True)
@@ -336,6 +472,7 @@ class LookupOptions:
         scope=JOINS,
     )
     cache: CacheSettings = group(CacheSettings)
+    hedge: HedgeSettings = group(HedgeSettings)
     metrics_progress: bool = option(
         "metrics.progress",
         parse_bool,
@@ -570,6 +707,15 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
             f"({round(retry.max_delay_s * 1000)}) is smaller than retry.initial-delay.ms "
             f"({round(retry.initial_delay_s * 1000)})",
         )
+    shared = options.cache.shared
+    if shared.url is not None:
+        resolve_shared_cache(shared.url)
+        if options.cache.mode == "full":
+            raise OptionError(
+                "cache.shared.url",
+                "is set with cache.mode=full, which answers every key from the worker's copy "
+                "of the table: drop one of them",
+            )
     client_class.validate_options(options.for_connector())
     return options
 

@@ -20,7 +20,8 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 
 from lookup_source.connector_api import LookupClient
-from lookup_source.errors import ConnectorNotFoundError
+from lookup_source.connector_api.shared_cache import SHARED_CACHE_GROUP, SharedCacheStore
+from lookup_source.errors import ConnectorNotFoundError, OptionError
 
 ENTRY_POINT_GROUP = "asynclookup.connectors"
 """The entry-point group through which connector distributions register their client class."""
@@ -138,3 +139,38 @@ def resolve_connector(name: str) -> type[LookupClient]:
         f"'{ENTRY_POINT_GROUP}', or package.module:Class",
         suggestion=near[0] if near else None,
     )
+
+
+FIRST_PARTY_SHARED_CACHES = {
+    "redis": "asynclookup_redis.shared:RedisSharedCache",
+    "rediss": "asynclookup_redis.shared:RedisSharedCache",
+    "unix": "asynclookup_redis.shared:RedisSharedCache",
+}
+"""The shared cache stores of this repository, by URL scheme (``cache.shared.url``)."""
+
+
+def resolve_shared_cache(url: str) -> type[SharedCacheStore]:
+    """The store class of a ``cache.shared.url``, by its scheme: an installed entry point of
+    ``asynclookup.shared_caches``, or a first-party one; an OptionError naming the option
+    otherwise."""
+    scheme = url.partition("://")[0].strip().lower() if "://" in url else ""
+    installed = {ep.name.lower(): ep.value for ep in entry_points(group=SHARED_CACHE_GROUP)}
+    target = installed.get(scheme) or FIRST_PARTY_SHARED_CACHES.get(scheme)
+    if target is None:
+        schemes = sorted(set(installed) | set(FIRST_PARTY_SHARED_CACHES))
+        raise OptionError(
+            "cache.shared.url",
+            f"must be a URL of a shared cache store ({', '.join(s + '://' for s in schemes)}); "
+            f"its scheme {scheme!r} has none"
+            if scheme
+            else "must be a URL such as redis://host:6379/0",
+        )
+    try:
+        found = _load(target, what=f"the shared cache store for {scheme}://")
+    except ConnectorNotFoundError as exc:
+        raise OptionError(
+            "cache.shared.url", f"{exc}; install it with {install_hint('redis')}"
+        ) from None
+    if not issubclass(found, SharedCacheStore):
+        raise OptionError("cache.shared.url", f"{target} is not a SharedCacheStore")
+    return found

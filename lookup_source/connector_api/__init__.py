@@ -76,6 +76,7 @@ from lookup_source.connector_api.options import (
 )
 from lookup_source.connector_api.retryable import failure_kind, is_retryable
 from lookup_source.connector_api.secrets import secret_from_env
+from lookup_source.connector_api.shared_cache import SHARED_CACHE_GROUP, SharedCacheStore
 from lookup_source.connector_api.templates import KeyTemplate, key_text
 from lookup_source.connector_api.tls import (
     HandshakeCheck,
@@ -112,6 +113,7 @@ __all__ = [
     "DECODE_ERRORS",
     "EXCERPT_CHARS",
     "SCAN_CHUNK_ROWS",
+    "SHARED_CACHE_GROUP",
     "Classifier",
     "ConfigurationError",
     "ConnectorConfig",
@@ -133,6 +135,7 @@ __all__ = [
     "Record",
     "RecordError",
     "SchemaError",
+    "SharedCacheStore",
     "TlsSettings",
     "TransientError",
     "as_records",

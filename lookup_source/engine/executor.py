@@ -15,6 +15,7 @@ import pyarrow as pa
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
 from lookup_source.engine.answers import Answer, merge
 from lookup_source.engine.deadline import RequestDeadline, with_deadline, with_timeout
+from lookup_source.engine.hedge import Hedging, NoHedge, race
 from lookup_source.engine.limit import ConcurrencyLimit
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.rate_limit import RateLimiter
@@ -28,8 +29,11 @@ class RequestExecutor:
     ``deadline.ms``), is counted in the metrics and checked; a failed attempt is retried as the
     :class:`~lookup_source.engine.retry.RetryPolicy` says, after its backoff (or the store's
     ``retry_after``), and so are missing keys under ``retry.on-miss``; the concurrency limit
-    hears of every answer, timeout and overload. (Flink's ``RetryableResultHandlerDelegator``
-    with the request's own time limits.)"""
+    hears of every answer, timeout and overload. With ``hedging``, an attempt still unanswered
+    past its delay is sent once more (:func:`~lookup_source.engine.hedge.race`), when the budget
+    allows, as a request like any other: it waits for a free slot (``hedge_slot``: wait for
+    one and take it, give it back) and for the rate limiter. (Flink's
+    ``RetryableResultHandlerDelegator`` with the request's own time limits.)"""
 
     def __init__(
         self,
@@ -45,6 +49,8 @@ class RequestExecutor:
         rate_limiter: RateLimiter | None = None,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        hedging: Hedging | None = None,
+        hedge_slot: tuple[Callable[[], Awaitable[None]], Callable[[], None]] | None = None,
     ) -> None:
         self._client = client
         self._policy = policy
@@ -57,6 +63,8 @@ class RequestExecutor:
         self._rate_limiter = rate_limiter
         self._sleep = sleep
         self._rng = rng
+        self._hedging = hedging
+        self._take_slot, self._give_slot = hedge_slot or (_no_wait, _nothing)
         self._columnar = client.columnar
         self._cheap_deadline = bool(getattr(client, "honours_cancellation", False))
         self.abandoned: set[asyncio.Future[Any]] = set()
@@ -82,6 +90,8 @@ class RequestExecutor:
             if limit_s <= 0:  # the rate limiter held the attempt past the deadline
                 raise FinalFailure(deadline.error(attempt - 1), attempt - 1)
             metrics.requests += 1
+            if self._hedging is not None:
+                self._hedging.budget.earn()
             started = loop.time()
             try:
                 result = await self._attempt(keys, python_keys, rows, limit_s)
@@ -98,6 +108,8 @@ class RequestExecutor:
             else:
                 now = loop.time()
                 metrics.record_latency(now - started)
+                if self._hedging is not None:
+                    self._hedging.answered(now - started)
                 self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
                 answer = self._answer(self._checked(result), size, python_keys, rows)
                 if not policy.retry_on_miss and rows is None:  # the common case: one answer
@@ -153,18 +165,53 @@ class RequestExecutor:
         limit_s: float,
     ) -> Any:
         """One call to the client for the keys (or the given rows of them), for at most
-        ``limit_s`` seconds."""
-        if self._columnar:
-            asked = keys if rows is None else keys.take(pa.array(rows))
-            call: Awaitable[Any] = self._client.lookup_arrow(asked)
-        else:
+        ``limit_s`` seconds (hedged once, with ``hedging``)."""
+
+        def call() -> Awaitable[Any]:
+            if self._columnar:
+                asked = keys if rows is None else keys.take(pa.array(rows))
+                return self._client.lookup_arrow(asked)
             everything = python_keys()
-            call = self._client.lookup(
+            return self._client.lookup(
                 everything if rows is None else [everything[r] for r in rows]
             )
+
+        if self._hedging is not None:
+            return await self._hedged(call, limit_s)
         if self._cheap_deadline:
-            return await with_timeout(call, limit_s)
-        return await with_deadline(call, limit_s, self.abandoned)
+            return await with_timeout(call(), limit_s)
+        return await with_deadline(call(), limit_s, self.abandoned)
+
+    async def _hedged(self, call: Callable[[], Awaitable[Any]], limit_s: float) -> Any:
+        hedging = self._hedging
+        assert hedging is not None
+        metrics = self._metrics
+
+        async def hedge() -> Any:
+            await self._take_slot()  # a request like any other: it waits for a free slot
+            try:
+                if not hedging.budget.spend():
+                    raise NoHedge
+                if self._rate_limiter is not None:
+                    await self._rate_limiter.acquire()
+                metrics.hedges += 1
+                metrics.requests += 1
+                return await call()
+            finally:
+                self._give_slot()
+
+        def won() -> None:
+            metrics.hedges_won += 1
+
+        return await race(
+            call,
+            limit_s=limit_s,
+            delay_s=hedging.delay_s(),
+            may_hedge=hedging.budget.has,
+            start_hedge=hedge,
+            hedge_won=won,
+            abandoned=self.abandoned,
+        )
 
     def _checked(self, result: Any) -> Matches | Mapping[Any, Any]:
         """The client's answer, or a TypeError that fails the task (a connector bug)."""
@@ -184,3 +231,11 @@ class RequestExecutor:
                 "lookup(); it must return a mapping of key -> record"
             )
         return result
+
+
+async def _no_wait() -> None:
+    """No slot to wait for (an executor used without an engine)."""
+
+
+def _nothing() -> None:
+    pass

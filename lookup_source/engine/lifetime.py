@@ -125,25 +125,30 @@ def lease_client(
     max_idle_s: float,
     keep: bool | None = None,
     loop_factory: LoopFactory | None = None,
+    loop: TaskLoop | None = None,
 ) -> Lease:
     """A loop and an opened client for one task: the worker's kept ones when this worker
     serves task after task (``keep``: whether it does; by default, what Spark says) and
-    ``max_idle_s`` > 0, else a loop (made by ``loop_factory``, given one) and a client of the
-    task's own."""
+    ``max_idle_s`` > 0, else a loop (``loop``, the task's own already; or one made by
+    ``loop_factory``) and a client of the task's own."""
     if keep is None:
         keep = worker_reuse() and loop_factory is None
     reusable_class = bool(getattr(factory, "reusable", True))
     identity = factory_identity(factory)
     if keep and max_idle_s > 0 and reusable_class and identity is not None:
         return worker_clients().lease(client_key(identity, config), factory, config, max_idle_s)
-    return _task_lease(factory, config, loop_factory)
+    return _task_lease(factory, config, loop_factory, loop)
 
 
 def _task_lease(
-    factory: ClientFactory, config: ConnectorConfig, loop_factory: LoopFactory | None = None
+    factory: ClientFactory,
+    config: ConnectorConfig,
+    loop_factory: LoopFactory | None = None,
+    given: TaskLoop | None = None,
 ) -> Lease:
-    """A loop and a client for this task alone, closed when it ends."""
-    loop = TaskLoop(loop_factory)
+    """A loop (``given``, left open; else a new one) and a client for this task alone, closed
+    when it ends."""
+    loop = given or TaskLoop(loop_factory)
     client: LookupClient | None = None
     try:
         client = factory(config)
@@ -151,14 +156,16 @@ def _task_lease(
     except BaseException:
         if client is not None:
             _close_quietly(loop, client, config)
-        loop.close()
+        if given is None:
+            loop.close()
         raise
 
     def release(reusable: bool) -> None:
         try:
             _close_quietly(loop, client, config)
         finally:
-            loop.close()
+            if given is None:
+                loop.close()
 
     return Lease(loop, client, False, release)
 

@@ -35,6 +35,11 @@ COUNTERS = (
     "cache_hits",
     "cache_misses",
     "shared_keys",
+    "hedges",
+    "hedges_won",
+    "shared_hits",
+    "shared_misses",
+    "shared_errors",
 )
 """The fields of :class:`LookupMetrics` that add up over tasks (:meth:`LookupMetrics.merge`)."""
 
@@ -66,6 +71,17 @@ class LookupMetrics:
     cache_hits: int = 0
     cache_misses: int = 0
     shared_keys: int = 0
+    hedges: int = 0
+    """Requests sent again past ``hedge.after.ms`` (counted in ``requests`` too)."""
+    hedges_won: int = 0
+    """Hedges whose answer came first."""
+    shared_hits: int = 0
+    """Keys answered by the shared cache tier (``cache.shared.url``)."""
+    shared_misses: int = 0
+    """Keys the shared tier did not hold, asked of the store."""
+    shared_errors: int = 0
+    """Reads and writes of the shared tier that failed or timed out (the keys went to the
+    store)."""
     peak_in_flight: int = 0
     peak_rss_mb: float = 0.0
     latency_max_ms: float = 0.0
@@ -194,7 +210,24 @@ class LookupMetrics:
             f"{self.failed_keys:,} failed keys, {self.missing_keys:,} missing, "
             f"peak {self.peak_in_flight} in flight, latency p50 {self.p50_ms:.1f} ms, "
             f"p95 {self.p95_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, max {self.latency_max_ms:.1f} ms"
-            f" over {self.tasks} task(s)" + self._limit_text() + self._strategy_text()
+            f" over {self.tasks} task(s)"
+            + self._hedge_text()
+            + self._shared_text()
+            + self._limit_text()
+            + self._strategy_text()
+        )
+
+    def _hedge_text(self) -> str:
+        if not self.hedges:
+            return ""
+        return f", {self.hedges:,} hedged requests ({self.hedges_won:,} answered first)"
+
+    def _shared_text(self) -> str:
+        if not (self.shared_hits or self.shared_misses or self.shared_errors):
+            return ""
+        return (
+            f", shared cache {self.shared_hits:,} hits, {self.shared_misses:,} misses, "
+            f"{self.shared_errors:,} errors"
         )
 
     def _strategy_text(self) -> str:

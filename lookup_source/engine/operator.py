@@ -32,11 +32,12 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import LookupClient
-from lookup_source.engine.answers import Answer
+from lookup_source.engine.answers import Answer, Part
 from lookup_source.engine.batches import Job, Request
 from lookup_source.engine.cache_layer import CacheLayer
 from lookup_source.engine.deadline import RequestDeadline, cancel_abandoned
 from lookup_source.engine.executor import RequestExecutor
+from lookup_source.engine.hedge import Hedging
 from lookup_source.engine.inflight import InFlightKeys, deliver
 from lookup_source.engine.limit import AdaptiveLimit, ConcurrencyLimit, FixedLimit
 from lookup_source.engine.metrics import LookupMetrics
@@ -44,6 +45,7 @@ from lookup_source.engine.output import OutputBuilder
 from lookup_source.engine.queue import OutputQueue, output_queue
 from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
+from lookup_source.engine.shared_cache import SharedTier
 from lookup_source.engine.spec import EngineSpec
 
 MIN_BUFFER_ROWS = 20_000
@@ -62,14 +64,23 @@ class LookupEngine:
         rng: random.Random | None = None,
         buffer_rows: int | None = None,
         cache: CacheLayer | None = None,
+        hedging: Hedging | None = None,
+        shared: SharedTier | None = None,
+        metrics: LookupMetrics | None = None,
     ) -> None:
         options = spec.options
         self.client = client
         self.spec = spec
-        self.metrics = LookupMetrics(tasks=1)
+        self.metrics = metrics or LookupMetrics(tasks=1)
         self._fields = list(spec.value_fields)
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._cache = cache
+        self._shared = shared
+        after = options.hedge.after
+        if hedging is None and after is not None:
+            hedging = Hedging(
+                after_s=after.seconds, quantile=after.quantile, budget=options.hedge.budget
+            )
         self._concurrency: ConcurrencyLimit = (
             AdaptiveLimit(options.capacity, tolerance=options.capacity_latency_tolerance)
             if options.capacity_adaptive
@@ -91,6 +102,8 @@ class LookupEngine:
             else None,
             sleep=sleep,
             rng=rng,
+            hedging=hedging,
+            hedge_slot=(self._take_slot, self._give_slot),
         )
         self._output = OutputBuilder(
             options,
@@ -108,6 +121,7 @@ class LookupEngine:
         self._in_flight_keys: InFlightKeys[Request] = InFlightKeys()
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight = 0
+        self._hedges_waiting = 0
         self._buffered_rows = 0
         self._failure: BaseException | None = None
         self._changed: asyncio.Event | None = None
@@ -137,12 +151,18 @@ class LookupEngine:
             self._queue.answered(job, np.flatnonzero(known))  # the cache's answers
         wanted, shared = self._in_flight_keys.share(job, to_fetch)
         self.metrics.shared_keys += shared
+        if self._shared is not None and len(wanted):
+            job.pending += 1  # not complete while the shared tier is asked
+            try:
+                wanted = await self._from_shared(job, wanted)
+            finally:
+                job.pending -= 1
         size = self._batch_size
         job.pending += (len(wanted) + size - 1) // size
         if job.pending == 0:
             self._complete(job)
         for start in range(0, len(wanted), size):
-            await self._wait_until(lambda: self._in_flight < self._concurrency.value)
+            await self._wait_until(self._slot_free)
             self._start_request(job, wanted[start : start + size])
         await self._wait_until(self._has_room)
         return self._take_ready()
@@ -164,6 +184,8 @@ class LookupEngine:
         """Cancel whatever is still in flight (after a failure, or when output is abandoned);
         return whether every request ended (none was left behind ignoring its cancellation)."""
         self._closed = True
+        if self._shared is not None and self._failure is None:
+            await self._shared.flush()  # the last answers' writes, each within its time limit
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -174,8 +196,12 @@ class LookupEngine:
 
     # -- scheduling ----------------------------------------------------------------------------
 
+    def _slot_free(self) -> bool:
+        """Whether a new request may start (a hedge waiting for a slot goes first)."""
+        return self._in_flight + self._hedges_waiting < self._concurrency.value
+
     def _has_room(self) -> bool:
-        if self._in_flight >= self._concurrency.value:
+        if not self._slot_free():
             return False
         return self._queue.unfinished() <= 1 or self._buffered_rows < self._buffer_rows
 
@@ -202,6 +228,20 @@ class LookupEngine:
             self._failure = error
         self._notify()
 
+    async def _take_slot(self) -> None:
+        """Wait for a free request slot and take it (for a hedge: before any new request)."""
+        self._hedges_waiting += 1
+        try:
+            await self._wait_until(lambda: self._in_flight < self._concurrency.value)
+        finally:
+            self._hedges_waiting -= 1
+        self._in_flight += 1
+        self.metrics.peak_in_flight = max(self.metrics.peak_in_flight, self._in_flight)
+
+    def _give_slot(self) -> None:
+        self._in_flight -= 1
+        self._notify()
+
     def _limit_changed(self, changed: bool) -> None:
         if changed:
             self.metrics.record_limit(time.time(), self._concurrency.value)
@@ -226,6 +266,23 @@ class LookupEngine:
         self.metrics.cache_misses += known.misses
         self.metrics.missing_keys += known.missing
         return known.wanted
+
+    async def _from_shared(self, job: Job, wanted: np.ndarray) -> np.ndarray:
+        """Answer what the shared tier knows of the keys at ``wanted`` (also kept in the
+        worker's cache); return the positions still to fetch."""
+        assert self._shared is not None
+        everything = job.python_keys()
+        known = await self._shared.lookup([everything[p] for p in wanted.tolist()])
+        for part in known.parts:
+            job.parts.append(Part(wanted[part.positions], part.answer))
+            if self._cache is not None:
+                self._cache.store(part.answer)
+        self.metrics.missing_keys += known.missing
+        if self._queue.partial and len(known.wanted) < len(wanted):
+            answered = np.ones(len(wanted), dtype=bool)
+            answered[known.wanted] = False
+            self._queue.answered(job, wanted[answered])
+        return wanted[known.wanted]
 
     # -- one request ---------------------------------------------------------------------------
 
@@ -268,6 +325,8 @@ class LookupEngine:
         """Keep what the cache should know of ``answer``; hand it to every batch waiting."""
         if self._cache is not None:
             self._cache.store(answer)
+        if self._shared is not None:
+            self._shared.store(answer)
         self.metrics.missing_keys += deliver(request, answer)
 
     def _request_failed(self, request: Request, failure: FinalFailure) -> None:

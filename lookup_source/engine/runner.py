@@ -19,10 +19,12 @@ import pyarrow as pa
 import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.cache_layer import task_cache
+from lookup_source.engine.hedge import Hedging, worker_hedging
 from lookup_source.engine.lifetime import ClientFactory, Lease, lease_client
 from lookup_source.engine.loop import LoopFactory
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.operator import LookupEngine
+from lookup_source.engine.shared_cache import SharedTier, function_code, namespace
 from lookup_source.engine.spec import EngineSpec
 
 log = logging.getLogger("lookup_source")
@@ -57,6 +59,7 @@ class LookupTask:
         self._spec = spec
         self._on_metrics = on_metrics
         self._engine: LookupEngine | None = None
+        self._shared_lease: Lease | None = None
         self._closed = False
         factory = client_factory or spec.options.connector_class()
         self._lease: Lease = lease_client(
@@ -78,10 +81,57 @@ class LookupTask:
                 factory,
                 spec.value_fields,
             )
-            self._engine = LookupEngine(self._lease.client, spec, cache=cache)
+            metrics = LookupMetrics(tasks=1)
+            self._engine = LookupEngine(
+                self._lease.client,
+                spec,
+                cache=cache,
+                hedging=self._hedging(),
+                shared=self._shared_tier(metrics),
+                metrics=metrics,
+            )
         except BaseException:
             self.close(failed=True)
             raise
+
+    def _hedging(self) -> Hedging | None:
+        """This worker's hedging of the lookup (its recent latencies, its budget), if asked."""
+        settings = self._spec.options.hedge
+        if settings.after is None:
+            return None
+        return worker_hedging(
+            self.config,
+            after_s=settings.after.seconds,
+            quantile=settings.after.quantile,
+            budget=settings.budget,
+        )
+
+    def _shared_tier(self, metrics: LookupMetrics) -> SharedTier | None:
+        """The shared cache tier's store, kept by the worker like a client, if asked."""
+        options = self._spec.options
+        settings = options.cache.shared
+        if settings.url is None:
+            return None
+        store_class = settings.store_class()
+        self._shared_lease = lease_client(
+            store_class,
+            store_class.config_for(settings.url),
+            max_idle_s=options.connection_max_idle_s,
+            keep=self._lease.kept,
+            loop=self._loop,
+        )
+        client = self._lease.client
+        function = getattr(client, "function", None)
+        code = function_code(function.function) if function is not None else ""
+        return SharedTier(
+            self._shared_lease.client,  # type: ignore[arg-type]
+            namespace(self.config, settings.namespace, code),
+            self._spec.value_fields,
+            metrics,
+            ttl_s=settings.ttl_s,
+            timeout_s=settings.timeout_s,
+            cache_missing=settings.missing_keys,
+        )
 
     @property
     def metrics(self) -> LookupMetrics | None:
@@ -119,6 +169,8 @@ class LookupTask:
                 "asynclookup: stopping the %s lookups failed", self.config.connector, exc_info=True
             )
         finally:
+            if self._shared_lease is not None:
+                self._shared_lease.release(reusable=True)  # a failing cache is not the task's
             self._lease.release(reusable=sound)
         if self._engine is not None:
             metrics = self._engine.metrics

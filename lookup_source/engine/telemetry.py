@@ -77,6 +77,21 @@ INSTRUMENTS = (
         ("hit", "miss"),
     ),
     Instrument(
+        "asynclookup.hedges",
+        "counter",
+        "{request}",
+        "Requests sent again past hedge.after.ms, by outcome: won (answered first) or lost.",
+        ("won", "lost"),
+    ),
+    Instrument(
+        "asynclookup.shared_cache.lookups",
+        "counter",
+        "{lookup}",
+        "Keys looked for in the shared cache tier, by outcome: hit, miss, or error (reads and "
+        "writes that failed or timed out).",
+        ("hit", "miss", "error"),
+    ),
+    Instrument(
         "asynclookup.request.duration",
         "histogram",
         "s",
@@ -102,6 +117,15 @@ def _split(metrics: LookupMetrics) -> dict[str, dict[str, int]]:
         "asynclookup.retries": {"": metrics.retries},
         "asynclookup.timeouts": {"": metrics.timeouts},
         "asynclookup.cache.lookups": {"hit": metrics.cache_hits, "miss": metrics.cache_misses},
+        "asynclookup.hedges": {
+            "won": metrics.hedges_won,
+            "lost": metrics.hedges - metrics.hedges_won,
+        },
+        "asynclookup.shared_cache.lookups": {
+            "hit": metrics.shared_hits,
+            "miss": metrics.shared_misses,
+            "error": metrics.shared_errors,
+        },
     }
 
 

@@ -19,6 +19,7 @@ from lookup_source.spark.arguments import concurrent_tasks, lookup_options_of
 from lookup_source.spark.metrics import (
     MetricsRows,
     carries_rows,
+    progress_fields,
     is_connect,
     lookup_name,
     metrics_spark_field,
@@ -110,7 +111,8 @@ def lookup_join(
     if not metrics_rows:
         return df.mapInArrow(task, out_schema)
     with_metrics = StructType([*out_schema.fields, metrics_spark_field()])
-    return observed(df.mapInArrow(task, with_metrics), function_id)
+    extra = progress_fields(lookup_options)
+    return observed(df.mapInArrow(task, with_metrics), function_id, extra)
 
 
 def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:

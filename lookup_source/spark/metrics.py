@@ -185,6 +185,10 @@ SUMMED = (
 )
 QUANTILES = {"latency_p50_ms": 0.5, "latency_p99_ms": 0.99}
 PROGRESS_FIELDS = (*SUMMED, "peak_in_flight", *QUANTILES)
+HEDGE_FIELDS = ("hedges", "hedges_won")
+"""Added to the progress entry of a lookup with ``hedge.after.ms`` (summed)."""
+SHARED_FIELDS = ("shared_hits", "shared_misses", "shared_errors")
+"""Added to the progress entry of a lookup with ``cache.shared.url`` (summed)."""
 """The fields of a lookup's entry in a micro-batch's ``observedMetrics``: counters of
 :class:`LookupMetrics` summed over the micro-batch's tasks, the highest ``peak_in_flight`` of
 any, and request latency quantiles over all its requests (to within 10%). Zero in a
@@ -267,7 +271,18 @@ def _figure(field: str, kind: str = "BIGINT") -> str:
     return f"cast(get_json_object(`{METRICS_COLUMN}`, '$.{field}') AS {kind})"
 
 
-def _progress_columns() -> list[Any]:
+def progress_fields(options: Any) -> tuple[str, ...]:
+    """The summed fields a lookup's progress entry adds to :data:`PROGRESS_FIELDS`: those of
+    the features its ``options`` use (each field costs every micro-batch a little)."""
+    extra: tuple[str, ...] = ()
+    if options.hedge.after is not None:
+        extra += HEDGE_FIELDS
+    if options.cache.shared.url is not None:
+        extra += SHARED_FIELDS
+    return extra
+
+
+def _progress_columns(extra: tuple[str, ...] = ()) -> list[Any]:
     """The columns of a lookup's entry in a micro-batch's progress (:data:`PROGRESS_FIELDS`).
 
     Each is one plain aggregate over the micro-batch's rows (null on every real row): Spark
@@ -284,19 +299,21 @@ def _progress_columns() -> list[Any]:
     for name, quantile in QUANTILES.items():
         exact = f"percentile({_figure('ms', 'DOUBLE')}, {quantile}, {_figure('n')})"
         columns.append(F.expr(f"coalesce({exact}, 0D)").alias(name))
+    columns += [F.expr(f"coalesce(sum({_figure(name)}), 0L)").alias(name) for name in extra]
     return columns
 
 
-def observed(df: Any, function_id: str) -> Any:
+def observed(df: Any, function_id: str, extra: tuple[str, ...] = ()) -> Any:
     """``df`` (a lookup_join's mapInArrow, with :data:`METRICS_COLUMN`) observed, then without
     the metrics rows and column. A stream: under the lookup's progress key, in every
     micro-batch's progress. A batch DataFrame over Spark Connect: by an observation whose
-    results add up over actions (:func:`lookup_metrics` reads it)."""
+    results add up over actions (:func:`lookup_metrics` reads it). ``extra``: the fields a
+    stream's entry has beyond :data:`PROGRESS_FIELDS` (:func:`progress_fields`)."""
     from pyspark.sql import functions as F
 
     tracked = _LOOKUPS[function_id]
     if df.isStreaming:
-        watched = df.observe(progress_key(tracked.name), *_progress_columns())
+        watched = df.observe(progress_key(tracked.name), *_progress_columns(extra))
     else:
         from pyspark.sql.connect.observation import Observation
 
@@ -417,7 +434,15 @@ def _fields(value: Any) -> dict[str, float]:
         return row
     if isinstance(value, dict):
         return dict(value)
-    return dict(zip(PROGRESS_FIELDS, value))  # a row written as a JSON array
+    names = list(PROGRESS_FIELDS)  # a row written as a JSON array: its fields by its length
+    extra = len(value) - len(names)
+    if extra == len(HEDGE_FIELDS) + len(SHARED_FIELDS):
+        names += [*HEDGE_FIELDS, *SHARED_FIELDS]
+    elif extra == len(HEDGE_FIELDS):
+        names += HEDGE_FIELDS
+    elif extra == len(SHARED_FIELDS):
+        names += SHARED_FIELDS
+    return dict(zip(names, value))
 
 
 def _table_metrics(table: str) -> LookupMetrics:

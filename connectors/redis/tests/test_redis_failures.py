@@ -4,43 +4,12 @@ redis-server, a closed port, a name that does not resolve and a server that neve
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from asynclookup_redis.client import classify
 
 from tests.helpers import assert_meanings
 from tests.servers import RedisServer, free_port
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts connections and never answers."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield int(listener.getsockname()[1])
-    stop.set()
-    thread.join(2)
-    for connection in held:
-        connection.close()
-    listener.close()
 
 
 def test_what_redis_raises_and_whether_it_is_retried(

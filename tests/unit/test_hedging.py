@@ -1,0 +1,259 @@
+"""Hedged requests in the engine (``hedge.after.ms``, ``hedge.budget``), on virtual time: the
+tail they cut, the budget they keep, the slot and rate limit they respect, the loser cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from lookup_source.engine.hedge import MIN_SAMPLES, HedgeBudget, Hedging, LatencyWindow, race
+from lookup_source.engine.runner import run_lookups
+from lookup_source.errors import LookupFailedError, TransientError
+from lookup_source.options import HedgeAfter, HedgeSettings, parse_options
+from lookup_source.testing.clock import VirtualTimeLoop
+from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+
+TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(2000)}
+
+
+class TailStore(FakeStore):
+    """The first request for a key in ``slow`` takes ``tail_s``; every other one ``fast_s``."""
+
+    def __init__(self, slow: set[int], *, fast_s: float = 0.005, tail_s: float = 0.5) -> None:
+        super().__init__(TABLE)
+        self.asked: Counter[int] = Counter()
+        self.cancelled = 0
+        self.slow = slow
+        self.latency = self._latency
+        self.fast_s, self.tail_s = fast_s, tail_s
+
+    def _latency(self, keys: Sequence[Any]) -> float:
+        first = any(self.asked[k] == 0 and k in self.slow for k in keys)
+        for k in keys:
+            self.asked[k] += 1
+        return self.tail_s if first else self.fast_s
+
+
+class CountingClient(FakeClient):
+    async def lookup(self, keys: Sequence[Any]) -> Any:
+        try:
+            return await super().lookup(keys)
+        except asyncio.CancelledError:
+            self.store.cancelled += 1  # type: ignore[attr-defined]
+            raise
+
+
+def hedged(after: str | float, budget: float = 1.0) -> HedgeSettings:
+    if isinstance(after, str):
+        return HedgeSettings(after=HedgeAfter(quantile=float(after[1:]) / 100), budget=budget)
+    return HedgeSettings(after=HedgeAfter(seconds=after), budget=budget)
+
+
+def run(
+    store: FakeStore, keys: list[int], **options: Any
+) -> tuple[list[dict[str, Any]], Any, float]:
+    spec = make_spec(make_options(**{"batch_size": 1, "capacity": 8, **options}))
+    metrics: list[Any] = []
+    loop = VirtualTimeLoop()
+    out = list(
+        run_lookups(
+            [key_batch(keys[i : i + 50]) for i in range(0, len(keys), 50)],
+            spec,
+            make_config(spec),
+            client_factory=lambda c: CountingClient(c, store),
+            on_metrics=metrics.append,
+            loop_factory=lambda: loop,
+        )
+    )
+    return [r for b in out for r in b.to_pylist()], metrics[0], loop.time()
+
+
+def test_a_hedge_past_the_delay_cuts_the_tail_and_every_row_is_right() -> None:
+    keys = list(range(200))
+    slow = {7, 55, 123}
+    plain_rows, plain, plain_time = run(TailStore(slow), keys)
+    store = TailStore(slow)
+    rows, metrics, took = run(store, keys, hedge=hedged(0.05))
+    assert rows == plain_rows
+    assert [(r["k"], r["name"]) for r in rows] == [(k, f"user-{k}") for k in keys]
+    assert metrics.hedges == 3 and metrics.hedges_won == 3
+    assert metrics.requests == 203 and plain.requests == 200 and plain.hedges == 0
+    assert store.cancelled == 3  # each slow first request, cancelled when its hedge won
+    assert store.in_flight == 0
+    assert plain_time >= 0.5 and took < 0.2
+    # a hedge waits for a free slot (8 busy), then answers in 5 ms: far below the 500 ms tail
+    assert metrics.latency_max_ms < 150 and plain.latency_max_ms >= 500
+
+
+def test_hedges_stay_within_the_budget() -> None:
+    rng = random.Random(3)
+    keys = list(range(2000))
+    slow = {k for k in keys if rng.random() < 0.10}
+    store = TailStore(slow)
+    rows, metrics, _ = run(store, keys, hedge=hedged(0.05, budget=0.05))
+    assert len(rows) == 2000 and all(r["name"] == f"user-{r['k']}" for r in rows)
+    primaries = metrics.requests - metrics.hedges
+    assert primaries == 2000
+    assert 0 < metrics.hedges <= 0.05 * primaries
+    # a hedge waits for a free slot, while slow first requests hold most of them: most win
+    assert 0.8 * metrics.hedges <= metrics.hedges_won <= metrics.hedges
+    assert sum(store.asked.values()) == 2000 + metrics.hedges
+
+
+def test_a_quantile_delay_waits_for_enough_answers_then_follows_the_latencies() -> None:
+    keys = list(range(400))
+    slow = {3} | {k for k in keys if k % 25 == 0 and k >= 100}
+
+    def store_of() -> TailStore:
+        store = TailStore(slow)
+        rng = random.Random(5)
+        fast = store._latency
+
+        def latency(asked: Sequence[Any]) -> float:  # 2-10 ms, or the 500 ms tail
+            return 0.5 if fast(asked) == 0.5 else 0.002 + 0.008 * rng.random()
+
+        store.latency = latency
+        return store
+
+    rows, metrics, _ = run(store_of(), keys, hedge=hedged("p90"), capacity=1)
+    # capacity 1: a hedge waits for the slot its own request holds: never sent
+    assert metrics.hedges == 0 and metrics.peak_in_flight == 1 and len(rows) == 400
+    store = store_of()
+    rows, metrics, _ = run(store, keys, hedge=hedged("p90", budget=0.2), capacity=4)
+    assert [r["name"] for r in rows] == [f"user-{k}" for k in keys]
+    # key 3 comes before MIN_SAMPLES answers: not hedged; every later slow key is, and wins
+    assert store.asked[3] == 1
+    assert all(store.asked[k] == 2 for k in slow - {3})
+    # past p90, about a tenth of the fast requests are hedged too (what a quantile means)
+    assert len(slow) - 1 <= metrics.hedges <= 0.2 * 400
+    assert metrics.peak_in_flight <= 4
+
+
+def test_a_hedge_answers_when_the_first_request_fails_and_the_first_error_when_both_fail() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        abandoned: set[asyncio.Future[Any]] = set()
+        calls: list[str] = []
+
+        async def slow_then_fail() -> str:
+            calls.append("first")
+            await asyncio.sleep(0.2)
+            raise TransientError("first failed")
+
+        async def fast() -> str:
+            calls.append("hedge")
+            await asyncio.sleep(0.3)
+            return "hedge answer"
+
+        won: list[int] = []
+        answer = await race(
+            slow_then_fail,
+            limit_s=1.0,
+            delay_s=0.1,
+            may_hedge=lambda: True,
+            start_hedge=fast,
+            hedge_won=lambda: won.append(1),
+            abandoned=abandoned,
+        )
+        assert answer == "hedge answer" and won == [1] and calls == ["first", "hedge"]
+        assert abs(loop.time() - 0.4) < 1e-6
+
+        async def failing(message: str, after: float) -> str:
+            await asyncio.sleep(after)
+            raise TransientError(message)
+
+        with pytest.raises(TransientError, match="first request"):
+            await race(
+                lambda: failing("first request", 0.3),
+                limit_s=1.0,
+                delay_s=0.1,
+                may_hedge=lambda: True,
+                start_hedge=lambda: failing("the hedge", 0.05),
+                hedge_won=lambda: None,
+                abandoned=abandoned,
+            )
+        # no answer within the attempt's limit: a timeout; both requests cancelled
+        with pytest.raises(TimeoutError):
+            await race(
+                lambda: asyncio.sleep(5),
+                limit_s=0.5,
+                delay_s=0.1,
+                may_hedge=lambda: True,
+                start_hedge=lambda: asyncio.sleep(5),
+                hedge_won=lambda: None,
+                abandoned=abandoned,
+            )
+        await asyncio.sleep(0.01)
+        assert not abandoned
+
+    VirtualTimeLoop().run_until_complete(scenario())
+
+
+def test_hedged_timeouts_are_retried_and_counted() -> None:
+    store = TailStore(set())
+
+    def latency(keys: Sequence[Any]) -> float:  # keys 1 and 2: their first two asks hang
+        store.asked.update(keys)
+        return 5.0 if keys[0] in (1, 2) and store.asked[keys[0]] <= 2 else 0.001
+
+    store.latency = latency
+    rows, metrics, _ = run(store, [1, 2, 3], hedge=hedged(0.05), timeout_ms=200)
+    assert [r["name"] for r in rows] == ["user-1", "user-2", "user-3"]
+    assert metrics.timeouts == 2 and metrics.retries == 2 and metrics.hedges == 2
+    assert metrics.hedges_won == 0 and store.in_flight == 0
+
+
+def test_a_hedge_waits_for_the_rate_limit() -> None:
+    keys = list(range(40))
+    store = TailStore(set(keys), tail_s=0.5, fast_s=0.001)
+    _, metrics, took = run(store, keys, hedge=hedged(0.01), rate_limit=100.0, capacity=40)
+    # 40 requests and 10 hedges (the budget saves up 10 at most) at 100 per second: the last
+    # starts at 0.49 s (the requests alone: 0.39 s)
+    assert metrics.hedges == 10 and metrics.requests == 50 and took >= 0.49
+
+
+def test_a_failing_request_before_the_delay_is_retried_as_without_hedging() -> None:
+    store = TailStore(set())
+    store.failures = [TransientError("boom")]
+    rows, metrics, _ = run(store, [5], hedge=hedged(0.05))
+    assert rows[0]["name"] == "user-5" and metrics.retries == 1 and metrics.hedges == 0
+    store = TailStore(set())
+    store.failures = [TransientError("boom")] * 5
+    with pytest.raises(LookupFailedError):
+        run(store, [5], hedge=hedged(0.05), max_attempts=2)
+
+
+def test_budget_window_and_options() -> None:
+    budget = HedgeBudget(0.25)
+    spent = 0
+    for _ in range(100):
+        budget.earn()
+        spent += budget.spend()
+    assert spent == 25
+    window = LatencyWindow(size=100)
+    for i in range(MIN_SAMPLES - 1):
+        window.add(i / 1000)
+    assert window.quantile(0.9) is None
+    for i in range(200):
+        window.add(i / 1000)
+    assert window.quantile(0.5) == pytest.approx(0.1495, abs=0.002)
+    assert Hedging(after_s=0.02, budget=0.1).delay_s() == 0.02
+    with pytest.raises(ValueError):
+        Hedging(budget=0.1)
+    base = {"connector": "redis", "url": "redis://h"}
+    assert parse_options({**base, "hedge.after.ms": "40"}).hedge.after == HedgeAfter(seconds=0.04)
+    assert parse_options({**base, "hedge.after.ms": "p99.9"}).hedge.after == HedgeAfter(
+        quantile=0.999
+    )
+    assert parse_options({**base, "hedge.after.ms": "0"}).hedge.after is None
+    assert parse_options({**base, "hedge.budget": "10%"}).hedge.budget == 0.1
+    for bad, word in (("p30", "p50"), ("-3", "positive"), ("soon", "milliseconds")):
+        with pytest.raises(Exception, match=f"hedge.after.ms.*{word}"):
+            parse_options({**base, "hedge.after.ms": bad})
+    with pytest.raises(Exception, match="hedge.budget"):
+        parse_options({**base, "hedge.budget": "0"})
