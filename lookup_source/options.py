@@ -293,9 +293,9 @@ class SharedCacheSettings:
     timeout_s: float = duration_ms(
         "cache.shared.timeout.ms",
         100,
-        "Time limit of a read or write of the shared tier; past it (or on any error) the keys go "
-        "straight to the store, and the tier is left alone for 5 s (counted in "
-        "`shared_errors`).",
+        "Time limit of a read of the shared tier (a write, which no answer waits for: ten "
+        "times this); past it, or on any error, the keys go straight to the store and the "
+        "worker leaves the tier alone for 5 s (counted in `shared_errors`).",
         positive=True,
     )
     namespace: str = option(

@@ -113,9 +113,20 @@ class BackgroundHttpServer:
 class UserService(BackgroundHttpServer):
     """User profiles ``0 .. users-1`` at ``GET /users/{id}`` and ``POST /users/batch``."""
 
-    def __init__(self, *, users: int = 10_000, latency_ms: float = 5.0, port: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        users: int = 10_000,
+        latency_ms: float = 5.0,
+        port: int = 0,
+        tail_share: float = 0.0,
+        tail_ms: float = 0.0,
+    ) -> None:
         self.users = users
         self.latency_s = latency_ms / 1000.0
+        self.tail_share = tail_share
+        """A share of the requests (every 1/share-th, spread evenly) takes ``tail_ms`` instead."""
+        self.tail_s = tail_ms / 1000.0
         self.requests = 0
         self.keys_served = 0
         self._peers: set[Any] = set()
@@ -154,7 +165,9 @@ class UserService(BackgroundHttpServer):
         return user_id if 0 <= user_id < self.users else None
 
     async def _pause(self) -> None:
-        if self.latency_s > 0:
+        if self.tail_share and (self.requests * 7919) % round(1 / self.tail_share) == 0:
+            await asyncio.sleep(self.tail_s)
+        elif self.latency_s > 0:
             await asyncio.sleep(self.latency_s)
 
     async def _get(self, request: web.Request) -> web.Response:

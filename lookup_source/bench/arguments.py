@@ -11,7 +11,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenarios",
         default="http-1,http-5,http-20,http-batch-5,redis,redis-net,postgres,postgres-net",
         help="comma-separated: http-<ms>, http-batch-<ms>, redis, redis-net, postgres, "
-        "postgres-net, sweep, memory, stream (default: %(default)s)",
+        "postgres-net, sweep, memory, stream, tail (default: %(default)s)",
     )
     parser.add_argument(
         "--rows", type=int, default=1_000_000, help="input rows per method (default: %(default)s)"

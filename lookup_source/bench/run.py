@@ -47,6 +47,8 @@ from lookup_source.bench.stores import (
     redis_store,
 )
 from lookup_source.bench.stream import StreamResult, run_stream, stream_report
+from lookup_source.bench.tail import TailResult, run_tail, tail_report
+from lookup_source.bench.tail import as_json as tail_json
 
 BATCH_ROWS = 10_000
 
@@ -520,8 +522,9 @@ def run_bench(args: argparse.Namespace) -> int:
     results: list[Result] = []
     machine = ""
     streams: list[StreamResult] = []
-    throughput = [s for s in scenarios if s not in ("sweep", "memory", "stream")]
-    if throughput or "sweep" in scenarios or "stream" in scenarios:
+    throughput = [s for s in scenarios if s not in ("sweep", "memory", "stream", "tail")]
+    tails: list[TailResult] = []
+    if throughput or {"sweep", "stream", "tail"} & set(scenarios):
         with spark_session(args, reuse_workers=True) as spark:
             machine = _machine(spark)
             _warm_up(spark, args)
@@ -532,6 +535,12 @@ def run_bench(args: argparse.Namespace) -> int:
                 results += run_sweep(spark, args)
             if "stream" in scenarios:
                 streams = run_stream(spark, args)
+            if "tail" in scenarios:
+                rows = min(args.http_rows, 20_000)
+                df = events(spark, rows, args.users, args.tasks, "uniform").cache()
+                df.count()
+                tails = run_tail(df, args)
+                df.unpersist()
     if "memory" in scenarios:
         with spark_session(args, reuse_workers=False) as spark:
             machine = machine or _machine(spark)
@@ -540,6 +549,8 @@ def run_bench(args: argparse.Namespace) -> int:
     text = report(results, args, machine)
     if streams:
         text += "\n".join(["", *stream_report(streams, args)])
+    if tails:
+        text += "\n".join(["", *tail_report(tails, args)])
     with open(os.path.join(args.out, "results.md"), "w") as handle:
         handle.write(text)
     with open(os.path.join(args.out, "results.json"), "w") as handle:
@@ -549,6 +560,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 "arguments": vars(args),
                 "results": [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results],
                 "stream": [asdict(r) for r in streams],
+                "tail": tail_json(tails),
                 "targets": [
                     {"scenario": s, "target": t, "ratio": r, "met": ok}
                     for s, t, r, ok in targets(results)

@@ -8,11 +8,11 @@ job reads (a Redis), after the per-worker cache and before the store of the look
 - **Values** (:class:`ValueCodec`) are a key's rows as an Arrow IPC message (no schema: it is
   in the namespace) compressed with zstd — every type the lookup supports round-trips exactly,
   about 100-200 bytes for a small row — or one byte for a key the store does not have.
-- **Never in the way**: a read or a write that fails or takes longer than
-  ``cache.shared.timeout.ms`` is counted (``shared_errors``) and its keys go to the store;
-  the tier is then left alone for :data:`COOL_OFF_S` on this worker. Writes run beside the
-  lookups, after the store answered; a task waits for its last writes (each within the time
-  limit) when it closes.
+- **Never in the way**: a read that fails or takes longer than ``cache.shared.timeout.ms`` (a
+  write: ten times that, as no answer waits for it) is counted (``shared_errors``) and its
+  keys go to the store; the tier is then left alone for :data:`COOL_OFF_S` on this worker.
+  Writes run beside the lookups, after the store answered; a task waits for its last writes
+  (each within its time limit) when it closes.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ from lookup_source.redaction import redact_url
 
 FORMAT = 1
 """The version of keys and values; a change of form starts a new namespace."""
+
+WRITE_TIMEOUTS = 10
+"""A write, which no answer waits for, may take this many ``cache.shared.timeout.ms``."""
 
 COOL_OFF_S = 5.0
 """After a failed or slow read or write, the worker leaves the tier alone this long."""
@@ -222,7 +225,8 @@ class SharedTier:
         self.timeout_s = timeout_s
         self.cache_missing = cache_missing
         self._clock = clock
-        self._writes: set[asyncio.Task[None]] = set()
+        self._pending: list[tuple[bytes, bytes]] = []
+        self._writer: asyncio.Future[None] | None = None
 
     # -- health ----------------------------------------------------------------------------------
 
@@ -292,7 +296,8 @@ class SharedTier:
     # -- writes ----------------------------------------------------------------------------------
 
     def store(self, answer: Answer) -> None:
-        """Write what the store answered, beside the lookups (never waited for here)."""
+        """Write what the store answered, beside the lookups (never waited for here): the
+        answers that arrive while a write is under way go together in the next one."""
         if not self._available() or not answer.size:
             return
         try:
@@ -301,9 +306,9 @@ class SharedTier:
             return
         if not items:
             return
-        task = asyncio.ensure_future(self._write(items))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self._pending.extend(items)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_pending())
 
     def _items(self, answer: Answer) -> list[tuple[bytes, bytes]]:
         keys = answer.asked()
@@ -322,18 +327,23 @@ class SharedTier:
                 items.append((name, self.codec.encode(rows)))
         return items
 
-    async def _write(self, items: list[tuple[bytes, bytes]]) -> None:
-        try:
-            await asyncio.wait_for(self.store_client.store(items, self.ttl_s), self.timeout_s)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            self._failed("write", exc)
+    async def _write_pending(self) -> None:
+        """Write what is pending, in one round trip at a time, until nothing is."""
+        while self._pending and self._available():
+            items, self._pending = self._pending, []
+            try:
+                write = self.store_client.store(items, self.ttl_s)
+                await asyncio.wait_for(write, self.timeout_s * WRITE_TIMEOUTS)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                self._failed("write", exc)
+        self._pending = []
 
     async def flush(self) -> None:
         """Wait for the writes still under way (each ends within its time limit)."""
-        if self._writes:
-            await asyncio.gather(*list(self._writes), return_exceptions=True)
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
 
 
 def matches_of(answer: Answer, fields: Sequence[pa.Field]) -> Matches:

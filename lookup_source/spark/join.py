@@ -19,12 +19,12 @@ from lookup_source.spark.arguments import concurrent_tasks, lookup_options_of
 from lookup_source.spark.metrics import (
     MetricsRows,
     carries_rows,
-    progress_fields,
     is_connect,
     lookup_name,
     metrics_spark_field,
     new_accumulator,
     observed,
+    progress_fields,
     track,
 )
 from lookup_source.spark.plan import LookupPlan, output_rows

@@ -88,8 +88,11 @@ def test_per_key_get_hedged_past_a_fixed_delay(service: TailService) -> None:
     service.requests = 0
     rows, hedged, hedged_s = lookup({**get, "hedge.after.ms": "50"})
     check(rows)
-    assert hedged.hedges == len(SLOW) == hedged.hedges_won
-    assert service.requests == 1000 + hedged.hedges <= 1000 * 1.05
+    assert all(service.asked[k] >= 2 for k in SLOW)  # each slow first request hedged
+    # a loaded machine may hedge an ordinary request past 50 ms too: within the budget
+    assert len(SLOW) <= hedged.hedges <= 0.05 * 1000 and hedged.hedges_won >= len(SLOW) - 2
+    # a hedge cancelled as it was being sent may not reach the service
+    assert 1000 + len(SLOW) <= service.requests <= 1000 + hedged.hedges
     assert hedged.latency_max_ms < 400  # no key waited for the 500 ms tail
     print(f"job: {plain_s:.2f} s without hedging, {hedged_s:.2f} s with")
 
@@ -99,7 +102,7 @@ def test_a_quantile_delay_keeps_within_the_budget(service: TailService) -> None:
     rows, metrics, _ = lookup({**get, "hedge.after.ms": "p95", "hedge.budget": "0.03"})
     check(rows)
     assert 0 < metrics.hedges <= 0.03 * 1000
-    assert service.requests == 1000 + metrics.hedges
+    assert 1000 < service.requests <= 1000 + metrics.hedges
 
 
 def test_batch_post_hedged(service: TailService) -> None:
@@ -114,7 +117,8 @@ def test_batch_post_hedged(service: TailService) -> None:
     rows, metrics, _ = lookup({**post, "hedge.after.ms": "50", "hedge.budget": "0.2"})
     check(rows)
     # 100 requests, 10 of them hold a slow key: each hedged (the budget allows 20)
-    assert metrics.hedges == 10 == metrics.hedges_won
+    assert all(service.asked[k] >= 2 for k in SLOW)
+    assert 10 <= metrics.hedges <= 20
     assert metrics.latency_max_ms < 400
 
 
