@@ -51,12 +51,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import pyarrow as pa
+
 from lookup_source.connector_api import (
     ConnectorConfig,
     ConnectorOptions,
     Key,
     LookupClient,
     LookupResult,
+    Matches,
     OptionError,
     OptionSpec,
     PermanentError,
@@ -65,6 +68,8 @@ from lookup_source.connector_api import (
     failure_kind,
     parse_text,
 )
+from lookup_source.connector_api.keys import python_keys
+from lookup_source.connector_api.values import arrow_to_matches, records_to_matches
 from lookup_source.errors import AsyncLookupError, ConfigurationError
 
 FUNCTION_CONNECTOR = "function"
@@ -225,6 +230,36 @@ class FunctionLookupClient(LookupClient):
         if closer is not None:
             await closer()
 
+    @property
+    def columnar(self) -> bool:
+        """``fetch_many``: asked with :meth:`lookup_arrow`, its answer converted once."""
+        return self.function.many
+
+    async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
+        """One ``fetch_many`` call for the keys of ``keys``; its answer — a mapping of records,
+        or Arrow columns carrying the keys — as :class:`Matches`, in one conversion."""
+        asked = python_keys(keys)
+        call = f"{self.function.name}([{len(asked)} keys])"
+        try:
+            result = await self._call(asked)
+        except Exception as error:
+            raise self._translated(error, call) from error
+        fields = self.value_fields
+        if result is None:
+            return Matches.none(fields)
+        if isinstance(result, (pa.RecordBatch, pa.Table)):
+            try:
+                return arrow_to_matches(result, keys, fields, what=call)
+            except ValueError as error:
+                raise PermanentError(str(error)) from None
+        if not isinstance(result, Mapping):
+            raise PermanentError(
+                f"{call} returned {type(result).__name__}; fetch_many must return a mapping "
+                "key -> record (or list of records), leaving missing keys out, or an Arrow "
+                "record batch or table with the key column(s) and the value columns"
+            )
+        return records_to_matches(asked, result, fields)
+
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
         if self.function.many:
             return await self._fetch_many(list(keys))
@@ -267,9 +302,12 @@ class FunctionLookupClient(LookupClient):
 
     @staticmethod
     def _checked(value: Any, call: str) -> Any:
-        """A record, a list of records or None as they are; anything else an error of its key."""
+        """A record, a list of records or None as they are (an Arrow batch or table: its rows,
+        the key's matches); anything else an error of its key."""
         if value is None or isinstance(value, (Mapping, RecordError)):
             return value
+        if isinstance(value, (pa.RecordBatch, pa.Table)):
+            return value.to_pylist() or None
         if isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value):
             return list(value)
         return RecordError(

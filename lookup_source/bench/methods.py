@@ -6,6 +6,7 @@ Each method takes a :class:`Context` and returns a :class:`Result` (rows, second
 from __future__ import annotations
 
 import itertools
+import json
 import multiprocessing
 import os
 import time
@@ -16,7 +17,7 @@ from typing import Any
 
 from lookup_source.bench.clients import batched_fetcher, blocking_fetcher, raw_client
 from lookup_source.bench.cpu import CpuMeter, CpuSeconds
-from lookup_source.bench.stores import SCHEMA, TABLE, VALUE_COLUMNS, Store
+from lookup_source.bench.stores import PREFIX, SCHEMA, TABLE, VALUE_COLUMNS, Store
 
 POSTGRES_THREADS = 40
 """Threads (each with its own connection) for the blocking Postgres alternatives: 2 tasks x 40
@@ -324,6 +325,69 @@ class HttpFetch:
 
     async def close(self) -> None:
         await self.session.close()
+
+
+class RedisFetchMany:
+    """A user's own ``fetch_many=`` over Redis: redis-py's asyncio client, one ``MGET`` per
+    call, answered as records (``json.loads``) or in columns (pyarrow's JSON reader)."""
+
+    honours_cancellation = True
+
+    def __init__(self, url: str, prefix: str, capacity: int, columnar: bool) -> None:
+        self.url, self.prefix, self.capacity, self.columnar = url, prefix, capacity, columnar
+
+    async def open(self) -> None:
+        from redis.asyncio import Redis
+
+        self.redis = Redis.from_url(self.url, max_connections=max(1, self.capacity))
+
+    async def __call__(self, keys: list[int]) -> Any:
+        values: list[Any] = await self.redis.mget([f"{self.prefix}{k}" for k in keys])
+        if not self.columnar:
+            return {k: json.loads(v) for k, v in zip(keys, values) if v is not None}
+        import io
+
+        import pyarrow as pa
+        import pyarrow.json as pa_json
+
+        found = [i for i, v in enumerate(values) if v is not None]
+        if not found:
+            return None
+        documents = b"\n".join(values[i] for i in found)
+        table = pa_json.read_json(io.BytesIO(documents))
+        asked = pa.array([keys[i] for i in found], pa.int64())
+        if "user_id" in table.schema.names:  # the bench's records carry their key: replaced
+            return table.set_column(table.schema.get_field_index("user_id"), "user_id", asked)
+        return table.append_column("user_id", asked)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+def asynclookup_fetch_many_redis(columnar: bool) -> Method:
+    """``lookup_join`` through a user's own ``fetch_many=`` over the Redis of the scenario."""
+
+    def method(ctx: Context) -> Result:
+        from lookup_source import lookup_join, lookup_metrics
+
+        store = ctx.store
+        size = store.options.get("batch.size", "500")
+        function = RedisFetchMany(store.target, PREFIX, ctx.capacity, columnar)
+        options = {"capacity": str(ctx.capacity), "batch.size": size}
+        out = lookup_join(ctx.df, "user_id", schema=SCHEMA, fetch_many=function, options=options)
+        seconds = timed(out)
+        metrics = lookup_metrics(out)
+        form = "columns" if columnar else "records"
+        return ctx.result(
+            f"asynclookup fetch_many= (your own MGET {size}, {form})",
+            metrics.rows,
+            seconds,
+            requests=metrics.requests,
+            capacity=ctx.capacity,
+        )
+
+    method.__name__ = f"asynclookup_fetch_many_redis_{'columns' if columnar else 'records'}"
+    return method
 
 
 def asynclookup_fetch(ctx: Context) -> Result:

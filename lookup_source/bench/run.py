@@ -104,6 +104,8 @@ def methods_for(store: Store, distribution: str) -> list[Method]:
     chosen += [m.asynclookup(mode) for mode in ("ordered", "unordered", "key-ordered")]
     if store.kind == "http":
         chosen.append(m.asynclookup_fetch)
+    if store.kind == "redis":
+        chosen += [m.asynclookup_fetch_many_redis(columnar) for columnar in (False, True)]
     if store.can_scan:
         chosen += [m.asynclookup_strategy("broadcast"), m.asynclookup_strategy("auto")]
     if distribution == "zipf":

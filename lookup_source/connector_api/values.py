@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lookup_source.connector_api.keys import match_rows
 from lookup_source.connector_api.matches import Matches
 from lookup_source.errors import RecordError
 
@@ -311,3 +312,47 @@ def _needs_slow_path(values: Sequence[Any], arrow_type: pa.DataType) -> bool:
     if pa.types.is_boolean(arrow_type):
         return any(v is not None and not isinstance(v, bool) for v in values)
     return False
+
+
+def arrow_to_matches(
+    answer: pa.RecordBatch | pa.Table,
+    keys: pa.RecordBatch,
+    fields: Sequence[pa.Field],
+    *,
+    what: str,
+) -> Matches:
+    """A columnar answer — a record batch or table with the key column(s), named as in
+    ``keys``, and value columns by name; a row per match — as :class:`Matches` of the asked
+    ``keys``: rows whose key was not asked (or is null) are dropped, a value column it leaves
+    out is null, one of another type is cast (a value that does not fit is an error for its
+    row). ``what`` names the answer's source in a message. Raises ValueError for an answer
+    without a key column or with one that cannot be compared with the asked keys."""
+    if isinstance(answer, pa.Table):
+        table = answer.combine_chunks()  # one chunk per column: one batch
+        batches = table.to_batches()
+        answer = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+    names = answer.schema.names
+    probe: list[pa.Array] = []
+    for position, name in enumerate(keys.schema.names):
+        if name not in names:
+            raise ValueError(
+                f"{what} answered columns {names} without the key column {name!r}: a columnar "
+                "answer carries its keys, a row per match"
+            )
+        if names.count(name) > 1:
+            raise ValueError(f"{what} answered the key column {name!r} {names.count(name)} times")
+        column = answer.column(name)
+        wanted = keys.column(position).type
+        if column.type != wanted:
+            try:
+                column = column.cast(wanted)
+            except _CONVERSION_ERRORS as exc:
+                raise ValueError(
+                    f"{what} answered key column {name!r} as {column.type}, which cannot be "
+                    f"compared with the asked keys ({wanted}): {exc}"
+                ) from None
+        probe.append(column)
+    index = match_rows(probe, list(keys.columns))
+    asked = np.flatnonzero(index >= 0)
+    values = answer if len(asked) == answer.num_rows else answer.take(pa.array(asked))
+    return conform_matches(Matches(index[asked], values, None), fields)

@@ -235,6 +235,10 @@ def _check_function(namespace: dict[str, Any], out: str, workspace: str) -> None
     assert "user-10" in out and "user-99" in out  # fetch_many printed them too
 
 
+def _check_columns(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    assert _names(namespace["enriched"]) == ["Ada", "Grace", None, None]  # from Redis
+
+
 def _check_strategy(namespace: dict[str, Any], out: str, workspace: str) -> None:
     assert _names(namespace["enriched"]) == ["Ada", "Grace", None, None]
     from lookup_source.spark.versions import BROADCAST
@@ -289,6 +293,7 @@ CHECKS = {
     "Streaming": _check_streaming,
     "Metrics": _check_metrics,
     "Your own async function": _check_function,
+    "Answers in columns": _check_columns,
     "Lookups or a broadcast join": _check_strategy,
     "Read a dimension table by key": _check_data_source,
     "SQL": _check_sql,
