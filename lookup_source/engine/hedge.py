@@ -11,8 +11,8 @@ Three small parts, conducted by the request executor (:mod:`.executor`):
 - :func:`race`: one attempt, hedged once past the delay.
 
 A lookup's :class:`Hedging` (window and budget) lives as long as the Python worker, shared by
-its tasks (:func:`worker_hedging`): a stream's micro-batches learn its latencies once, and its
-budget is not reset by each small task.
+its tasks (:func:`worker_hedging`, kept with the worker's caches): a stream's micro-batches
+learn its latencies once, and its budget is not reset by each small task.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.cache import cache_identity
+from lookup_source.engine.cache import worker_cache
+
+if TYPE_CHECKING:
+    from lookup_source.options import HedgeSettings
 
 WINDOW = 512
 """Latencies a :class:`LatencyWindow` keeps (the most recent ones)."""
@@ -50,9 +53,6 @@ class LatencyWindow:
         self._cached: dict[float, float] = {}
         self._since = 0
         self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return min(self._count, len(self._values))
 
     def add(self, seconds: float) -> None:
         with self._lock:
@@ -118,6 +118,13 @@ class Hedging:
         if self.after_s:
             return self.after_s
         return self.window.quantile(self.quantile)
+
+    @classmethod
+    def of(cls, settings: HedgeSettings) -> Hedging:
+        """The hedging ``hedge.after.ms`` and ``hedge.budget`` ask for (``after`` set)."""
+        assert settings.after is not None
+        after = settings.after
+        return cls(after_s=after.seconds, quantile=after.quantile, budget=settings.budget)
 
     def answered(self, seconds: float) -> None:
         """A request was answered in ``seconds`` (first answer, hedged or not)."""
@@ -194,27 +201,14 @@ def _consume(future: asyncio.Future[Any]) -> None:
         future.result()
 
 
-_WORKER: dict[tuple[str, str], Hedging] = {}
-_LOCK = threading.Lock()
-
-
-def worker_hedging(
-    config: ConnectorConfig, *, after_s: float, quantile: float, budget: float
-) -> Hedging:
+def worker_hedging(config: ConnectorConfig, settings: HedgeSettings) -> Hedging:
     """This worker's :class:`Hedging` of the lookup ``config`` with these settings (made on
-    first use, then shared by the worker's tasks)."""
-    key = (f"after={after_s} q={quantile} budget={budget}", cache_identity(config))
-    with _LOCK:
-        found = _WORKER.get(key)
-        if found is None:
-            found = _WORKER[key] = Hedging(after_s=after_s, quantile=quantile, budget=budget)
-        return found
-
-
-def forget_worker_hedging() -> None:
-    """Forget what this worker learnt of its lookups' latencies (for tests)."""
-    with _LOCK:
-        _WORKER.clear()
+    first use, then shared by the worker's tasks, like its caches)."""
+    return worker_cache(
+        f"hedge after={settings.after} budget={settings.budget}",
+        config,
+        lambda: Hedging.of(settings),
+    )
 
 
 __all__ = [
@@ -222,7 +216,6 @@ __all__ = [
     "Hedging",
     "LatencyWindow",
     "NoHedge",
-    "forget_worker_hedging",
     "race",
     "worker_hedging",
 ]

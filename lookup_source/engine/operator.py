@@ -76,11 +76,8 @@ class LookupEngine:
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._cache = cache
         self._shared = shared
-        after = options.hedge.after
-        if hedging is None and after is not None:
-            hedging = Hedging(
-                after_s=after.seconds, quantile=after.quantile, budget=options.hedge.budget
-            )
+        if hedging is None and options.hedge.after is not None:
+            hedging = Hedging.of(options.hedge)
         self._concurrency: ConcurrencyLimit = (
             AdaptiveLimit(options.capacity, tolerance=options.capacity_latency_tolerance)
             if options.capacity_adaptive
@@ -235,6 +232,10 @@ class LookupEngine:
             await self._wait_until(lambda: self._in_flight < self._concurrency.value)
         finally:
             self._hedges_waiting -= 1
+        self._occupy()
+
+    def _occupy(self) -> None:
+        """One more request in flight (a new one, or a hedge)."""
         self._in_flight += 1
         self.metrics.peak_in_flight = max(self.metrics.peak_in_flight, self._in_flight)
 
@@ -289,8 +290,7 @@ class LookupEngine:
     def _start_request(self, job: Job, positions: np.ndarray) -> None:
         chosen = job.keys_at(positions)
         request = Request(chosen, job, positions)
-        self._in_flight += 1
-        self.metrics.peak_in_flight = max(self.metrics.peak_in_flight, self._in_flight)
+        self._occupy()
         self._in_flight_keys.add(request, chosen)
         task = asyncio.ensure_future(self._run(request))
         self._tasks.add(task)

@@ -99,12 +99,7 @@ class LookupTask:
         settings = self._spec.options.hedge
         if settings.after is None:
             return None
-        return worker_hedging(
-            self.config,
-            after_s=settings.after.seconds,
-            quantile=settings.after.quantile,
-            budget=settings.budget,
-        )
+        return worker_hedging(self.config, settings)
 
     def _shared_tier(self, metrics: LookupMetrics) -> SharedTier | None:
         """The shared cache tier's store, kept by the worker like a client, if asked."""
