@@ -141,6 +141,13 @@ def resolve_connector(name: str) -> type[LookupClient]:
     )
 
 
+@lru_cache(maxsize=1)
+def _installed_shared_caches() -> dict[str, str]:
+    """scheme -> module:Class of the shared cache stores of installed distributions (read once:
+    every task resolves its store)."""
+    return {ep.name.lower(): ep.value for ep in entry_points(group=SHARED_CACHE_GROUP)}
+
+
 FIRST_PARTY_SHARED_CACHES = {
     "redis": "asynclookup_redis.shared:RedisSharedCache",
     "rediss": "asynclookup_redis.shared:RedisSharedCache",
@@ -154,7 +161,7 @@ def resolve_shared_cache(url: str) -> type[SharedCacheStore]:
     ``asynclookup.shared_caches``, or a first-party one; an OptionError naming the option
     otherwise."""
     scheme = url.partition("://")[0].strip().lower() if "://" in url else ""
-    installed = {ep.name.lower(): ep.value for ep in entry_points(group=SHARED_CACHE_GROUP)}
+    installed = _installed_shared_caches()
     target = installed.get(scheme) or FIRST_PARTY_SHARED_CACHES.get(scheme)
     if target is None:
         schemes = sorted(set(installed) | set(FIRST_PARTY_SHARED_CACHES))

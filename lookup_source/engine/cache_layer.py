@@ -4,7 +4,7 @@ with the other tasks of the worker (:mod:`.cache`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,6 +54,43 @@ class CacheLayer(Protocol):
         ...
 
 
+def known_answer(
+    keys: list[Key], known: Mapping[Key, Any], fields: Sequence[pa.Field]
+) -> CacheAnswer:
+    """What a cache's entries ``known`` (key -> :data:`MISSING`, :class:`CachedRows`,
+    :class:`CachedError` or records; a key it does not hold left out) tell of ``keys``."""
+    everything = np.arange(len(keys), dtype=np.int64)
+    if not known:
+        return CacheAnswer(everything, misses=len(keys))
+    wanted: list[int] = []
+    columnar: list[tuple[int, CachedRows | CachedError]] = []
+    records: list[tuple[int, Any]] = []
+    answer = CacheAnswer(everything)
+    for position, key in enumerate(keys):
+        value = known.get(key)
+        if value is None:
+            wanted.append(position)
+        elif value is MISSING:
+            answer.missing += 1
+        elif isinstance(value, (CachedRows, CachedError)):
+            columnar.append((position, value))
+        else:
+            records.append((position, value))
+    if columnar:
+        positions = np.asarray([p for p, _ in columnar], dtype=np.int64)
+        found = cached_answer([(keys[p], entry) for p, entry in columnar], fields)
+        answer.parts.append(Part(positions, found))
+    if records:
+        positions = np.asarray([p for p, _ in records], dtype=np.int64)
+        asked = [keys[p] for p, _ in records]
+        kept = Answer(len(asked), asked, values=[entry for _, entry in records])
+        answer.parts.append(Part(positions, kept))
+    answer.wanted = np.asarray(wanted, dtype=np.int64)
+    answer.hits = len(keys) - len(wanted)
+    answer.misses = len(wanted)
+    return answer
+
+
 class _Layer:
     """Answers a batch's keys from ``cache`` (anything with ``get_many``)."""
 
@@ -61,39 +98,9 @@ class _Layer:
         self.cache = cache
 
     def lookup(self, keys: list[Key], fields: Sequence[pa.Field]) -> CacheAnswer:
-        everything = np.arange(len(keys), dtype=np.int64)
         if not keys:
-            return CacheAnswer(everything)
-        hits = self.cache.get_many(keys)
-        if not hits:
-            return CacheAnswer(everything, misses=len(keys))
-        wanted: list[int] = []
-        columnar: list[tuple[int, CachedRows | CachedError]] = []
-        records: list[tuple[int, Any]] = []
-        answer = CacheAnswer(everything)
-        for position, key in enumerate(keys):
-            value = hits.get(key)
-            if value is None:
-                wanted.append(position)
-            elif value is MISSING:
-                answer.missing += 1
-            elif isinstance(value, (CachedRows, CachedError)):
-                columnar.append((position, value))
-            else:
-                records.append((position, value))
-        if columnar:
-            positions = np.asarray([p for p, _ in columnar], dtype=np.int64)
-            found = cached_answer([(keys[p], entry) for p, entry in columnar], fields)
-            answer.parts.append(Part(positions, found))
-        if records:
-            positions = np.asarray([p for p, _ in records], dtype=np.int64)
-            asked = [keys[p] for p, _ in records]
-            kept = Answer(len(asked), asked, values=[entry for _, entry in records])
-            answer.parts.append(Part(positions, kept))
-        answer.wanted = np.asarray(wanted, dtype=np.int64)
-        answer.hits = len(keys) - len(wanted)
-        answer.misses = len(wanted)
-        return answer
+            return CacheAnswer(np.arange(0, dtype=np.int64))
+        return known_answer(keys, self.cache.get_many(keys), fields)
 
     def store(self, answer: Answer) -> None:
         """Nothing: a full cache is loaded by scans only."""

@@ -181,8 +181,8 @@ class LookupEngine:
         """Cancel whatever is still in flight (after a failure, or when output is abandoned);
         return whether every request ended (none was left behind ignoring its cancellation)."""
         self._closed = True
-        if self._shared is not None and self._failure is None:
-            await self._shared.flush()  # the last answers' writes, each within its time limit
+        if self._shared is not None:  # the last answers' writes, unless the task failed
+            await self._shared.aclose(flush=self._failure is None)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -40,11 +40,9 @@ from lookup_source.engine.answers import (
     MISSING,
     Answer,
     CachedRows,
-    Part,
     cache_rows,
-    cached_answer,
 )
-from lookup_source.engine.cache_layer import CacheAnswer
+from lookup_source.engine.cache_layer import CacheAnswer, known_answer
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.redaction import redact_url
 
@@ -202,7 +200,7 @@ class ValueCodec:
 
 class SharedTier:
     """A task's view of the shared cache tier: :meth:`lookup` a batch's keys, :meth:`store`
-    what the store answered, :meth:`flush` the writes when the task closes."""
+    what the store answered, :meth:`aclose` when the task closes."""
 
     def __init__(
         self,
@@ -263,32 +261,17 @@ class SharedTier:
         except BaseException as exc:
             self._failed("read", exc)
             return CacheAnswer(everything)
-        hits: list[tuple[Key, CachedRows]] = []
-        hit_positions: list[int] = []
-        wanted: list[int] = []
-        answer = CacheAnswer(everything)
-        for position, (key, name) in enumerate(zip(keys, names)):
+        decoded: dict[Key, Any] = {}
+        for key, name in zip(keys, names):
             data = found.get(name)
-            value = None
-            if data is not None:
-                try:
-                    value = self.codec.decode(data)
-                except Exception:  # a value written by something else: a miss
-                    value = None
-            if value is None:
-                wanted.append(position)
-            elif value is MISSING:
-                answer.missing += 1
-            else:
-                hits.append((key, CachedRows(value, 0, value.num_rows)))
-                hit_positions.append(position)
-        if hits:
-            answer.parts.append(
-                Part(np.asarray(hit_positions, dtype=np.int64), cached_answer(hits, self.fields))
-            )
-        answer.wanted = np.asarray(wanted, dtype=np.int64)
-        answer.hits = len(keys) - len(wanted)
-        answer.misses = len(wanted)
+            if data is None:
+                continue
+            try:
+                value = self.codec.decode(data)
+            except Exception:  # a value written by something else: a miss
+                continue
+            decoded[key] = value if value is MISSING else CachedRows(value, 0, value.num_rows)
+        answer = known_answer(keys, decoded, self.fields)
         self.metrics.shared_hits += answer.hits
         self.metrics.shared_misses += answer.misses
         return answer
@@ -340,10 +323,15 @@ class SharedTier:
                 self._failed("write", exc)
         self._pending = []
 
-    async def flush(self) -> None:
-        """Wait for the writes still under way (each ends within its time limit)."""
-        if self._writer is not None:
-            await asyncio.gather(self._writer, return_exceptions=True)
+    async def aclose(self, *, flush: bool) -> None:
+        """Wait for the writes still under way (each ends within its time limit) when
+        ``flush``; else (a failed task) drop them: nothing is left running on the loop."""
+        if self._writer is None:
+            return
+        if not flush:
+            self._pending = []
+            self._writer.cancel()
+        await asyncio.gather(self._writer, return_exceptions=True)
 
 
 def matches_of(answer: Answer, fields: Sequence[pa.Field]) -> Matches:

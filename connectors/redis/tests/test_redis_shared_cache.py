@@ -262,3 +262,28 @@ def test_the_url_is_checked_when_the_options_are_parsed() -> None:
         parse_options({**base, "cache.shared.url": "redis://h", "cache.mode": "full"})
     parsed = parse_options({**base, "cache.shared.url": "redis://:pw@h:1/2"})
     assert "pw" not in repr(parsed.cache)
+
+
+def test_a_store_failing_mid_job_writes_nothing_wrong_and_leaves_nothing_running(
+    cache_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import gc
+
+    from lookup_source.errors import LookupFailedError, PermanentError
+
+    store = FakeStore(TABLE)
+    store.fail_keys = {150: PermanentError("the store broke")}
+    spec = make_spec(make_options(cache=shared(cache_url), max_attempts=1))
+    with pytest.raises(LookupFailedError, match="the store broke"):
+        run(store, list(range(300)), spec=spec)
+    gc.collect()
+    assert "Task was destroyed but it is pending" not in caplog.text
+    # what the first job did write is right: a second job over every key, the broken one
+    # answered now, gets every row from the tier or the store, each with its own key
+    again = FakeStore(TABLE)
+    rows, metrics = run(again, list(range(300)), spec=spec)
+    assert [(r["k"], r["name"]) for r in rows] == [
+        (k, TABLE.get(k, {}).get("name")) for k in range(300)
+    ]
+    assert metrics.shared_hits + metrics.shared_misses == 300
+    assert sum(len(r) for r in again.requests) == metrics.shared_misses  # the rest: the tier
