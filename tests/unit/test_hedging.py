@@ -257,3 +257,24 @@ def test_budget_window_and_options() -> None:
             parse_options({**base, "hedge.after.ms": bad})
     with pytest.raises(Exception, match="hedge.budget"):
         parse_options({**base, "hedge.budget": "0"})
+
+
+def test_a_workers_hedging_is_never_shared_across_settings_or_lookups() -> None:
+    from dataclasses import replace
+
+    from lookup_source.engine.cache import clear_worker_caches
+    from lookup_source.engine.hedge import worker_hedging
+
+    clear_worker_caches()
+    config = make_config(make_spec(make_options()))
+    other_table = replace(config, options={"fake.table": "b"})
+    fixed, p95 = hedged(0.05), hedged("p95")
+    first = worker_hedging(config, fixed)
+    assert worker_hedging(config, fixed) is first  # the next task of the same lookup
+    assert worker_hedging(config, p95) is not first
+    assert worker_hedging(config, hedged(0.05, budget=0.2)) is not first
+    assert worker_hedging(other_table, fixed) is not first
+    first.answered(0.5)
+    first.budget.earn()
+    assert len(worker_hedging(other_table, fixed).window._values.nonzero()[0]) == 0
+    clear_worker_caches()
