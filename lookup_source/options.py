@@ -420,6 +420,17 @@ class LookupOptions:
         "when needed (connections a proxy or firewall may have dropped unseen are never "
         "trusted). 0 = a client per task, closed when the task ends.",
     )
+    gc_threshold: int = option(
+        "gc.threshold",
+        parse_non_negative_int,
+        10_000,
+        "While a task's lookups run, Python's garbage collector looks for cycles after this "
+        "many new objects (the threshold of its youngest generation; Python's own is 700, "
+        "which with hundreds of requests in flight costs a per-key lookup about a fifth of "
+        "its CPU). Never lowers a threshold already higher; restored when the worker's last "
+        "task ends. 0 = leave the collector as it is.",
+        unit="objects",
+    )
     output_mode: str = option(
         "output.mode",
         choice("ordered", "unordered", "key-ordered"),

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
+import lookup_source.engine.gc_tuning as gc_tuning
 import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.cache_layer import task_cache
@@ -61,6 +62,7 @@ class LookupTask:
         self._engine: LookupEngine | None = None
         self._shared_lease: Lease | None = None
         self._closed = False
+        self._gc_held = False
         factory = client_factory or spec.options.connector_class()
         self._lease: Lease = lease_client(
             factory,
@@ -71,6 +73,7 @@ class LookupTask:
         )
         self._loop = self._lease.loop
         try:
+            self._gc_held = gc_tuning.hold(spec.options.gc_threshold)
             if spec.options.metrics_opentelemetry:
                 telemetry.prepare()
             cache = task_cache(
@@ -167,6 +170,9 @@ class LookupTask:
             if self._shared_lease is not None:
                 self._shared_lease.release(reusable=True)  # a failing cache is not the task's
             self._lease.release(reusable=sound)
+            if self._gc_held:
+                self._gc_held = False
+                gc_tuning.release()
         if self._engine is not None:
             metrics = self._engine.metrics
             metrics.peak_rss_mb = _peak_rss_mb()
