@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections import deque
 from collections.abc import Awaitable
 from typing import Any
 
@@ -14,46 +15,125 @@ from lookup_source.errors import LookupTimeoutError
 GRACE_S = 1.0
 """How long a timed-out request may take to honour its cancellation before it is abandoned."""
 
-if sys.version_info >= (3, 11):
 
-    async def with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
-        """Await ``awaitable`` for at most ``seconds`` (for clients that honour cancellation)."""
-        async with asyncio.timeout(seconds):  # no extra task per request
-            return await awaitable
+class _Watch:
+    """One attempt's time limit: the task it runs in, and when it ends."""
 
-else:  # pragma: no cover - Python 3.10
+    __slots__ = ("expired", "task", "when")
 
-    async def with_timeout(awaitable: Awaitable[Any], seconds: float) -> Any:
-        return await asyncio.wait_for(awaitable, seconds)
+    def __init__(self, task: asyncio.Task[Any] | None, when: float) -> None:
+        self.task = task  # None once the attempt has ended
+        self.when = when
+        self.expired = False
 
 
-async def with_deadline(
-    awaitable: Awaitable[Any], seconds: float, abandoned: set[asyncio.Future[Any]]
-) -> Any:
-    """Await ``awaitable`` for at most ``seconds``; raise ``TimeoutError`` after that.
+class AttemptTimer:
+    """The time limits of the attempts in flight on one loop, kept by one timer.
 
-    The deadline holds even for a client that swallows cancellation (a driver stuck on a dead
-    connection): the request is cancelled, given a short grace, then abandoned so the task
-    goes on; abandoned requests are put in ``abandoned`` and cancelled again when the task
-    closes (:func:`cancel_abandoned`).
+    ``asyncio.timeout`` schedules and cancels a timer per attempt: a heap push, a handle, and
+    the loop sifting its heap past the cancelled one, for every request. Attempts of one
+    engine mostly share one time limit (``timeout.ms``), so they end in the order they
+    start: a queue of their limits, in that order, with one timer set for the earliest
+    still running, does the same work for the price of an append. An attempt whose limit would
+    jump the queue (shortened by ``deadline.ms``) takes a timer of its own.
+
+    Past its limit, an attempt's task is cancelled and the attempt raises ``TimeoutError``
+    (as with ``asyncio.timeout``, a cancellation from elsewhere stays a cancellation).
     """
-    task = asyncio.ensure_future(awaitable)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if done:
-        return task.result()
-    task.cancel()
-    await asyncio.wait({task}, timeout=min(GRACE_S, seconds))
-    if not task.done():
-        abandoned.add(task)
-        task.add_done_callback(abandoned.discard)
-    else:
-        with contextlib.suppress(BaseException):
-            task.result()  # consume its outcome: never "exception was never retrieved"
-    raise TimeoutError
+
+    def __init__(self) -> None:
+        self._watches: deque[_Watch] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when = float("inf")
+
+    async def within(self, awaitable: Awaitable[Any], seconds: float) -> Any:
+        """Await ``awaitable`` (which ends promptly when cancelled) for at most ``seconds``."""
+        if sys.version_info < (3, 11):  # pragma: no cover - no Task.uncancel()
+            return await asyncio.wait_for(awaitable, seconds)
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        watches = self._watches
+        when = loop.time() + seconds
+        if task is None or (watches and when < watches[-1].when):
+            async with asyncio.timeout(seconds):
+                return await awaitable
+        watch = _Watch(task, when)
+        watches.append(watch)
+        if when < self._timer_when:  # no timer, or one set for attempts that have ended
+            self._set_timer(loop, when)
+        try:
+            result = await awaitable
+        except asyncio.CancelledError:
+            if watch.expired and task.uncancel() == 0:
+                raise TimeoutError from None
+            raise
+        finally:
+            watch.task = None
+            while watches and watches[0].task is None:
+                watches.popleft()
+        if watch.expired:  # the answer came despite the cancellation: the answer stands
+            task.uncancel()
+        return result
+
+    async def abandoning(
+        self, awaitable: Awaitable[Any], seconds: float, abandoned: set[asyncio.Future[Any]]
+    ) -> Any:
+        """Await ``awaitable`` for at most ``seconds``; raise ``TimeoutError`` after that.
+
+        The limit holds even for a client that swallows cancellation (a driver stuck on a dead
+        connection): the request runs as a task of its own, cancelled at its limit, given a
+        short grace, then abandoned so the task goes on; abandoned requests are put in
+        ``abandoned`` and cancelled again when the task closes (:func:`cancel_abandoned`).
+        """
+        request = asyncio.ensure_future(awaitable)
+        try:
+            return await self.within(asyncio.shield(request), seconds)
+        except TimeoutError:
+            pass
+        except BaseException:
+            request.cancel()
+            raise
+        request.cancel()
+        await asyncio.wait({request}, timeout=min(GRACE_S, seconds))
+        if not request.done():
+            abandoned.add(request)
+            request.add_done_callback(abandoned.discard)
+        else:
+            with contextlib.suppress(BaseException):
+                request.result()  # consume its outcome: never "exception was never retrieved"
+        raise TimeoutError
+
+    def close(self) -> None:
+        """Stop the timer (the attempts have ended, or been cancelled)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_when = float("inf")
+        self._watches.clear()
+
+    def _set_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._expire, loop)
+        self._timer_when = when
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Cancel the attempts past their limit; set the timer for the next one."""
+        self._timer = None
+        self._timer_when = float("inf")
+        watches = self._watches
+        now = loop.time()
+        while watches:
+            watch = watches[0]
+            if watch.task is None:
+                watches.popleft()
+                continue
+            if watch.when > now:
+                self._set_timer(loop, watch.when)
+                return
+            watches.popleft()
+            watch.expired = True
+            watch.task.cancel()
 
 
 async def cancel_abandoned(abandoned: set[asyncio.Future[Any]]) -> None:

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
 from lookup_source.engine.answers import Answer, merge
-from lookup_source.engine.deadline import RequestDeadline, with_deadline, with_timeout
+from lookup_source.engine.deadline import AttemptTimer, RequestDeadline
 from lookup_source.engine.hedge import Hedging, NoHedge, race
 from lookup_source.engine.limit import ConcurrencyLimit
 from lookup_source.engine.metrics import LookupMetrics
@@ -69,6 +69,8 @@ class RequestExecutor:
         self._cheap_deadline = bool(getattr(client, "honours_cancellation", False))
         self.abandoned: set[asyncio.Future[Any]] = set()
         """Attempts that overstayed their time limit and ignored cancellation."""
+        self.timer = AttemptTimer()
+        """The time limits of the attempts in flight."""
 
     async def run(self, keys: pa.RecordBatch, python_keys: Callable[[], list[Any]]) -> Answer:
         """The answer for ``keys`` (``python_keys()``: the same keys as Python values), or
@@ -179,8 +181,8 @@ class RequestExecutor:
         if self._hedging is not None:
             return await self._hedged(call, limit_s)
         if self._cheap_deadline:
-            return await with_timeout(call(), limit_s)
-        return await with_deadline(call(), limit_s, self.abandoned)
+            return await self.timer.within(call(), limit_s)
+        return await self.timer.abandoning(call(), limit_s, self.abandoned)
 
     async def _hedged(self, call: Callable[[], Awaitable[Any]], limit_s: float) -> Any:
         hedging = self._hedging

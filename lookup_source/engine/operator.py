@@ -188,6 +188,7 @@ class LookupEngine:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        self._requests.timer.close()
         await cancel_abandoned(self._requests.abandoned)
         return not any(not future.done() for future in self._requests.abandoned)
 
