@@ -96,11 +96,22 @@ class Request:
     """One request: some distinct keys of one batch (``positions``), and the later batches
     that share it."""
 
-    keys: pa.RecordBatch
     owner: Job
     positions: np.ndarray
     subscribers: list[Subscriber] = field(default_factory=list)
+    _keys: pa.RecordBatch | None = None
     _python_keys: list[Any] | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.positions)
+
+    def keys(self) -> pa.RecordBatch:
+        """Its keys as Arrow (made when first needed: a client in the record form, asked
+        key by key, never needs them)."""
+        if self._keys is None:
+            self._keys = self.owner.keys_at(self.positions)
+        return self._keys
 
     def python_keys(self) -> list[Any]:
         if self._python_keys is None:

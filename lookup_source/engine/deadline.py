@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import sys
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lookup_source.errors import LookupTimeoutError
@@ -155,6 +155,15 @@ class RequestDeadline:
         self.timeout_s = timeout_s
         self.total_s = total_s
         self.ends = now + total_s if total_s else float("inf")
+
+    @classmethod
+    def factory(cls, timeout_s: float, total_s: float) -> Callable[[float], RequestDeadline]:
+        """What makes a request's deadline from its start; without ``deadline.ms``, every
+        request has the same (``timeout.ms`` per attempt, no end): made once."""
+        if total_s:
+            return lambda now: cls(timeout_s, total_s, now)
+        endless = cls(timeout_s, 0.0, 0.0)
+        return lambda now: endless
 
     def limit_s(self, now: float) -> float:
         """The time limit of an attempt starting ``now``: ``timeout.ms``, or less near the end."""

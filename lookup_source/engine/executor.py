@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +21,17 @@ from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
 from lookup_source.errors import OverloadedError
+
+
+class AskedKeys(Protocol):
+    """The keys of one request (:class:`~lookup_source.engine.batches.Request`)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def keys(self) -> pa.RecordBatch: ...
+
+    def python_keys(self) -> list[Any]: ...
 
 
 class RequestExecutor:
@@ -72,13 +83,13 @@ class RequestExecutor:
         self.timer = AttemptTimer()
         """The time limits of the attempts in flight."""
 
-    async def run(self, keys: pa.RecordBatch, python_keys: Callable[[], list[Any]]) -> Answer:
-        """The answer for ``keys`` (``python_keys()``: the same keys as Python values), or
-        :class:`FinalFailure`."""
+    async def run(self, asked: AskedKeys) -> Answer:
+        """The answer for the keys ``asked``, or :class:`FinalFailure`."""
         loop = asyncio.get_running_loop()
         policy = self._policy
         metrics = self._metrics
-        size = keys.num_rows
+        size = asked.size
+        python_keys = asked.python_keys
         answers: list[Answer] = []
         found: np.ndarray | None = None  # under retry.on-miss: the keys found so far
         rows: np.ndarray | None = None  # None: every key of the request
@@ -96,7 +107,7 @@ class RequestExecutor:
                 self._hedging.budget.earn()
             started = loop.time()
             try:
-                result = await self._attempt(keys, python_keys, rows, limit_s)
+                result = await self._attempt(asked, rows, limit_s)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 metrics.timeouts += 1
                 self._limit_changed(self._limit.on_overload(started, loop.time()))
@@ -112,7 +123,8 @@ class RequestExecutor:
                 metrics.record_latency(now - started)
                 if self._hedging is not None:
                     self._hedging.answered(now - started)
-                self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
+                if self._limit.adaptive:
+                    self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
                 answer = self._answer(self._checked(result), size, python_keys, rows)
                 if not policy.retry_on_miss and rows is None:  # the common case: one answer
                     return answer
@@ -161,28 +173,25 @@ class RequestExecutor:
 
     async def _attempt(
         self,
-        keys: pa.RecordBatch,
-        python_keys: Callable[[], list[Any]],
+        asked: AskedKeys,
         rows: np.ndarray | None,
         limit_s: float,
     ) -> Any:
         """One call to the client for the keys (or the given rows of them), for at most
         ``limit_s`` seconds (hedged once, with ``hedging``)."""
-
-        def call() -> Awaitable[Any]:
-            if self._columnar:
-                asked = keys if rows is None else keys.take(pa.array(rows))
-                return self._client.lookup_arrow(asked)
-            everything = python_keys()
-            return self._client.lookup(
-                everything if rows is None else [everything[r] for r in rows]
-            )
-
         if self._hedging is not None:
-            return await self._hedged(call, limit_s)
+            return await self._hedged(lambda: self._call(asked, rows), limit_s)
         if self._cheap_deadline:
-            return await self.timer.within(call(), limit_s)
-        return await self.timer.abandoning(call(), limit_s, self.abandoned)
+            return await self.timer.within(self._call(asked, rows), limit_s)
+        return await self.timer.abandoning(self._call(asked, rows), limit_s, self.abandoned)
+
+    def _call(self, asked: AskedKeys, rows: np.ndarray | None) -> Awaitable[Any]:
+        """The client's lookup of the keys (or the given rows of them), not yet awaited."""
+        if self._columnar:
+            keys = asked.keys()
+            return self._client.lookup_arrow(keys if rows is None else keys.take(pa.array(rows)))
+        everything = asked.python_keys()
+        return self._client.lookup(everything if rows is None else [everything[r] for r in rows])
 
     async def _hedged(self, call: Callable[[], Awaitable[Any]], limit_s: float) -> Any:
         hedging = self._hedging

@@ -8,7 +8,7 @@ in flight in one ``index_in`` (or, for composite keys, one encoding of the rows)
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -25,12 +25,13 @@ class InFlightKeys(Generic[R]):
     """The key batches of the requests in flight, and a lookup of keys among them."""
 
     def __init__(self) -> None:
-        self._requests: dict[R, pa.RecordBatch] = {}
+        self._requests: dict[R, Callable[[], pa.RecordBatch]] = {}
 
     def __len__(self) -> int:
         return len(self._requests)
 
-    def add(self, request: R, keys: pa.RecordBatch) -> None:
+    def add(self, request: R, keys: Callable[[], pa.RecordBatch]) -> None:
+        """A request in flight, with what makes its keys (only asked when a batch is probed)."""
         self._requests[request] = keys
 
     def discard(self, request: R) -> None:
@@ -60,7 +61,7 @@ class InFlightKeys(Generic[R]):
         if not self._requests or not keys.num_rows:
             return []
         requests = list(self._requests)
-        batches = [self._requests[r] for r in requests]
+        batches = [self._requests[r]() for r in requests]
         sizes = np.array([b.num_rows for b in batches], dtype=np.int64)
         build = [pa.concat_arrays([b.column(i) for b in batches]) for i in range(keys.num_columns)]
         found = match_rows(list(keys.columns), build)

@@ -88,7 +88,7 @@ class LookupEngine:
         self._requests = RequestExecutor(
             client,
             RetryPolicy(options.retry),
-            deadline=lambda now: RequestDeadline(options.timeout_s, options.deadline_s, now),
+            deadline=RequestDeadline.factory(options.timeout_s, options.deadline_s),
             limit=self._concurrency,
             limit_changed=self._limit_changed,
             in_flight=lambda: self._in_flight,
@@ -159,7 +159,8 @@ class LookupEngine:
         if job.pending == 0:
             self._complete(job)
         for start in range(0, len(wanted), size):
-            await self._wait_until(self._slot_free)
+            if self._failure is not None or not self._slot_free():
+                await self._wait_until(self._slot_free)
             self._start_request(job, wanted[start : start + size])
         await self._wait_until(self._has_room)
         return self._take_ready()
@@ -289,10 +290,9 @@ class LookupEngine:
     # -- one request ---------------------------------------------------------------------------
 
     def _start_request(self, job: Job, positions: np.ndarray) -> None:
-        chosen = job.keys_at(positions)
-        request = Request(chosen, job, positions)
+        request = Request(job, positions)
         self._occupy()
-        self._in_flight_keys.add(request, chosen)
+        self._in_flight_keys.add(request, request.keys)
         task = asyncio.ensure_future(self._run(request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -300,7 +300,7 @@ class LookupEngine:
     async def _run(self, request: Request) -> None:
         try:
             try:
-                answer = await self._requests.run(request.keys, request.python_keys)
+                answer = await self._requests.run(request)
             except FinalFailure as failure:
                 self._request_failed(request, failure)
             else:
