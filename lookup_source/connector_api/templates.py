@@ -50,12 +50,13 @@ class KeyTemplate:
         self.key_columns = key_columns
         self.encode = encode
         self._verbatim = template == "{key}" and encode is str
-        self._affixes = self._prefix_and_suffix()
+        self._split = self._prefix_and_suffix()
+        self._affixes = self._split if encode is str else None  # text built in Arrow
 
     def _prefix_and_suffix(self) -> tuple[str, str] | None:
-        """``("user:", "")`` for ``user:{key}``: a template with one plain placeholder whose
-        text can be built in Arrow; None otherwise."""
-        if self.encode is not str or len(self.key_columns) != 1:
+        """``("user:", "")`` for ``user:{key}``: a template with one plain placeholder;
+        None otherwise."""
+        if len(self.key_columns) != 1:
             return None
         parts = list(string.Formatter().parse(self.template))
         named = [i for i, p in enumerate(parts) if p[1] is not None]
@@ -125,6 +126,9 @@ class KeyTemplate:
             if self._verbatim:
                 return text
             value = self.encode(text)
+            if self._split is not None:
+                prefix, suffix = self._split
+                return prefix + value + suffix
             return self.template.format_map({"key": value, self.key_columns[0]: value})
         assert isinstance(key, tuple)
         values = {name: self.encode(key_text(part)) for name, part in zip(self.key_columns, key)}
