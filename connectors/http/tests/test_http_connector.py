@@ -635,3 +635,44 @@ def test_the_demo_service_refuses_a_batch_without_its_keys_field() -> None:
         }
         with pytest.raises(LookupFailedError, match=r"HTTP 400 .*expected a JSON object"):
             lookup("id long, name string", [1, 2], **options)
+
+
+def test_a_batch_answer_is_matched_to_its_keys_by_their_text() -> None:
+    """Answers name keys by text: integer, string and date keys, a null key (never matched,
+    even by a record named "None"), a key asked twice (its first row), records for keys
+    nobody asked (ignored), in any order, as an object and as an array of records."""
+    import datetime
+
+    from asynclookup_http.answers import BatchAnswers
+
+    fields = [pa.field("name", pa.string())]
+    answers = BatchAnswers(fields, ("k",), ())
+    cases: list[tuple[pa.Array, dict[str, str]]] = [
+        (pa.array([7, None, 42, 7, -3], pa.int64()), {"-3": "m", "42": "f", "7": "s", "9": "x"}),
+        (pa.array(["a b", None, "None", "ü"]), {"ü": "u", "None": "n", "a b": "ab", "zz": "x"}),
+        (
+            pa.array([datetime.date(2024, 1, 2), None], pa.date32()),
+            {"2024-01-02": "d", "None": "x"},
+        ),
+    ]
+    for column, named in cases:
+        keys = pa.RecordBatch.from_arrays([column], names=["k"])
+        body = {text: {"name": value} for text, value in named.items()}
+        array = [{"k": text, "name": value} for text, value in named.items()]
+        for answer in (body, array):
+            matches = answers.matches(keys, json.dumps(answer).encode(), "POST /batch")
+            got = {
+                int(row): value
+                for row, value in zip(matches.key_index, matches.values.column(0).to_pylist())
+            }
+            asked = column.to_pylist()
+            texts = [
+                None if v is None else (str(v) if not isinstance(v, str) else v) for v in asked
+            ]
+            expected = {}
+            for row, text in enumerate(texts):
+                if text is not None and text in named and text not in texts[:row]:
+                    expected[row] = named[text]
+            if column.type == pa.date32():
+                expected = {0: "d"}
+            assert got == expected, (column.type, answer)
