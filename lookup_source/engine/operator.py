@@ -110,6 +110,7 @@ class LookupEngine:
             address=client.config.url,
         )
         self._batch_size = options.batch_size
+        self._columnar = client.columnar
         self._buffer_rows = buffer_rows or max(
             2 * options.capacity * options.batch_size, MIN_BUFFER_ROWS
         )
@@ -158,10 +159,13 @@ class LookupEngine:
         job.pending += (len(wanted) + size - 1) // size
         if job.pending == 0:
             self._complete(job)
+        # a columnar client takes its keys in Arrow: taken once for the batch, then sliced
+        keys = job.keys_at(wanted) if self._columnar and len(wanted) > size else None
         for start in range(0, len(wanted), size):
             if self._failure is not None or not self._slot_free():
                 await self._wait_until(self._slot_free)
-            self._start_request(job, wanted[start : start + size])
+            chosen = None if keys is None else keys.slice(start, size)
+            self._start_request(job, wanted[start : start + size], chosen)
         await self._wait_until(self._has_room)
         return self._take_ready()
 
@@ -289,8 +293,10 @@ class LookupEngine:
 
     # -- one request ---------------------------------------------------------------------------
 
-    def _start_request(self, job: Job, positions: np.ndarray) -> None:
-        request = Request(job, positions)
+    def _start_request(
+        self, job: Job, positions: np.ndarray, keys: pa.RecordBatch | None = None
+    ) -> None:
+        request = Request(job, positions, _keys=keys)
         self._occupy()
         self._in_flight_keys.add(request, request.keys)
         task = asyncio.ensure_future(self._run(request))

@@ -174,6 +174,7 @@ class HttpLookupClient(LookupClient):
         super().__init__(config)
         options = config.options
         self._batch_url: str | None = options.get("http.batch.url")
+        self._batch_url_shown = redact_url(self._batch_url) if self._batch_url else ""
         self._keys_field: str = options.get("http.batch.keys-field", "keys")
         self._path: tuple[str, ...] = tuple(options.get("http.json.path", ()))
         self._verify: bool = options.get("http.tls.verify", True)
@@ -378,7 +379,7 @@ class HttpLookupClient(LookupClient):
             answer = await response.read()
             status = response.status
             retry_after = response.headers.get("Retry-After")
-        what = f"POST {redact_url(self._batch_url)} ({keys.num_rows} keys)"
+        what = f"POST {self._batch_url_shown} ({keys.num_rows} keys)"
         if status == 404:
             return Matches.none(self.value_fields)
         self._check_status(status, answer, retry_after, what)
