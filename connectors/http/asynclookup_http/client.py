@@ -370,7 +370,10 @@ class HttpLookupClient(LookupClient):
             raise RuntimeError("HttpLookupClient.lookup_arrow() called before open()")
         columns = self.config.key_columns
         if len(columns) == 1:
-            payload: list[Any] = [json_key(v) for v in keys.column(0).to_pylist()]
+            column = keys.column(0)
+            payload: list[Any] = column.to_pylist()
+            if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)):
+                payload = [json_key(v) for v in payload]  # JSON has no dates, decimals, bytes
         else:
             payload = [dict(zip(columns, map(json_key, key))) for key in python_keys(keys)]
         body = msgspec.json.encode({self._keys_field: payload})
