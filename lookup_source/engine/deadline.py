@@ -88,7 +88,7 @@ class AttemptTimer:
         request = asyncio.ensure_future(awaitable)
         try:
             return await self.within(asyncio.shield(request), seconds)
-        except TimeoutError:
+        except (asyncio.TimeoutError, TimeoutError):  # two classes on Python 3.10
             pass
         except BaseException:
             request.cancel()
