@@ -184,7 +184,7 @@ class HttpLookupClient(LookupClient):
             else KeyTemplate("url", config.url or "", config.key_columns, encode=_encode_path_part)
         )
         self._session: Any = None
-        self._handshake: AbstractAsyncContextManager[None] | None = None
+        self._handshake: AbstractAsyncContextManager[None] = nullcontext()
         self._answers = (
             BatchAnswers(self.value_fields, config.key_columns, self._path)
             if self._batch_url
@@ -262,14 +262,13 @@ class HttpLookupClient(LookupClient):
             limit_per_host=max(1, self.config.capacity),
             ssl=tls,
         )
-        check = handshake_check(
+        self._handshake = handshake_check(
             "http",
             self._batch_url or self.config.url or "",
             lambda: _context_of(tls),
             scheme="https",
             default_port=443,
         )
-        self._handshake = None if isinstance(check, nullcontext) else check
         self._session = aiohttp.ClientSession(
             connector=connector,
             headers=headers,
@@ -303,9 +302,6 @@ class HttpLookupClient(LookupClient):
         return self._batch_url is not None
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
-        if self._handshake is None:  # plain HTTP: no handshake to explain
-            with _AIOHTTP_ERRORS:
-                return await self._get(keys)
         async with self._handshake:
             with _AIOHTTP_ERRORS:
                 return await self._get(keys)
@@ -357,9 +353,6 @@ class HttpLookupClient(LookupClient):
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         if not self._batch_url:
             return await super().lookup_arrow(keys)
-        if self._handshake is None:
-            with _AIOHTTP_ERRORS:
-                return await self._post(keys)
         async with self._handshake:
             with _AIOHTTP_ERRORS:
                 return await self._post(keys)
