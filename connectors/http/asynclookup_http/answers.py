@@ -159,7 +159,7 @@ class BatchAnswers:
                 texts_of_one = [key_text(parts[0][i]) for i in present]
                 index = _positions(texts_of_one, _texts_of(keys.column(0)))
             else:
-                asked = [self._key_texts(keys, i) for i in range(keys.num_columns)]
+                asked = [pa.array(_texts_of(column), type=pa.string()) for column in keys.columns]
                 texts = [
                     pa.array([key_text(part[i]) for i in present], type=pa.string())
                     for part in parts
@@ -173,14 +173,6 @@ class BatchAnswers:
         if keep.all():
             return Matches(index, values)
         return Matches(index[keep], values.filter(pa.array(keep)))
-
-    @staticmethod
-    def _key_texts(keys: pa.RecordBatch, position: int) -> pa.Array:
-        """The asked keys of one key column as the text a JSON answer names them by."""
-        column = keys.column(position)
-        if pa.types.is_integer(column.type) or pa.types.is_string(column.type):
-            return column.cast(pa.string())
-        return pa.array([key_text(v) for v in column.to_pylist()], type=pa.string())
 
     def _match(self, keys: Sequence[Key], records: Any, what: str, body: bytes) -> LookupResult:
         columns = self.key_columns
@@ -266,7 +258,7 @@ def _match_text(key: Any) -> Any:
 
 
 def _texts_of(column: pa.Array) -> list[str | None]:
-    """The asked keys of a one-column key as the text a JSON answer names them by (None for a
+    """The asked keys of one key column as the text a JSON answer names them by (None for a
     null key, which nothing matches)."""
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return column.to_pylist()

@@ -676,3 +676,19 @@ def test_a_batch_answer_is_matched_to_its_keys_by_their_text() -> None:
             if column.type == pa.date32():
                 expected = {0: "d"}
             assert got == expected, (column.type, answer)
+
+
+def test_a_composite_key_with_a_null_part_matches_no_record() -> None:
+    import datetime
+
+    from asynclookup_http.answers import BatchAnswers
+
+    answers = BatchAnswers([pa.field("name", pa.string())], ("t", "d"), ())
+    keys = pa.RecordBatch.from_arrays(
+        [pa.array([1, 1], pa.int64()), pa.array([datetime.date(2024, 1, 2), None], pa.date32())],
+        names=["t", "d"],
+    )
+    body = [{"t": 1, "d": "2024-01-02", "name": "a"}, {"t": 1, "d": "None", "name": "x"}]
+    matches = answers.matches(keys, json.dumps(body).encode(), "POST /batch")
+    assert matches.key_index.tolist() == [0]
+    assert matches.values.column(0).to_pylist() == ["a"]
