@@ -273,8 +273,6 @@ class FunctionLookupClient(LookupClient):
             value = await self._call(key)
         except Exception as error:
             raise self._translated(error, f"{self.function.name}({key!r})") from error
-        if value is None or isinstance(value, Mapping):  # a record, or missing: as it is
-            return value
         return self._checked(value, f"{self.function.name}({key!r})")
 
     async def _fetch_many(self, keys: list[Key]) -> LookupResult:

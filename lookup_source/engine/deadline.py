@@ -44,7 +44,6 @@ class AttemptTimer:
     def __init__(self) -> None:
         self._watches: deque[_Watch] = deque()
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_when = float("inf")
 
     async def within(self, awaitable: Awaitable[Any], seconds: float) -> Any:
         """Await ``awaitable`` (which ends promptly when cancelled) for at most ``seconds``."""
@@ -59,7 +58,8 @@ class AttemptTimer:
                 return await awaitable
         watch = _Watch(task, when)
         watches.append(watch)
-        if when < self._timer_when:  # no timer, or one set for attempts that have ended
+        timer = self._timer
+        if timer is None or when < timer.when():  # none, or one set for ended attempts
             self._set_timer(loop, when)
         try:
             result = await awaitable
@@ -108,19 +108,16 @@ class AttemptTimer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._timer_when = float("inf")
         self._watches.clear()
 
     def _set_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = loop.call_at(when, self._expire, loop)
-        self._timer_when = when
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         """Cancel the attempts past their limit; set the timer for the next one."""
         self._timer = None
-        self._timer_when = float("inf")
         watches = self._watches
         now = loop.time()
         while watches:

@@ -19,25 +19,11 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 _lock = threading.Lock()
 _holders = 0
 _found: tuple[int, ...] | None = None
 """The thresholds the first holder found (restored by the last one), or None when untouched."""
-
-
-@contextmanager
-def young_threshold(objects: int) -> Iterator[None]:
-    """While the block runs, collect the youngest generation after ``objects`` new objects
-    (0: leave the collector as it is)."""
-    held = hold(objects)
-    try:
-        yield
-    finally:
-        if held:
-            release()
 
 
 def hold(objects: int) -> bool:

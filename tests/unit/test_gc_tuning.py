@@ -82,8 +82,9 @@ def test_overlapping_tasks_restore_only_when_the_last_ends() -> None:
     assert gc.get_threshold()[0] == 10_000  # the other task still runs
     gc_tuning.release()
     assert gc.get_threshold() == (700, 10, 10)
-    with gc_tuning.young_threshold(5_000):
-        assert gc.get_threshold()[0] == 5_000
+    assert gc_tuning.hold(5_000)
+    assert gc.get_threshold()[0] == 5_000
+    gc_tuning.release()
     assert gc.get_threshold()[0] == 700
 
 
