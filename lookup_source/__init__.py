@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from lookup_source.options import LookupOptions, parse_options
     from lookup_source.spark.datasource import AsyncLookupDataSource
     from lookup_source.spark.join import lookup_join
-    from lookup_source.spark.metrics import log_metrics, lookup_metrics, progress_metrics
+    from lookup_source.spark.metrics import log_metrics, lookup_metrics
+    from lookup_source.spark.progress import progress_metrics
     from lookup_source.spark.sql import register_lookup_table
 
 __version__ = "0.3.0"
@@ -71,7 +72,7 @@ _LAZY = {  # name -> the module that defines it, imported on first use
     "register_lookup_table": "lookup_source.spark.sql",
     "lookup_metrics": "lookup_source.spark.metrics",
     "log_metrics": "lookup_source.spark.metrics",
-    "progress_metrics": "lookup_source.spark.metrics",
+    "progress_metrics": "lookup_source.spark.progress",
 }
 
 

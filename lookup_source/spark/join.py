@@ -16,20 +16,12 @@ from lookup_source.errors import SchemaError
 from lookup_source.functions import LookupFunction
 from lookup_source.options import LookupOptions
 from lookup_source.spark.arguments import concurrent_tasks, lookup_options_of
-from lookup_source.spark.metrics import (
-    MetricsRows,
-    carries_rows,
-    is_connect,
-    lookup_name,
-    metrics_spark_field,
-    new_accumulator,
-    observed,
-    progress_fields,
-    track,
-)
+from lookup_source.spark.metrics import carries_rows, lookup_name, new_accumulator, observed, track
 from lookup_source.spark.plan import LookupPlan, output_rows
+from lookup_source.spark.progress import MetricsRows, metrics_spark_field, progress_fields
 from lookup_source.spark.shape import output_schema, resolve_on
 from lookup_source.spark.strategy import broadcast_join, strategy_of
+from lookup_source.spark.versions import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -21,6 +21,7 @@ from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS
 from lookup_source.errors import SchemaError
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.shape import TABLE_ARGUMENT, output_schema, resolve_on
+from lookup_source.spark.versions import is_connect
 
 
 @dataclass
@@ -139,7 +140,7 @@ def _arrow_table_function(handler: type, spark: Any = None) -> Any:
     """
     from pyspark.util import PythonEvalType
 
-    if spark is not None and _is_connect(spark):
+    if spark is not None and is_connect(spark):
         from pyspark.sql.connect.udtf import UserDefinedTableFunction as ConnectUDTF
 
         return ConnectUDTF(handler, None, evalType=PythonEvalType.SQL_ARROW_UDTF)
@@ -158,7 +159,3 @@ def _shuffle_partitions(spark: Any) -> int:
 
 def _quoted(column: str) -> str:
     return "`" + column.replace("`", "``") + "`"
-
-
-def _is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pyspark
 
@@ -94,3 +95,8 @@ CONNECT_METRICS = SparkFeature(
     (4, 0),
     "run the job on a classic SparkSession to count its lookups",
 )
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` (a session or a DataFrame) is a Spark Connect one."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

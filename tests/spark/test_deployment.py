@@ -77,7 +77,7 @@ def check_metrics(metrics: dict[str, Any]) -> None:
 def check_progress(progress: list[dict[str, Any]]) -> None:
     """Each micro-batch's progress holds the lookup's entry, numbers only, the same fields on
     a classic session and over Spark Connect: 100 rows each, 9 of them with a missing key."""
-    from lookup_source.spark.metrics import PROGRESS_FIELDS
+    from lookup_source.spark.progress import PROGRESS_FIELDS
 
     *batches, sink = progress
     assert sink["rows"] == 300 and sink["columns"] == ["event_id", "user_id", "name"]

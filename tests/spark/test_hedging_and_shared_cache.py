@@ -15,7 +15,7 @@ from aiohttp import web
 
 from lookup_source import lookup_join, lookup_metrics, progress_metrics
 from lookup_source.service import BackgroundHttpServer
-from lookup_source.spark.metrics import HEDGE_FIELDS, PROGRESS_FIELDS, SHARED_FIELDS
+from lookup_source.spark.progress import HEDGE_FIELDS, PROGRESS_FIELDS, SHARED_FIELDS
 from tests.spark.test_monitoring import run_stream, stream_of, write_batches
 
 SCHEMA = "user_id long, name string"

@@ -19,7 +19,7 @@ import pytest
 from lookup_source import lookup_join, lookup_metrics, progress_metrics
 from lookup_source.errors import ConfigurationError
 from lookup_source.spark.internals import plan_text
-from lookup_source.spark.metrics import METRICS_COLUMN, PROGRESS_FIELDS
+from lookup_source.spark.progress import METRICS_COLUMN, PROGRESS_FIELDS
 
 SCHEMA = "user_id long, name string"
 

@@ -18,13 +18,12 @@ from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import ConfigurationError, OptionError
 from lookup_source.spark import metrics as spark_metrics
-from lookup_source.spark.metrics import (
+from lookup_source.spark.metrics import Recent, lookup_name
+from lookup_source.spark.progress import (
     METRICS_COLUMN,
     PROGRESS_FIELDS,
     MetricsRows,
-    Recent,
     carried_rows,
-    lookup_name,
     progress_key,
     progress_metrics,
 )
