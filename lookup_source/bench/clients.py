@@ -4,7 +4,7 @@
 - :func:`batched_fetcher`: the strongest synchronous code a skilled user writes: distinct keys
   of each batch, ``batch.size`` keys per request (MGET, ``= ANY($1)``, a batch POST), values
   decoded into columns;
-- :func:`raw_client`: the plain async client alone, outside Spark: the ceiling.
+- :class:`RawClient`: the plain async client alone, outside Spark: the ceiling.
 """
 
 from __future__ import annotations
@@ -115,52 +115,77 @@ def batched_fetcher(kind: str, target: str) -> BatchFetch:
     return fetch_http
 
 
-async def raw_client(store: Store, keys: Sequence[int], capacity: int) -> int:
-    """Look ``keys`` up with the plain async client, ``capacity`` at once, decoding what a
-    lookup must (JSON values); return how many were found."""
-    semaphore = asyncio.Semaphore(capacity)
-    size = int(store.options.get("batch.size", "1"))
-    chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
-    if store.kind == "http":
-        import aiohttp
+class RawClient:
+    """The plain async client alone, outside Spark, decoding what a lookup must (JSON values),
+    ``capacity`` requests at once, ``batch.size`` keys a request; as a long-lived service
+    holds it, so its connections are open before it is measured, as asynclookup's are (they
+    live as long as the worker)::
 
-        connector = aiohttp.TCPConnector(limit=capacity)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        client = RawClient(store, capacity)
+        await client.open()         # the pool, every connection opened
+        found = await client.lookup(keys)
+        await client.close()
+    """
 
-            async def one(chunk: Sequence[int]) -> int:
-                async with semaphore:
-                    if store.batch:
-                        async with session.post(store.target, json={"keys": list(chunk)}) as r:
-                            return len(await r.json())
-                    async with session.get(store.target.replace("{key}", str(chunk[0]))) as r:
-                        await r.read()
-                        return int(r.status == 200)
+    def __init__(self, store: Store, capacity: int) -> None:
+        self.store = store
+        self.capacity = capacity
+        self._semaphore = asyncio.Semaphore(capacity)
+        self._size = int(store.options.get("batch.size", "1"))
+        self._client: Any = None
 
-            return sum(await asyncio.gather(*(one(c) for c in chunks)))
-    if store.kind == "redis":
-        from redis.asyncio import BlockingConnectionPool, Redis
+    async def open(self) -> None:
+        """Open the client and as many connections as it will use."""
+        store = self.store
+        if store.kind == "http":
+            import aiohttp
 
-        client = Redis(
-            connection_pool=BlockingConnectionPool.from_url(store.target, max_connections=capacity)
-        )
+            connector = aiohttp.TCPConnector(limit=self.capacity)
+            self._client = aiohttp.ClientSession(connector=connector)
+        elif store.kind == "redis":
+            from redis.asyncio import BlockingConnectionPool, Redis
 
-        async def mget(chunk: Sequence[int]) -> int:
-            async with semaphore:
-                values = await client.mget([f"{PREFIX}{k}" for k in chunk])
+            pool = BlockingConnectionPool.from_url(store.target, max_connections=self.capacity)
+            self._client = Redis(connection_pool=pool)
+        else:
+            import asyncpg
+
+            # as many connections as the Postgres connector opens (postgres.pool-size, 10 by
+            # default): 40 a process made the server spend twice the CPU per row, contending
+            size = min(self.capacity, int(store.options.get("postgres.pool-size", "10")))
+            self._client = await asyncpg.create_pool(store.target, min_size=size, max_size=size)
+        await self.lookup([0] * self.capacity * self._size)  # every connection opened, and used
+
+    async def lookup(self, keys: Sequence[int]) -> int:
+        """Look ``keys`` up, ``batch.size`` a request; how many were found."""
+        size = self._size
+        chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
+        return sum(await asyncio.gather(*(self._one(c) for c in chunks)))
+
+    async def _one(self, chunk: Sequence[int]) -> int:
+        store = self.store
+        async with self._semaphore:
+            if store.kind == "http":
+                session = self._client
+                if store.batch:
+                    async with session.post(store.target, json={"keys": list(chunk)}) as r:
+                        return len(await r.json())
+                async with session.get(store.target.replace("{key}", str(chunk[0]))) as r:
+                    await r.read()
+                    return int(r.status == 200)
+            if store.kind == "redis":
+                values = await self._client.mget([f"{PREFIX}{k}" for k in chunk])
                 return sum(1 for v in values if v is not None and json.loads(v))
+            query = f"SELECT user_id, name, tier FROM {TABLE} WHERE user_id = ANY($1::bigint[])"
+            return len(await self._client.fetch(query, list(chunk)))
 
-        found = sum(await asyncio.gather(*(mget(c) for c in chunks)))
-        await client.aclose()
-        return found
-    import asyncpg
-
-    pool = await asyncpg.create_pool(store.target, min_size=1, max_size=min(capacity, 40))
-    query = f"SELECT user_id, name, tier FROM {TABLE} WHERE user_id = ANY($1::bigint[])"
-
-    async def fetch(chunk: Sequence[int]) -> int:
-        async with semaphore:
-            return len(await pool.fetch(query, list(chunk)))
-
-    found = sum(await asyncio.gather(*(fetch(c) for c in chunks)))
-    await pool.close()
-    return found
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is None:
+            return
+        if self.store.kind == "http":
+            await client.close()
+        elif self.store.kind == "redis":
+            await client.aclose()
+        else:
+            await client.close()
