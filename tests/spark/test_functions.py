@@ -133,6 +133,54 @@ def test_fetch_many_against_a_batch_endpoint(spark: Any, service: UserService) -
     assert service.requests - before <= 2 * 3  # 700 distinct keys per task, 250 per call
 
 
+class SeesCollector:
+    """GET /users/{id}, answering the worker's youngest-generation threshold as ``tier``."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+    async def open(self) -> None:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession(base_url=self.base_url)
+
+    async def __call__(self, user_id: int) -> Any:
+        import gc
+
+        async with self.session.get(f"/users/{user_id}") as answer:
+            if answer.status == 404:
+                return None
+            record = await answer.json()
+        return {"name": record["name"], "tier": str(gc.get_threshold()[0])}
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+@pytest.mark.parametrize("threshold", [None, "50000", "0"])
+def test_the_worker_collects_less_often_while_its_lookups_run(
+    spark: Any, service: UserService, threshold: str | None
+) -> None:
+    options = {"capacity": "20", "connection.max-idle.ms": "0"}
+    if threshold is not None:
+        options["gc.threshold"] = threshold
+    out = lookup_join(
+        events(spark, rows=600, partitions=2),
+        "user_id",
+        schema=SCHEMA,
+        fetch=SeesCollector(service.base_url),
+        options=options,
+        how="inner",
+    )
+    rows = out.collect()
+    assert sorted(r.name for r in rows) == sorted(f"user-{i % 700}" for i in range(500))
+    seen = {int(r.tier) for r in rows}
+    if threshold == "0":  # left as the worker has it: Python's own default
+        assert len(seen) == 1 and seen.pop() < 10_000
+    else:
+        assert seen == {int(threshold or "10000")}
+
+
 def test_a_failing_function_fails_the_job_naming_it_and_the_key(spark: Any) -> None:
     async def refuse(user_id: int) -> Any:
         raise PermissionError(13, "denied")  # an OSError: transient, retried, then fails
