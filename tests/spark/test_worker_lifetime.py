@@ -178,6 +178,27 @@ def test_a_stream_opens_its_connections_once(
     assert warm > 0 and counted == 0
 
 
+def test_the_shared_cache_tier_connects_once_per_worker_too(
+    spark: Any, redis_srv: RedisServer, redis_users: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    """The shared tier's store is kept by the worker like the lookup's client: a stream asking
+    it every micro-batch opens no connection to it after warm-up."""
+    name = f"lifetime_shared_{prefix.rstrip(':')}"
+    proxy = FaultProxy(*host_port(redis_srv.url))
+    try:
+        options = {
+            **redis_users,
+            "url": redis_srv.url,
+            "cache.shared.url": via(redis_srv.url, proxy),
+            "cache.shared.namespace": name,  # this test's entries only
+        }
+        warm, counted = counted_stream(spark, options, lambda: proxy.connections, name, tmp_path)
+    finally:
+        proxy.close()
+    print(f"\nshared tier: {warm} connections in warm-up, {counted} in {COUNTED} micro-batches")
+    assert warm > 0 and counted == 0
+
+
 def test_with_max_idle_zero_each_task_connects_as_before(
     spark: Any, redis_srv: RedisServer, redis_users: dict[str, str], tmp_path: Path
 ) -> None:
