@@ -261,8 +261,8 @@ class FunctionLookupClient(LookupClient):
         return records_to_matches(asked, result, fields)
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
-        if self.function.many:
-            return await self._fetch_many(list(keys))
+        if self.function.many:  # the engine asks lookup_arrow; a direct caller gets records
+            return await super().lookup(keys)
         if len(keys) == 1:
             return {keys[0]: await self._fetch(keys[0])}
         answers = await asyncio.gather(*(self._fetch(key) for key in keys))
@@ -274,21 +274,6 @@ class FunctionLookupClient(LookupClient):
         except Exception as error:
             raise self._translated(error, f"{self.function.name}({key!r})") from error
         return self._checked(value, f"{self.function.name}({key!r})")
-
-    async def _fetch_many(self, keys: list[Key]) -> LookupResult:
-        call = f"{self.function.name}([{len(keys)} keys])"
-        try:
-            result = await self._call(keys)
-        except Exception as error:
-            raise self._translated(error, call) from error
-        if result is None:
-            return {}
-        if not isinstance(result, Mapping):
-            raise PermanentError(
-                f"{call} returned {type(result).__name__}; fetch_many must return a mapping "
-                "key -> record (or list of records), leaving missing keys out"
-            )
-        return {key: self._checked(value, call) for key, value in result.items()}
 
     @staticmethod
     def _translated(error: Exception, call: str) -> Exception:

@@ -272,6 +272,41 @@ def test_fetch_many_that_returns_the_wrong_shape_fails_naming_it() -> None:
         run(function, [1, 2])
 
 
+@pytest.mark.parametrize("form", ["records", "columns"])
+def test_fetch_many_asked_directly_answers_records_whatever_it_returns(form: str) -> None:
+    """``lookup`` of a fetch_many client (the record form, for a caller outside the engine)
+    answers through the same path as the engine's ``lookup_arrow``: columns too."""
+
+    async def many(keys: list[Any]) -> Any:
+        found = [k for k in keys if k in USERS]
+        if form == "records":
+            return {k: USERS[k] for k in found}
+        return pa.table(
+            {
+                "id": pa.array(found, pa.int64()),
+                "name": [USERS[k]["name"] for k in found],
+                "tier": pa.array([USERS[k]["tier"] for k in found], pa.int32()),
+            }
+        )
+
+    function = LookupFunction.of(fetch_many=many)
+    assert function is not None
+    plan = LookupPlan.build(parse_options(function.options(None)), SCHEMA)
+    client = function(plan.connector_config())
+
+    async def ask() -> Any:
+        await client.open()
+        try:
+            return await client.lookup([5, 1000, 7])
+        finally:
+            await client.close()
+
+    assert asyncio.run(ask()) == {
+        5: {"name": "user 5", "tier": 2},
+        7: {"name": "user 7", "tier": 1},
+    }
+
+
 def test_composite_keys_arrive_as_tuples() -> None:
     seen: list[Any] = []
 
