@@ -20,6 +20,9 @@ from lookup_source.bench.stores import PREFIX, TABLE, VALUE_COLUMNS, Store
 Fetch = Callable[[int], "str | None"]
 BatchFetch = Callable[[Sequence[int]], "dict[int, tuple[Any, ...]]"]
 
+BATCH_QUERY = f"SELECT user_id, name, tier FROM {TABLE} WHERE user_id = ANY($1::bigint[])"
+"""The users of a batch of keys, as the hand-written loop and the raw client ask Postgres."""
+
 
 def blocking_fetcher(kind: str, target: str) -> Fetch:
     """A function fetching one user's name with the store's blocking API. Built on the
@@ -93,10 +96,9 @@ def batched_fetcher(kind: str, target: str) -> BatchFetch:
 
         loop = asyncio.new_event_loop()
         connection = loop.run_until_complete(asyncpg.connect(target))
-        query = f"SELECT user_id, name, tier FROM {TABLE} WHERE user_id = ANY($1::bigint[])"
 
         def fetch_postgres(keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
-            rows = loop.run_until_complete(connection.fetch(query, list(keys)))
+            rows = loop.run_until_complete(connection.fetch(BATCH_QUERY, list(keys)))
             return {row[0]: (row[1], row[2]) for row in rows}
 
         return fetch_postgres
@@ -176,16 +178,10 @@ class RawClient:
             if store.kind == "redis":
                 values = await self._client.mget([f"{PREFIX}{k}" for k in chunk])
                 return sum(1 for v in values if v is not None and json.loads(v))
-            query = f"SELECT user_id, name, tier FROM {TABLE} WHERE user_id = ANY($1::bigint[])"
-            return len(await self._client.fetch(query, list(chunk)))
+            return len(await self._client.fetch(BATCH_QUERY, list(chunk)))
 
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is None:
             return
-        if self.store.kind == "http":
-            await client.close()
-        elif self.store.kind == "redis":
-            await client.aclose()
-        else:
-            await client.close()
+        await (client.aclose() if self.store.kind == "redis" else client.close())
