@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint unit docs clean spark-versions spark-oldest spark-newest-python
+.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -17,9 +17,13 @@ SPARK_PIN_4.1 := 4.1.4
 SPARK_PIN_4.2 := 4.2.1
 SPARK_PIN_4.3 := 4.3.0
 SPARK_OLDEST := $(firstword $(SPARK_VERSIONS))
+SPARK_NEWEST := $(lastword $(SPARK_VERSIONS))
 # the Python of each environment (OLDEST_PYTHON: the oldest PySpark with the oldest Python)
 OLDEST_PYTHON ?= $(PYTHON)
-SPARK_SUITES ?= -m spark
+# what the environment of each PySpark runs: every suite but packaging (unit, connector, spark,
+# reliability); packaging (wheels, image replay, cluster recipes, demo, bench, the command) runs
+# once, in `make test`
+SPARK_SUITES ?= -m "not packaging"
 
 CONNECTORS := connectors/redis connectors/http connectors/postgres
 # a third-party connector, installed as a user would install one, so its tests run too
@@ -54,6 +58,25 @@ lint: install
 test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# the scale and soak tests at the sizes the docs quote (tests/sizes.py), before a release
+test-full:
+	ASYNCLOOKUP_TEST_SIZE=full $(MAKE) test spark-versions
+
+# One download per run: every package the environments and the packaging tests install, as
+# wheels in $(WHEELHOUSE) (pyspark's sdist built into a wheel once), for the newest PySpark on
+# $(PYTHON) and the oldest on $(OLDEST_PYTHON) (`wheelhouse-<minor>`: one of them). Then
+# `PIP_NO_INDEX=1 PIP_FIND_LINKS=$(WHEELHOUSE)` installs from it alone, without the network, as
+# .ci/run does. The project's own wheels are left out: it is installed from the clone.
+WHEELHOUSE ?= .wheelhouse
+wheelhouse: wheelhouse-$(SPARK_NEWEST) wheelhouse-$(SPARK_OLDEST)
+
+wheelhouse-%:
+	$(if $(filter $*,$(SPARK_OLDEST)),$(OLDEST_PYTHON),$(PYTHON)) -m pip wheel --quiet --use-pep517 \
+		--wheel-dir $(WHEELHOUSE) ".[test]" $(CONNECTORS) $(EXAMPLES) \
+		"pyspark[connect]==$(SPARK_PIN_$*)" pip setuptools wheel venv-pack
+	rm -f $(WHEELHOUSE)/asynclookup*.whl
+	rm -rf build $(addsuffix /build,$(CONNECTORS) $(EXAMPLES))
+
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
@@ -69,29 +92,15 @@ unit: install
 .PRECIOUS: .venvs/pyspark-%/.installed
 
 spark-%: .venvs/pyspark-%/.installed
-	@echo "== Spark suites on $$(.venvs/pyspark-$*/bin/python -c 'import pyspark, sys; print("PySpark", pyspark.__version__, "on Python", sys.version.split()[0])')"
+	@echo "== suites on $$(.venvs/pyspark-$*/bin/python -c 'import pyspark, sys; print("PySpark", pyspark.__version__, "on Python", sys.version.split()[0])')"
 	.venvs/pyspark-$*/bin/python -m pytest $(SPARK_SUITES) $(PYTEST_ARGS)
 
 spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
 
 spark-oldest: spark-$(SPARK_OLDEST)
 
-# The newest PySpark on the newest Python we support (NEWEST_PYTHON), in an environment of its own
-SPARK_NEWEST := $(lastword $(SPARK_VERSIONS))
-NEWEST_PYTHON ?= python3.13
-.venvs/pyspark-newest-python/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS) $(EXAMPLES))
-	$(NEWEST_PYTHON) -m venv .venvs/pyspark-newest-python
-	.venvs/pyspark-newest-python/bin/python -m pip install --quiet --upgrade pip
-	.venvs/pyspark-newest-python/bin/python -m pip install --quiet -e ".[test]" \
-		$(addprefix -e ,$(CONNECTORS) $(EXAMPLES)) "pyspark[connect]==$(SPARK_PIN_$(SPARK_NEWEST))"
-	touch $@
-
-spark-newest-python: .venvs/pyspark-newest-python/.installed
-	@echo "== Spark suites on $$(.venvs/pyspark-newest-python/bin/python -c 'import pyspark, sys; print("PySpark", pyspark.__version__, "on Python", sys.version.split()[0])')"
-	.venvs/pyspark-newest-python/bin/python -m pytest $(SPARK_SUITES) $(PYTEST_ARGS)
-
 docs: install
 	$(PY) -m lookup_source.docs --write docs/options.md
 
 clean:
-	rm -rf $(VENV) .venvs .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info
+	rm -rf $(VENV) .venvs $(WHEELHOUSE) .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info

@@ -1,7 +1,7 @@
 # The demo user-profile HTTP service (asynclookup serve), built from the repository:
 #   docker build -f docker/users-service.Dockerfile -t asynclookup-users .
 # It installs asynclookup and its HTTP connector from the build context (neither is on an index
-# yet). A test replays these steps without Docker (tests/test_docker_images.py).
+# yet). A test replays these steps without Docker (tests/packaging/test_docker_images.py).
 FROM python:3.11-slim
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./

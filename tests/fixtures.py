@@ -4,10 +4,12 @@ SparkSession, one real Redis server and one real Postgres server for the whole s
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,3 +117,17 @@ def pg(postgres_srv: Any) -> Iterator[Any]:
 @pytest.fixture
 def table_name(prefix: str) -> str:
     return prefix.rstrip(":").lower()
+
+
+@pytest.fixture
+def spark_work_dir() -> Iterator[None]:
+    """Jobs on ``local-cluster`` leave their executors' directories under SPARK_HOME/work (the
+    installed pyspark's directory; an archive unpacks there, ~1 GB for a packed env): remove
+    what the test's jobs left."""
+    import pyspark
+
+    work = Path(pyspark.__file__).parent / "work"
+    before = set(work.iterdir()) if work.exists() else set()
+    yield
+    for app in set(work.iterdir()) - before if work.exists() else ():
+        shutil.rmtree(app, ignore_errors=True)

@@ -47,8 +47,11 @@ class AttemptTimer:
 
     async def within(self, awaitable: Awaitable[Any], seconds: float) -> Any:
         """Await ``awaitable`` (which ends promptly when cancelled) for at most ``seconds``."""
-        if sys.version_info < (3, 11):  # pragma: no cover - no Task.uncancel()
-            return await asyncio.wait_for(awaitable, seconds)
+        if sys.version_info < (3, 11):  # no Task.uncancel(): asyncio's own bound, per attempt
+            try:
+                return await asyncio.wait_for(awaitable, seconds)
+            except asyncio.TimeoutError:  # a class of its own on 3.10: the builtin, as on 3.11+
+                raise TimeoutError from None
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
         watches = self._watches
@@ -88,7 +91,7 @@ class AttemptTimer:
         request = asyncio.ensure_future(awaitable)
         try:
             return await self.within(asyncio.shield(request), seconds)
-        except (asyncio.TimeoutError, TimeoutError):  # two classes on Python 3.10
+        except TimeoutError:
             pass
         except BaseException:
             request.cancel()

@@ -29,9 +29,15 @@ from tests.servers import (
     own_redis_server,
     seed_users,
 )
+from tests.sizes import sized
 
-ROWS = 2_000_000  # lookups of lookup_join and the table function
-KEYS = 200_000  # keys in the store; the data source reads them all
+# lookups of lookup_join and the table function (4 partitions: at CI's size, 250 requests of
+# 500 keys per task, long enough for a restart and several cuts mid-job)
+ROWS = sized(ci=500_000, full=2_000_000)
+KEYS = sized(ci=50_000, full=200_000)  # keys in the store; the data source reads them all
+# the data source asks for each key once: smaller batches give it as many requests per task as
+# the other surfaces (250 at CI's size), so a restart 0.3 s in still falls mid-job
+DATA_SOURCE_BATCH = KEYS // 4 // 250
 SCHEMA = "user_id long, name string"
 RETRIES = {
     "retry.max-attempts": "40",
@@ -71,7 +77,8 @@ def _checked(spark: Any, surface: str, options: dict[str, str]) -> dict[str, int
         out = (
             spark.read.format("asynclookup")
             .schema(SCHEMA)
-            .options(**options, keys=keys, partitions="4")
+            .options(**{"batch.size": str(DATA_SOURCE_BATCH), **options})
+            .options(keys=keys, partitions="4")
             .load()
             .withColumn("event_id", F.col("user_id"))
         )

@@ -19,7 +19,7 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "lookup_source",
         "bench",
         "--scenarios",
-        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream",
+        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream,tail",
         "--rows",
         "3000",
         "--http-rows",
@@ -119,6 +119,14 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     assert (
         "ms, key-ordered" not in table and "| redis | uniform | asynclookup key-ordered |" in table
     )
+    tails = {r["method"]: r for r in data["tail"]}
+    assert tails["no hedging"]["rows"] == 1000 and tails["shared tier, second run"]["requests"] == 0
+    slow, hedged = tails["slow first answers, no hedging"], tails["slow first answers, p95"]
+    assert slow["hedges"] == 0 and hedged["hedges_won"] > 0
+    assert all(
+        t["p50_ms"] > 0 and t["p99_ms"] >= t["p50_ms"] for m, t in tails.items() if t["requests"]
+    )
+    assert "| slow first answers, hedge.after.ms=50 |" in table
     assert (tmp_path / "throughput.png").stat().st_size > 1000
     assert (tmp_path / "capacity.png").stat().st_size > 1000
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers import clean_environment, needs_index
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 
