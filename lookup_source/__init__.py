@@ -3,6 +3,7 @@
 >>> from lookup_source import AsyncLookupDataSource, lookup_join   # doctest: +SKIP
 """
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient, Matches
@@ -21,6 +22,9 @@ from lookup_source.errors import (
     TransientError,
     UnsupportedSparkError,
 )
+from lookup_source.redaction import install_log_redaction
+
+install_log_redaction(logging.getLogger("lookup_source"))  # no secret in any log of ours
 
 if TYPE_CHECKING:
     from lookup_source.engine.metrics import LookupMetrics

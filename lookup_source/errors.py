@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from lookup_source.redaction import redact_url
+from lookup_source.redaction import redact_text, redact_url
 
 
 class AsyncLookupError(Exception):
@@ -135,7 +135,7 @@ class LookupFailedError(AsyncLookupError):
         self.address = redact_url(address) if address else None
         self.failed_keys = failed_keys
         self.attempts = attempts
-        self.reason = reason
+        self.reason = reason = redact_text(reason)
         self.sample_keys = list(sample_keys)[:3]
         where = f" at {self.address}" if self.address else ""
         tries = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""

@@ -24,6 +24,7 @@ from lookup_source.connector_api.options import (
     OptionSpec,
     Parser,
     choice,
+    int_between,
     parse_bool,
     parse_column_list,
     parse_keys,
@@ -105,8 +106,13 @@ def option(
     return field(default=default, metadata={_DECLARED: declared})
 
 
-def _milliseconds_as_seconds(positive: bool) -> Parser:
-    whole = parse_positive_int if positive else parse_non_negative_int
+MAX_DURATION_MS = 365 * 24 * 3_600_000
+"""The longest duration an option takes (a year): beyond, a time would overflow the stores'
+and the event loop's clocks (Redis refuses such an expiry)."""
+
+
+def _milliseconds_as_seconds(positive: bool, max_ms: int) -> Parser:
+    whole = int_between(1 if positive else 0, max_ms)
 
     def parse(value: str) -> float:
         return whole(value) / 1000.0
@@ -115,12 +121,19 @@ def _milliseconds_as_seconds(positive: bool) -> Parser:
 
 
 def duration_ms(
-    key: str, default_ms: int, doc: str, *, positive: bool = False, default_doc: str | None = None
+    key: str,
+    default_ms: int,
+    doc: str,
+    *,
+    positive: bool = False,
+    max_ms: int = MAX_DURATION_MS,
+    default_doc: str | None = None,
 ) -> Any:
-    """A duration: given in milliseconds (the key ends in ``.ms``), held in seconds."""
+    """A duration: given in milliseconds (the key ends in ``.ms``), held in seconds; from 0
+    (1 when ``positive``) to ``max_ms``."""
     spec = OptionSpec(
         key,
-        _milliseconds_as_seconds(positive),
+        _milliseconds_as_seconds(positive, max_ms),
         default_ms / 1000.0,
         doc,
         default_doc=default_doc or str(default_ms),
@@ -138,8 +151,8 @@ def _ratio_above_one(value: str) -> float:
         ratio = float(value.strip())
     except ValueError:
         raise ValueError(f"expected a number above 1, such as 2.0, got {value!r}") from None
-    if not 1 < ratio < float("inf"):
-        raise ValueError(f"must be a number above 1, got {value!r}")
+    if not 1 < ratio <= 1000:
+        raise ValueError(f"must be a number above 1 and at most 1000, got {value!r}")
     return ratio
 
 
@@ -154,7 +167,7 @@ class RetrySettings:
 
     max_attempts: int = option(
         "retry.max-attempts",
-        parse_positive_int,
+        int_between(1, 1_000_000),
         3,
         "Attempts per request, the first included (1 = no retry). Only errors that can "
         "succeed on retry (timeouts, dropped connections, 429/503) are retried.",
@@ -178,46 +191,63 @@ class RetrySettings:
     )
 
 
+HEDGE_FALLBACK_MS = 200
+"""``hedge.after.ms=pNN``: the delay before enough answers are known to take the quantile of,
+unless given beside it (``p95,50``)."""
+
+
 @dataclass(frozen=True)
 class HedgeAfter:
     """When a request is hedged: after a fixed delay (``seconds``), or once it has taken longer
-    than the ``quantile`` of the recent answers' latencies."""
+    than the ``quantile`` of the recent answers' latencies — after ``seconds`` until enough
+    answers are known."""
 
     seconds: float = 0.0
     quantile: float = 0.0
 
     def __str__(self) -> str:
         if self.quantile:
-            return f"p{self.quantile * 100:g}"
+            return f"p{self.quantile * 100:g},{self.seconds * 1000:g}"
         return f"{self.seconds * 1000:g}"
+
+
+def _hedge_ms(text: str, value: str) -> float:
+    try:
+        ms = float(text)
+    except ValueError:
+        raise ValueError(
+            f"expected milliseconds (such as 50), a latency quantile (such as p95, or p95,50 "
+            f"with the delay before enough answers are known), or 0 for no hedging, got "
+            f"{value!r}"
+        ) from None
+    if not 0 < ms <= MAX_DURATION_MS:
+        raise ValueError(
+            f"must be a positive number of milliseconds of at most {MAX_DURATION_MS:,}, "
+            f"got {value!r}"
+        )
+    return ms
 
 
 def parse_hedge_after(value: str) -> HedgeAfter | None:
     """``hedge.after.ms``: milliseconds (``50``), a quantile of recent latencies (``p95``,
-    ``p99.9``), or 0 / ``off`` (no hedging)."""
+    ``p99.9``; with the delay used until 20 answers are known: ``p95,50``, else
+    :data:`HEDGE_FALLBACK_MS`), or 0 / ``off`` (no hedging)."""
     text = value.strip().lower()
     if text in ("", "0", "off", "none", "false"):
         return None
     if text.startswith("p"):
+        quantile, _, fallback = text[1:].partition(",")
         try:
-            percent = float(text[1:])
+            percent = float(quantile)
         except ValueError:
             percent = -1.0
         if not 50 <= percent < 100:
             raise ValueError(
                 f"expected a latency quantile from p50 to p99.99 (such as p95), got {value!r}"
             )
-        return HedgeAfter(quantile=round(percent / 100.0, 6))
-    try:
-        ms = float(text)
-    except ValueError:
-        raise ValueError(
-            f"expected milliseconds (such as 50), a latency quantile (such as p95), or 0 for no "
-            f"hedging, got {value!r}"
-        ) from None
-    if not 0 < ms < float("inf"):
-        raise ValueError(f"must be a positive number of milliseconds, got {value!r}")
-    return HedgeAfter(seconds=ms / 1000.0)
+        ms = _hedge_ms(fallback.strip(), value) if fallback.strip() else HEDGE_FALLBACK_MS
+        return HedgeAfter(seconds=ms / 1000.0, quantile=round(percent / 100.0, 6))
+    return HedgeAfter(seconds=_hedge_ms(text, value) / 1000.0)
 
 
 def _share(value: str) -> float:
@@ -239,18 +269,21 @@ class HedgeSettings:
         parse_hedge_after,
         None,
         "Hedge a request still unanswered after this many ms, or after a latency quantile of "
-        "the worker's recent answers (`p95`, `p99`): the same keys are asked again, the first "
-        "answer wins, the other request is cancelled. At most one hedge per request; a hedge "
-        "takes a free `capacity` slot (none free: no hedge), waits for `rate.limit` and ends "
-        "within the attempt's `timeout.ms`. Off by default.",
+        "the worker's recent answers (`p95`, `p99`; until 20 answers are known, after "
+        f"{HEDGE_FALLBACK_MS} ms, or the delay given beside it: `p95,50`): the same keys are "
+        "asked again, the first answer wins, the other request is cancelled. At most one "
+        "hedge per request; a hedge takes a free `capacity` slot (none free: no hedge), waits "
+        "for `rate.limit` and ends within the attempt's `timeout.ms`. Off by default.",
         default_doc="(off)",
     )
     budget: float = option(
         "hedge.budget",
         _share,
         0.05,
-        "Most hedges as a share of requests (a token per request, worth this share of a "
-        "hedge): the extra load hedging may put on the store.",
+        "Most hedges as a share of requests (each request earns this share of a hedge, a "
+        "hedge spends a whole one; the budget saves up what 1,000 requests earn, at least 10, "
+        "and starts full, so a job's first slow requests are hedged too): the extra load "
+        "hedging may put on the store.",
     )
 
 
@@ -268,7 +301,8 @@ class SharedCacheSettings:
         return (
             f"SharedCacheSettings(url={url!r}, ttl_s={self.ttl_s}, "
             f"missing_keys={self.missing_keys}, timeout_s={self.timeout_s}, "
-            f"namespace={self.namespace!r})"
+            f"namespace={self.namespace!r}, secret_env={self.secret_env!r}, "
+            f"max_value_bytes={self.max_value_bytes})"
         )
 
     url: str | None = option(
@@ -277,8 +311,11 @@ class SharedCacheSettings:
         None,
         "A Redis (`redis://`, `rediss://`) that every worker and every job reads answers from "
         "before asking the store, and writes the store's answers to (needs the `redis` "
-        "connector installed). Keys are namespaced by the lookup's identity (connector, URL "
-        "without credentials, connector options except secrets, key and value schema).",
+        "connector installed). Keys are namespaced by the lookup's identity: everything that "
+        "decides the answers (connector, URL, every option and header, the values of `*.env` "
+        "options and the content of certificate files on the executor, key and value schema, "
+        "a `fetch=` function's code and state), secrets through a keyed one-way digest; each "
+        "value carries a tag keyed by that identity. See docs/guarantees.md, Trust.",
         default_doc="(none)",
     )
     ttl_s: float = duration_ms(
@@ -302,9 +339,28 @@ class SharedCacheSettings:
         "cache.shared.namespace",
         parse_text,
         "",
-        "Added to the lookup's identity: lookups whose answers differ by something the identity "
-        "leaves out (an API token chosen per tenant) set different namespaces.",
+        "Added to the lookup's identity, which already holds everything that decides the "
+        "answers (secrets included, by a keyed digest): a namespace can only narrow what is "
+        "shared (lookups with different namespaces never share), never widen it.",
         default_doc="(empty)",
+    )
+    secret_env: str | None = option(
+        "cache.shared.secret.env",
+        parse_text,
+        None,
+        "Environment variable, on the executors, holding a secret that joins the lookup's "
+        "identity: only lookups that know it share answers, and a value written by anyone "
+        "without it is not believed (its tag does not match). Set it when the lookup itself "
+        "holds no secret and others can write to the shared tier's Redis.",
+        default_doc="(none)",
+    )
+    max_value_bytes: int = option(
+        "cache.shared.max-value-bytes",
+        int_between(64, 1 << 30),
+        4 << 20,
+        "Largest answer (one key's rows, compressed and uncompressed) written to or believed "
+        "from the shared tier; a larger one is not written, and one claiming more is a miss.",
+        unit="bytes",
     )
 
 
@@ -373,7 +429,7 @@ class LookupOptions:
     )
     capacity: int = option(
         "capacity",
-        parse_positive_int,
+        int_between(1, 100_000),
         100,
         "Most requests in flight at once per task; when full, the task stops pulling input.",
     )
@@ -395,7 +451,7 @@ class LookupOptions:
     )
     batch_size: int = option(
         "batch.size",
-        parse_positive_int,
+        int_between(1, 1_000_000),
         LookupClient.default_batch_size,  # the connector decides: parse_options
         "Most keys per request (MGET, `= ANY($1)`, batch POST, fetch_many).",
         default_doc="the connector's",
@@ -420,9 +476,17 @@ class LookupOptions:
         "when needed (connections a proxy or firewall may have dropped unseen are never "
         "trusted). 0 = a client per task, closed when the task ends.",
     )
+    connection_max_age_s: float = duration_ms(
+        "connection.max-age.ms",
+        3_600_000,
+        "A kept client older than this is replaced by a new one when the next task asks for "
+        "it (credentials that expire, DNS that moves). A client is also replaced as soon as "
+        "what it was made from changes on the executor: a `*.env` variable's value, a "
+        "certificate or key file's content. 0 = no age limit.",
+    )
     gc_threshold: int = option(
         "gc.threshold",
-        parse_non_negative_int,
+        int_between(0, 10_000_000),
         10_000,
         "While a task's lookups run, Python's garbage collector looks for cycles after this "
         "many new objects (the threshold of its youngest generation; Python's own is 700, "
@@ -539,7 +603,7 @@ class LookupOptions:
     )
     partitions: int | None = option(
         "partitions",
-        parse_positive_int,
+        int_between(1, 1_000_000),
         None,
         "How many read tasks the keys (or a whole-table scan) are split over.",
         scope=READER,

@@ -121,12 +121,17 @@ class UserService(BackgroundHttpServer):
         port: int = 0,
         tail_share: float = 0.0,
         tail_ms: float = 0.0,
+        slow_first_every: int = 0,
     ) -> None:
         self.users = users
         self.latency_s = latency_ms / 1000.0
         self.tail_share = tail_share
         """A share of the requests (every 1/share-th, spread evenly) takes ``tail_ms`` instead."""
         self.tail_s = tail_ms / 1000.0
+        self.slow_first_every = slow_first_every
+        """When set, the first request for every such key (user id a multiple of it) takes
+        ``tail_ms``, later ones ``latency_ms``: a cold cache behind the service."""
+        self._asked: set[str] = set()
         self.requests = 0
         self.keys_served = 0
         self._peers: set[Any] = set()
@@ -141,6 +146,10 @@ class UserService(BackgroundHttpServer):
 
     def request_count(self) -> int:
         return self.requests
+
+    def forget_asked(self) -> None:
+        """With ``slow_first_every``: every key's next request is its first again."""
+        self._asked.clear()
 
     @property
     def connections(self) -> int:
@@ -164,8 +173,15 @@ class UserService(BackgroundHttpServer):
             return None
         return user_id if 0 <= user_id < self.users else None
 
-    async def _pause(self) -> None:
-        if self.tail_share and (self.requests * 7919) % round(1 / self.tail_share) == 0:
+    async def _pause(self, key: str | None = None) -> None:
+        if self.slow_first_every and key is not None:
+            first = key not in self._asked
+            self._asked.add(key)
+            user = self._known(key)
+            if first and user is not None and user % self.slow_first_every == 0:
+                await asyncio.sleep(self.tail_s)
+                return
+        elif self.tail_share and (self.requests * 7919) % round(1 / self.tail_share) == 0:
             await asyncio.sleep(self.tail_s)
         elif self.latency_s > 0:
             await asyncio.sleep(self.latency_s)
@@ -173,7 +189,7 @@ class UserService(BackgroundHttpServer):
     async def _get(self, request: web.Request) -> web.Response:
         self._seen(request)
         self.keys_served += 1
-        await self._pause()
+        await self._pause(request.match_info["user_id"])
         user_id = self._known(request.match_info["user_id"])
         if user_id is None:
             return web.json_response({"error": "no such user"}, status=404)

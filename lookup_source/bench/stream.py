@@ -1,9 +1,10 @@
 """``asynclookup bench --scenarios stream``: what a small micro-batch pays for a lookup, and how
 many connections a stream opens.
 
-A rate source (``--stream-rate`` rows per second over ``--tasks`` partitions, a micro-batch every
-``--stream-trigger-ms``) runs ``--stream-batches`` micro-batches after ``--stream-warm-up``, into
-Spark's ``noop`` sink, for each method:
+A source of ``--stream-rate`` rows per second over ``--tasks`` partitions, a micro-batch of
+rate x trigger rows every ``--stream-trigger-ms`` (Spark's ``rate-micro-batch``), runs
+``--stream-batches`` micro-batches after ``--stream-warm-up``, into Spark's ``noop`` sink, for
+each method:
 
 - no Python step at all;
 - the Spark floor: the same ``mapInArrow`` appending computed columns, no I/O;
@@ -121,10 +122,14 @@ class CountingProxy:
 def _events(spark: Any, args: Any) -> Any:
     from pyspark.sql import functions as F
 
+    # rate-micro-batch: every trigger, rate x trigger rows (the rate source advances by whole
+    # seconds, so it makes one micro-batch a second of the rate's rows, whatever the trigger)
+    trigger_ms = args.stream_trigger_ms
     return (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", args.stream_rate)
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", max(1, round(args.stream_rate * trigger_ms / 1000)))
         .option("numPartitions", args.tasks)
+        .option("advanceMillisPerBatch", trigger_ms)
         .load()
         .select(F.col("value").alias("event_id"), (F.col("value") % args.users).alias("user_id"))
     )

@@ -62,9 +62,11 @@ from lookup_source.connector_api.kit import (
 )
 from lookup_source.connector_api.matches import Matches
 from lookup_source.connector_api.options import (
+    INT_LIMIT,
     OptionSpec,
     Parser,
     choice,
+    int_between,
     parse_bool,
     parse_column_list,
     parse_keys,
@@ -112,6 +114,7 @@ from lookup_source.redaction import redact_url
 __all__ = [
     "DECODE_ERRORS",
     "EXCERPT_CHARS",
+    "INT_LIMIT",
     "SCAN_CHUNK_ROWS",
     "SHARED_CACHE_GROUP",
     "Classifier",
@@ -150,6 +153,7 @@ __all__ = [
     "failure_kind",
     "handshake_check",
     "handshake_refusal",
+    "int_between",
     "is_retryable",
     "key_text",
     "match_rows",

@@ -31,7 +31,8 @@ An exception the classifier does not place is translated by the one rule of
 dropped connections, a host that does not resolve) becomes a :class:`TransientError`, any other
 exception defined by the library (its top-level module is ``library``) a
 :class:`PermanentError`. asynclookup's own errors pass through; other exceptions (a bug in the
-connector) are not touched. The translated error keeps the original as its ``__cause__`` and
+connector) are not touched. The translated error keeps the original, redacted
+(:class:`LibraryError`: its type's name, text and traceback), as its ``__cause__`` and
 names it in its message: ``redis ConnectionError: Error 111 connecting to ...``.
 """
 
@@ -44,6 +45,7 @@ from typing import Literal
 from lookup_source.connector_api.retryable import failure_kind, is_os_level
 from lookup_source.connector_api.tls import tls_failure
 from lookup_source.errors import AsyncLookupError, ConnectorError
+from lookup_source.redaction import redact_text
 
 Classifier = Callable[[Exception], "type[ConnectorError] | ConnectorError | None"]
 """Given a library's exception, the class to translate it into (or the error itself, with a
@@ -67,13 +69,29 @@ def translate_error(
             return error  # neither: a bug of the connector's own, not touched
         kind = failure_kind(error, tls=tls)
     if isinstance(kind, ConnectorError):  # the message is written already
-        kind.__cause__ = error
+        kind.__cause__ = redacted_cause(error)
         return kind
-    text = str(error).strip()
+    text = redact_text(str(error).strip())  # a library's text may quote a URL's secrets
     name = f"{library} {type(error).__name__}"
     translated = kind(f"{name}: {text}" if text else name)
-    translated.__cause__ = error
+    translated.__cause__ = redacted_cause(error)
     return translated
+
+
+class LibraryError(Exception):
+    """A client library's exception, its text redacted (the cause of a translated error): a
+    traceback shows where the library failed and why, never the URL's secrets it quoted."""
+
+
+def redacted_cause(error: BaseException) -> LibraryError:
+    """``error`` as the cause a translated error keeps: its type's full name and its text,
+    redacted, with its traceback (not its own causes, which may quote the same secrets)."""
+    kind = type(error)
+    text = redact_text(str(error).strip())
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    cause = LibraryError(f"{name}: {text}" if text else name).with_traceback(error.__traceback__)
+    cause.__suppress_context__ = True
+    return cause
 
 
 class translated_errors:
@@ -101,4 +119,4 @@ class translated_errors:
         translated = translate_error(self.library, self.classify, error, self.tls)
         if translated is error:
             return False
-        raise translated from error
+        raise translated from translated.__cause__

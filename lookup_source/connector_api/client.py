@@ -161,6 +161,16 @@ class LookupClient:
         """Check options against the schema (key and value columns). Raise ``OptionError`` or
         ``SchemaError``."""
 
+    @classmethod
+    def implicit_inputs(cls, config: ConnectorConfig) -> Sequence[str]:
+        """What the client's library reads on its own, with no option naming it, that may
+        decide the answers: ``env:NAME`` (an environment variable) and ``file:PATH`` (a file's
+        content). Their values on the executor join the lookup's identity, so clients, caches
+        and the shared cache tier are never shared across them (libpq's ``PGPASSWORD``,
+        ``PGDATABASE`` and ``~/.pgpass`` for Postgres). Options, ``*.env`` options, ``*-file``
+        options and file parameters of the URL are covered already."""
+        return ()
+
     # -- life cycle, on the executor -----------------------------------------------------------
 
     async def open(self) -> None:

@@ -39,7 +39,7 @@ def encode_rows(columns: Sequence[pa.Array]) -> np.ndarray:
         null |= more < 0
         if size * max(width, 1) >= 2**62:  # keep the combined code inside int64: densify
             _, codes = np.unique(codes, return_inverse=True)
-            size = int(codes.max()) + 1 if len(codes) else 0
+            size = int(np.max(codes)) + 1 if len(codes) else 0
         codes = codes * max(width, 1) + more
         size *= max(width, 1)
     codes[null] = -1

@@ -20,7 +20,7 @@ import pyarrow as pa
 from lookup_source.connector_api.options import OptionSpec, parse_text
 from lookup_source.connector_api.secrets import secret_from_env
 from lookup_source.errors import OptionError
-from lookup_source.redaction import redact_url
+from lookup_source.redaction import redact_text, redact_url
 
 EXCERPT_CHARS = 120
 """How much of a bad answer a message shows."""
@@ -29,10 +29,12 @@ C = TypeVar("C")
 
 
 def excerpt(raw: bytes | str, limit: int = EXCERPT_CHARS) -> str:
-    """The start of ``raw`` (an answer, a stored value) as text, for a message; ``...`` when
-    it goes on."""
-    text = raw[:limit].decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw[:limit]
-    return text + ("..." if len(raw) > limit else "")
+    """The start of ``raw`` (an answer, a stored value) as text, for a message, with any URL
+    in it redacted; ``...`` when it goes on."""
+    window = raw[: limit * 4]  # redacted whole before the cut: no secret cut in half shows
+    text = window.decode("utf-8", errors="replace") if isinstance(window, bytes) else window
+    text = redact_text(text)
+    return text[:limit] + ("..." if len(raw) > limit or len(text) > limit else "")
 
 
 def require_url(

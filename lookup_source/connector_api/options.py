@@ -56,26 +56,44 @@ def parse_required_text(value: str) -> str:
     return value
 
 
+INT_LIMIT = 2**31 - 1
+"""The largest whole number an option takes unless its own range is narrower: a count, a size
+or a threshold beyond it is a mistake (and overflows what Python's C parts accept)."""
+
+RATE_LIMIT = 1e9
+"""The largest rate (per second) an option takes."""
+
+
 def _int(value: str) -> int:
     text = value.strip().replace("_", "")
+    if len(text) > 64:  # no whole number an option takes is this long
+        raise ValueError(f"expected a whole number of at most {INT_LIMIT:,}, got {value[:40]!r}...")
     try:
         return int(text)
     except ValueError:
         raise ValueError(f"expected a whole number, got {value!r}") from None
 
 
-def parse_positive_int(value: str) -> int:
-    number = _int(value)
-    if number < 1:
-        raise ValueError(f"must be at least 1, got {number}")
-    return number
+def int_between(minimum: int, maximum: int) -> Parser:
+    """A parser of whole numbers from ``minimum`` to ``maximum``, both included."""
+
+    def parse(value: str) -> int:
+        number = _int(value)
+        if number < minimum:
+            low = {0: "0 or more", 1: "at least 1"}.get(minimum, f"at least {minimum:,}")
+            raise ValueError(f"must be {low}, got {number:,}")
+        if number > maximum:
+            raise ValueError(f"must be at most {maximum:,}, got {number:,}")
+        return number
+
+    return parse
 
 
-def parse_non_negative_int(value: str) -> int:
-    number = _int(value)
-    if number < 0:
-        raise ValueError(f"must be 0 or more, got {number}")
-    return number
+parse_positive_int: Parser = int_between(1, INT_LIMIT)
+"""A whole number from 1 to :data:`INT_LIMIT`."""
+
+parse_non_negative_int: Parser = int_between(0, INT_LIMIT)
+"""A whole number from 0 to :data:`INT_LIMIT`."""
 
 
 def parse_rate(value: str) -> float:
@@ -84,8 +102,10 @@ def parse_rate(value: str) -> float:
         rate = float(text)
     except ValueError:
         raise ValueError(f"expected a number of requests per second, got {value!r}") from None
-    if rate < 0 or rate != rate or rate == float("inf"):
-        raise ValueError(f"must be 0 (no limit) or a positive number, got {value!r}")
+    if rate < 0 or rate != rate or rate > RATE_LIMIT:
+        raise ValueError(
+            f"must be 0 (no limit) or a positive number of at most {RATE_LIMIT:,.0f}, got {value!r}"
+        )
     return rate
 
 

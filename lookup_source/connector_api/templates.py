@@ -16,6 +16,10 @@ from lookup_source.connector_api.client import Key
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.errors import OptionError
 
+MAX_FORMAT_WIDTH = 1024
+"""The largest width or precision a placeholder's format may ask for (``{key:>20}``): a key
+pattern must not build keys of a gigabyte."""
+
 
 def key_text(value: Any) -> str:
     """How one key value is written into a template: dates in ISO form, booleans lower case."""
@@ -94,6 +98,27 @@ class KeyTemplate:
             raise OptionError(
                 option, f"{template!r} has no placeholder: every key would be the same"
             )
+        for _, field, spec, _ in string.Formatter().parse(template):
+            if spec and ("{" in spec or "}" in spec):
+                raise OptionError(
+                    option,
+                    f"{template!r}: the format of {{{field}}} may not hold a placeholder "
+                    f"({spec!r}): a key would choose its own width",
+                )
+            if spec:  # a key's text is formatted as a string: a format strings take
+                try:
+                    format("key", spec)
+                except ValueError as exc:
+                    raise OptionError(
+                        option, f"{template!r}: {{{field}:{spec}}} is not a format for a key: {exc}"
+                    ) from None
+            widths = [int(n) for n in re.findall(r"\d+", spec or "")]
+            if widths and max(widths) > MAX_FORMAT_WIDTH:
+                raise OptionError(
+                    option,
+                    f"{template!r}: the format {{{field}:{spec}}} asks for {max(widths):,} "
+                    f"characters; a width or precision is at most {MAX_FORMAT_WIDTH:,}",
+                )
         if not single:
             missing = [k for k in key_columns if k not in names]
             if missing:

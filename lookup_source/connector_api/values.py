@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from lookup_source.connector_api.keys import match_rows
 from lookup_source.connector_api.matches import Matches
 from lookup_source.errors import RecordError
+from lookup_source.redaction import redact_text
 
 _CONVERSION_ERRORS = (
     pa.ArrowInvalid,
@@ -171,7 +172,8 @@ def typed_columns(
 def _error_array(reasons: dict[int, str], rows: int) -> pa.Array | None:
     if not reasons:
         return None
-    return pa.array([reasons.get(row) for row in range(rows)], type=pa.string())
+    texts = {row: redact_text(reason) for row, reason in reasons.items()}
+    return pa.array([texts.get(row) for row in range(rows)], type=pa.string())
 
 
 def as_records(document: Any, what: str) -> Any:

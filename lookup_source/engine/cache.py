@@ -6,15 +6,16 @@
 - :class:`FullCache`: the whole table, loaded through the connector's scan
   (:mod:`.table_load`), answered locally, reloaded every ``cache.reload.ms``.
 
-Caches are keyed by the connector configuration (connector, address, options, key and value
-columns) and their settings (:func:`worker_cache`), so two lookup tables never share entries.
+Caches are keyed by the lookup's identity (:mod:`.identity`: everything that decides its
+answers, secrets included) and their settings (:func:`worker_cache`), so two lookups whose
+answers could differ never share entries.
 Both are thread-safe; their clock (``time.monotonic``) may be given, for tests. What the engine
 sees of them is :mod:`.cache_layer`.
 """
 
 from __future__ import annotations
 
-import hashlib
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -23,21 +24,9 @@ from typing import Any
 
 from lookup_source.connector_api import ConnectorConfig, Key
 from lookup_source.engine.answers import MISSING
+from lookup_source.engine.identity import LookupIdentity
 
 Clock = Callable[[], float]
-
-
-def cache_identity(config: ConnectorConfig) -> str:
-    """What makes two lookups share a cache: the same store, table and columns."""
-    parts = [
-        config.connector,
-        config.url or "",
-        repr(sorted((k, repr(v)) for k, v in config.options.items())),
-        repr(config.key_columns),
-        repr(config.value_columns),
-        repr([str(t) for t in config.value_types]),
-    ]
-    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 class PartialCache:
@@ -48,6 +37,7 @@ class PartialCache:
         self.ttl_s = ttl_s
         self._clock = clock
         self._entries: OrderedDict[Key, tuple[Any, float]] = OrderedDict()
+        """key -> (value, when it expires)"""
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -62,19 +52,24 @@ class PartialCache:
                 entry = self._entries.get(key)
                 if entry is None:
                     continue
-                value, written = entry
-                if self.ttl_s and now - written >= self.ttl_s:
+                value, expires = entry
+                if now >= expires:
                     del self._entries[key]
                     continue
                 self._entries.move_to_end(key)
                 found[key] = value
         return found
 
-    def put_many(self, items: Iterable[tuple[Key, Any]]) -> None:
-        now = self._clock()
+    def put_many(self, items: Iterable[tuple[Key, Any]], ttl_s: float | None = None) -> None:
+        """Keep ``items`` for the cache's time to live, or ``ttl_s`` when that is shorter (an
+        answer that had less time left elsewhere)."""
+        ttl = self.ttl_s
+        if ttl_s is not None:
+            ttl = min(ttl, ttl_s) if ttl else ttl_s
+        expires = self._clock() + ttl if ttl else math.inf
         with self._lock:
             for key, value in items:
-                self._entries[key] = (value, now)
+                self._entries[key] = (value, expires)
                 self._entries.move_to_end(key)
             while len(self._entries) > self.max_rows:
                 self._entries.popitem(last=False)
@@ -124,17 +119,23 @@ class FullCache:
             self._reloading = False
 
 
-_CACHES: dict[tuple[str, str], Any] = {}
+_CACHES: dict[str, Any] = {}
 _CACHES_LOCK = threading.Lock()
 
 
-def worker_cache(kind: str, config: ConnectorConfig, make: Callable[[], Any]) -> Any:
-    """The cache of this worker process for ``config`` (created on first use)."""
-    identity = (kind, cache_identity(config))
+def worker_cache(
+    kind: str,
+    config: ConnectorConfig,
+    make: Callable[[], Any],
+    identity: LookupIdentity | None = None,
+) -> Any:
+    """The cache of this worker process for the lookup ``config`` (its identity, if the
+    caller has it already) and ``kind`` (its settings), created on first use."""
+    key = (identity or LookupIdentity.of(config)).digest("cache", kind)
     with _CACHES_LOCK:
-        cache = _CACHES.get(identity)
+        cache = _CACHES.get(key)
         if cache is None:
-            cache = _CACHES[identity] = make()
+            cache = _CACHES[key] = make()
         return cache
 
 

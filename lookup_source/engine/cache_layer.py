@@ -21,6 +21,7 @@ from lookup_source.engine.answers import (
     cached_answer,
 )
 from lookup_source.engine.cache import FullCache, PartialCache, worker_cache
+from lookup_source.engine.identity import LookupIdentity
 from lookup_source.engine.loop import TaskLoop
 from lookup_source.engine.table_load import load_table, reload_in_background
 
@@ -40,6 +41,9 @@ class CacheAnswer:
     misses: int = 0
     missing: int = 0
     """Keys the cache knows to be missing."""
+    ttl_s: float | None = None
+    """How long the answers may still be kept (the least a shared-tier hit had left), or
+    None for the keeping cache's own time to live."""
 
 
 class CacheLayer(Protocol):
@@ -49,8 +53,8 @@ class CacheLayer(Protocol):
         """What the cache knows of a batch's distinct ``keys``."""
         ...
 
-    def store(self, answer: Answer) -> None:
-        """Keep what the store answered."""
+    def store(self, answer: Answer, ttl_s: float | None = None) -> None:
+        """Keep what the store answered (for at most ``ttl_s``, when given)."""
         ...
 
 
@@ -102,7 +106,7 @@ class _Layer:
             return CacheAnswer(np.arange(0, dtype=np.int64))
         return known_answer(keys, self.cache.get_many(keys), fields)
 
-    def store(self, answer: Answer) -> None:
+    def store(self, answer: Answer, ttl_s: float | None = None) -> None:
         """Nothing: a full cache is loaded by scans only."""
 
 
@@ -113,10 +117,10 @@ class PartialCacheLayer(_Layer):
         super().__init__(cache)
         self.cache_missing = cache_missing
 
-    def store(self, answer: Answer) -> None:
+    def store(self, answer: Answer, ttl_s: float | None = None) -> None:
         items = answer.cache_entries(cache_missing=self.cache_missing)
         if items:
-            self.cache.put_many(items)
+            self.cache.put_many(items, ttl_s=ttl_s)
 
 
 def task_cache(
@@ -126,6 +130,7 @@ def task_cache(
     loop: TaskLoop,
     factory: Callable[[ConnectorConfig], LookupClient],
     value_fields: Sequence[pa.Field],
+    identity: LookupIdentity | None = None,
 ) -> CacheLayer | None:
     """The cache a task's settings ask for, shared with the other tasks of this worker: a full
     cache (loaded now by ``client`` if this worker has not yet, reloaded in the background when
@@ -135,6 +140,7 @@ def task_cache(
             f"full reload={settings.reload_s}",
             config,
             lambda: FullCache(settings.reload_s),
+            identity,
         )
         key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
         with full.load_lock:
@@ -149,6 +155,7 @@ def task_cache(
             f"partial max-rows={settings.max_rows} ttl={settings.ttl_s}",
             config,
             lambda: PartialCache(settings.max_rows, settings.ttl_s),
+            identity,
         )
         return PartialCacheLayer(partial, cache_missing=settings.missing_keys)
     return None

@@ -15,12 +15,13 @@ import pyarrow as pa
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
 from lookup_source.engine.answers import Answer, merge
 from lookup_source.engine.deadline import AttemptTimer, RequestDeadline
-from lookup_source.engine.hedge import Hedging, NoHedge, race
+from lookup_source.engine.hedge import Hedging, race
 from lookup_source.engine.limit import ConcurrencyLimit
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
-from lookup_source.errors import OverloadedError
+from lookup_source.errors import OverloadedError, RecordError
+from lookup_source.redaction import redact_text
 
 
 class AskedKeys(Protocol):
@@ -62,8 +63,10 @@ class RequestExecutor:
         rng: random.Random | None = None,
         hedging: Hedging | None = None,
         hedge_slot: tuple[Callable[[], Awaitable[None]], Callable[[], None]] | None = None,
+        redact: Callable[[str], str] = redact_text,
     ) -> None:
         self._client = client
+        self._redact = redact
         self._policy = policy
         self._deadline = deadline
         self._limit = limit
@@ -198,11 +201,9 @@ class RequestExecutor:
         assert hedging is not None
         metrics = self._metrics
 
-        async def hedge() -> Any:
-            await self._take_slot()  # a request like any other: it waits for a free slot
+        async def hedge() -> Any:  # its budget taken: a request like any other from here
+            await self._take_slot()  # it waits for a free slot
             try:
-                if not hedging.budget.spend():
-                    raise NoHedge
                 if self._rate_limiter is not None:
                     await self._rate_limiter.acquire()
                 metrics.hedges += 1
@@ -218,7 +219,7 @@ class RequestExecutor:
             call,
             limit_s=limit_s,
             delay_s=hedging.delay_s(),
-            may_hedge=hedging.budget.has,
+            gate=hedging.budget,
             start_hedge=hedge,
             hedge_won=won,
             abandoned=self.abandoned,
@@ -233,6 +234,9 @@ class RequestExecutor:
                     f"connector {name!r} returned {type(result).__name__} from "
                     "lookup_arrow(); it must return Matches"
                 )
+            errors = result.errors
+            if errors is not None and errors.null_count < len(errors):  # a connector's texts
+                return Matches(result.key_index, result.values, redact_texts(errors, self._redact))
             return result
         if result is None:
             return {}
@@ -241,6 +245,12 @@ class RequestExecutor:
                 f"connector {name!r} returned {type(result).__name__} from "
                 "lookup(); it must return a mapping of key -> record"
             )
+        if any(isinstance(value, RecordError) for value in result.values()):
+            redact = self._redact
+            return {
+                key: RecordError(redact(str(value))) if isinstance(value, RecordError) else value
+                for key, value in result.items()
+            }
         return result
 
 
@@ -250,3 +260,11 @@ async def _no_wait() -> None:
 
 def _nothing() -> None:
     pass
+
+
+def redact_texts(texts: pa.Array, redact: Callable[[str], str] = redact_text) -> pa.Array:
+    """A column of messages, redacted (a connector's error rows)."""
+    return pa.array(
+        [None if text is None else redact(text) for text in texts.to_pylist()],
+        type=pa.string(),
+    )

@@ -7,8 +7,15 @@ Three small parts, conducted by the request executor (:mod:`.executor`):
   given as a quantile (``hedge.after.ms=p95``);
 - :class:`HedgeBudget`: a token bucket that keeps hedges under a share of the requests
   (``hedge.budget``): each request earns that share of a token, a hedge spends a whole one, so
-  over any stretch of requests the hedges never exceed the share (gRPC's hedging throttle);
-- :func:`race`: one attempt, hedged once past the delay.
+  over any long stretch of requests the hedges never exceed the share; it starts full (what
+  1,000 requests earn, at least 10), as gRPC's hedging throttle does, so that a job's first
+  requests — the likeliest to be slow (cold caches, new connections, a service warming up) —
+  are hedged too; those first tokens are an advance that the first requests' earnings repay,
+  so over a worker's first ``n`` requests at most ``max(saved, share * n)`` hedges go; a
+  request past its delay with no hedge to be had asks again every delay;
+- :func:`race`: one attempt, hedged once past the delay — a delay the loop ran through: a
+  task's loop runs only while Spark waits on it, and a request's answer that came while it did
+  not is read before the request is called slow.
 
 A lookup's :class:`Hedging` (window and budget) lives as long as the Python worker, shared by
 its tasks (:func:`worker_hedging`, kept with the worker's caches): a stream's micro-batches
@@ -21,12 +28,14 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.cache import worker_cache
+from lookup_source.engine.identity import LookupIdentity
+from lookup_source.engine.loop import paused_for
 
 if TYPE_CHECKING:
     from lookup_source.options import HedgeSettings
@@ -35,13 +44,27 @@ WINDOW = 512
 """Latencies a :class:`LatencyWindow` keeps (the most recent ones)."""
 
 MIN_SAMPLES = 20
-"""Answers needed before a quantile delay is trusted; before that, no hedge is sent."""
+"""Answers needed before a quantile delay is trusted; before that, the fixed delay given
+beside the quantile (``hedge.after.ms=p95,50``) is used."""
 
 REFRESH = 32
 """A quantile is computed again after this many new latencies."""
 
 MAX_TOKENS = 10.0
-"""Most hedges a :class:`HedgeBudget` may have saved up (a burst after a quiet stretch)."""
+"""The fewest hedges a :class:`HedgeBudget` may save up (a burst after a quiet stretch)."""
+
+SAVED_REQUESTS = 1_000
+"""A budget saves up what this many requests earn (``hedge.budget`` x 1,000: 50 hedges at 5%),
+at least :data:`MAX_TOKENS`, and starts full, as an advance the first requests repay: over a
+worker's first ``n`` requests at most ``max(saved, share * n)`` hedges, over any later stretch
+of ``n`` at most ``saved + share * n``. A task sends its requests in bursts (hundreds start
+within milliseconds when the service is fast), and what they earn past the cap is lost: a cap
+of a few hedges leaves the slow requests of a burst unhedged."""
+
+
+def saved_hedges(share: float) -> float:
+    """How many hedges a budget of ``share`` may save up (and starts with)."""
+    return max(MAX_TOKENS, share * SAVED_REQUESTS)
 
 
 class LatencyWindow:
@@ -74,18 +97,47 @@ class LatencyWindow:
             return self._cached[q]
 
 
-class HedgeBudget:
-    """Hedges at most ``share`` of the requests: each request earns ``share`` of a token (up to
-    :data:`MAX_TOKENS`), each hedge spends one."""
+class Place(Protocol):
+    """A request past its delay, asking for a hedge (:meth:`HedgeBudget.join`)."""
 
-    def __init__(self, share: float) -> None:
+    def take(self) -> bool:
+        """Take a hedge, when there is one to take."""
+        ...
+
+    def leave(self) -> None:
+        """No longer asking (answered, hedged or given up). Safe to call twice."""
+        ...
+
+
+class Gate(Protocol):
+    """What lets a request past its delay be hedged (a :class:`HedgeBudget`)."""
+
+    def join(self) -> Place: ...
+
+
+class HedgeBudget:
+    """Hedges at most ``share`` of the requests: each request earns ``share`` of a token (up
+    to :func:`saved_hedges`), each hedge spends one. It starts with :func:`saved_hedges`
+    tokens lent in advance: what the first requests earn repays the advance before it adds a
+    token, so the hedges of a worker's first ``n`` requests stay within
+    ``max(saved, share * n)`` — a job's first slow requests are hedged, and a job of more than
+    ``saved / share`` requests stays within ``share`` of them."""
+
+    def __init__(self, share: float, tokens: float | None = None) -> None:
         self.share = share
-        self._tokens = 0.0
+        self.saved = saved_hedges(share)
+        self._tokens = self.saved if tokens is None else min(self.saved, tokens)
+        self._advance = self._tokens
         self._lock = threading.Lock()
 
     def earn(self) -> None:
         with self._lock:
-            self._tokens = min(MAX_TOKENS, self._tokens + self.share)
+            if self._advance > 0.0:  # what is left of the advance, to within rounding
+                self._advance = self._advance - self.share
+                if self._advance < 1e-9:
+                    self._advance = 0.0
+                return
+            self._tokens = min(self.saved, self._tokens + self.share)
 
     def has(self) -> bool:
         """Whether a hedge could be paid for now."""
@@ -94,30 +146,68 @@ class HedgeBudget:
     def spend(self) -> bool:
         """Take a token for a hedge; False when there is none."""
         with self._lock:
-            if self._tokens >= 1.0:
-                self._tokens -= 1.0
-                return True
-            return False
+            return self._spend()
+
+    def _spend(self) -> bool:
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def join(self) -> _Place:
+        """A request past its delay, asking for a hedge."""
+        return _Place(self)
+
+
+class _Place:
+    __slots__ = ("_budget",)
+
+    def __init__(self, budget: HedgeBudget) -> None:
+        self._budget = budget
+
+    def take(self) -> bool:
+        return self._budget.spend()
+
+    def leave(self) -> None:
+        return None
+
+
+class Unlimited:
+    """A :class:`Gate` that always lets a hedge go (for tests of :func:`race`)."""
+
+    def join(self) -> Place:
+        return _Always()
+
+
+class _Always:
+    def take(self) -> bool:
+        return True
+
+    def leave(self) -> None:
+        return None
 
 
 class Hedging:
-    """When one lookup hedges, and how many hedges it may still send: ``after_s`` (a fixed
-    delay) or ``quantile`` (of :class:`LatencyWindow`), within ``budget``."""
+    """When one lookup hedges, and how many hedges it may still send: after ``after_s``, or
+    past the ``quantile`` of :class:`LatencyWindow` once it knows enough answers (``after_s``
+    until then), within ``budget``."""
 
-    def __init__(self, *, after_s: float = 0.0, quantile: float = 0.0, budget: float) -> None:
-        if bool(after_s) == bool(quantile):
-            raise ValueError("hedging needs a fixed delay or a quantile, one of them")
+    def __init__(self, *, after_s: float, quantile: float = 0.0, budget: float) -> None:
+        if not after_s > 0:
+            raise ValueError("hedging needs a delay (the one until a quantile is known)")
         self.after_s = after_s
         self.quantile = quantile
         self.window = LatencyWindow()
         self.budget = HedgeBudget(budget)
 
-    def delay_s(self) -> float | None:
-        """How long a request waits before its hedge, or None (no hedge: too few answers yet
-        to know the quantile)."""
-        if self.after_s:
-            return self.after_s
-        return self.window.quantile(self.quantile)
+    def delay_s(self) -> float:
+        """How long a request waits before its hedge: the quantile of the recent answers, or
+        the fixed delay (always, or while too few answers are known)."""
+        if self.quantile:
+            known = self.window.quantile(self.quantile)
+            if known is not None:
+                return known
+        return self.after_s
 
     @classmethod
     def of(cls, settings: HedgeSettings) -> Hedging:
@@ -131,45 +221,58 @@ class Hedging:
         self.window.add(seconds)
 
 
-class NoHedge(Exception):
-    """Raised by a hedge that was not sent after all (no budget left once a slot was free)."""
-
-
 async def race(
     start: Callable[[], Awaitable[Any]],
     *,
     limit_s: float,
     delay_s: float | None,
-    may_hedge: Callable[[], bool],
+    gate: Gate,
     start_hedge: Callable[[], Awaitable[Any]],
     hedge_won: Callable[[], None],
     abandoned: set[asyncio.Future[Any]],
 ) -> Any:
-    """One attempt, hedged: ``start()`` the request; if it is unanswered after ``delay_s`` and
-    ``may_hedge()``, ``start_hedge()`` the same request again (which may wait for a slot and
-    the rate limiter, or raise :class:`NoHedge`). The first answer wins; the other request is
-    cancelled (left in ``abandoned`` until it ends, for the task's close). An error of one
-    request waits for the other; both failing raise the first request's error. Raises
-    ``TimeoutError`` when no answer came within ``limit_s``."""
+    """One attempt, hedged: ``start()`` the request; if it is unanswered after ``delay_s`` (of
+    time the loop could read answers in), it asks ``gate`` for a hedge and, as soon as one is
+    to be had (asked again every ``delay_s``), ``start_hedge()`` the same
+    request again (which may wait for a slot and the rate limiter). The first answer wins; the
+    other request is cancelled (left in ``abandoned`` until it ends, for the task's close). An
+    error of one request waits for the other; both failing raise the first request's error.
+    Raises ``TimeoutError`` when no answer came within ``limit_s``."""
     loop = asyncio.get_running_loop()
     ends = loop.time() + limit_s
+    paused = paused_for(loop)
     first = asyncio.ensure_future(start())
     second: asyncio.Future[Any] | None = None
+    may_retry = delay_s is not None and delay_s < limit_s
+    place: Place | None = None
     try:
         wait_s = limit_s if delay_s is None else min(delay_s, limit_s)
-        done, _ = await asyncio.wait({first}, timeout=wait_s)
-        if done:
-            return first.result()
-        if delay_s is not None and delay_s < limit_s and may_hedge():
-            second = asyncio.ensure_future(start_hedge())
-        pending: set[asyncio.Future[Any]] = {first} if second is None else {first, second}
+        while True:  # the delay is time the loop could read answers in (see _unread_s)
+            waited_from = loop.time()
+            done, _ = await asyncio.wait({first}, timeout=wait_s)
+            if done:
+                return first.result()
+            unread_s, paused = _unread_s(loop, waited_from + wait_s, paused)
+            wait_s = min(unread_s, ends - loop.time())
+            if wait_s <= 0.001:
+                break
+        # past the delay: hedge once, when the budget has one (others may have taken those
+        # there were: asked again every delay, while the request is unanswered)
+        place = gate.join() if may_retry else None
         error: BaseException | None = None
-        while pending:
+        while True:
             left = ends - loop.time()
             if left <= 0:
                 break
-            done, pending = await asyncio.wait(
-                pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            if second is None and place is not None and place.take():
+                second = asyncio.ensure_future(start_hedge())
+            pending = {f for f in (first, second) if f is not None and not f.done()}
+            if not pending:
+                break
+            waiting = second is None and place is not None and may_retry
+            timeout = min(delay_s, left) if waiting and delay_s else left
+            done, _ = await asyncio.wait(
+                pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
             for finished in (first, second):  # the first request's outcome first
                 if finished is None or finished not in done:
@@ -179,14 +282,19 @@ async def race(
                     if finished is second:
                         hedge_won()
                     return finished.result()
-                if isinstance(failure, NoHedge):
-                    continue
+                if finished is second:
+                    may_retry = False  # one hedge per request, answered or failed
                 if error is None or finished is first:
                     error = failure
+            if first.done() and (second is None or second.done()) and error is not None:
+                break
+        pending = {f for f in (first, second) if f is not None and not f.done()}
         if error is not None and not pending:
             raise error
         raise TimeoutError
     finally:
+        if place is not None:
+            place.leave()
         for request in (first, second):
             if request is not None and not request.done():
                 request.cancel()
@@ -195,27 +303,45 @@ async def race(
                 request.add_done_callback(_consume)
 
 
+def _unread_s(
+    loop: asyncio.AbstractEventLoop, due: float, paused_before: float
+) -> tuple[float, float]:
+    """How long a request's answer may have waited unread during a wait that was due at
+    ``due``: the time the loop did not run since ``paused_before`` (Spark held the task between
+    two runs) and how late the wait ended (the loop was busy: a cold start, a collection, the
+    other processes of a small machine). A request is slow only when it is still unanswered
+    that much longer. Returns that time, and the loop's paused time now."""
+    paused_now = paused_for(loop)
+    late = max(0.0, loop.time() - due)
+    return (paused_now - paused_before) + (late if late > 0.002 else 0.0), paused_now
+
+
 def _consume(future: asyncio.Future[Any]) -> None:
     """Take a cancelled loser's outcome, so that nothing logs "exception was never retrieved"."""
     with contextlib.suppress(BaseException):
         future.result()
 
 
-def worker_hedging(config: ConnectorConfig, settings: HedgeSettings) -> Hedging:
+def worker_hedging(
+    config: ConnectorConfig, settings: HedgeSettings, identity: LookupIdentity | None = None
+) -> Hedging:
     """This worker's :class:`Hedging` of the lookup ``config`` with these settings (made on
     first use, then shared by the worker's tasks, like its caches)."""
     return worker_cache(
         f"hedge after={settings.after} budget={settings.budget}",
         config,
         lambda: Hedging.of(settings),
+        identity,
     )
 
 
 __all__ = [
+    "Gate",
     "HedgeBudget",
     "Hedging",
     "LatencyWindow",
-    "NoHedge",
+    "Place",
+    "Unlimited",
     "race",
     "worker_hedging",
 ]

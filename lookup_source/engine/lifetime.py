@@ -15,10 +15,14 @@ the next ones: a stream opens its connections once, not once per micro-batch. Th
 
 What is kept, and for how long:
 
-- A kept client's key is the whole configuration: how the client is made (the connector class,
-  or the user's function), the URL (with any password), every connector option, the schema,
-  capacity, batch size and timeout. Two lookups that differ in any of them never share a client.
-  The key is a digest: it holds no secret and shows none.
+- A kept client's key is the lookup's identity (:mod:`.identity`): how the client is made (the
+  connector class, or the user's function), the URL (with any password), every connector
+  option, the values its ``*.env`` options read and the content of the files its ``*-file``
+  options name, the schema, capacity, batch size and timeout. Two lookups that differ in any of
+  them never share a client, and a client whose secret or certificate changed on the executor
+  is replaced at the next task. The key is a keyed digest: it holds no secret and shows none.
+- A client older than ``connection.max-age.ms`` is replaced too (a credential that expires
+  without any file or variable changing), when the next task asks for it.
 - No event loop runs between tasks, so a server, proxy or firewall may have closed a connection
   meanwhile. A client idle longer than ``connection.max-idle.ms`` is closed and a new one opened
   before it serves again. One used more recently is trusted once the loop has taken in what its
@@ -29,7 +33,8 @@ What is kept, and for how long:
   with requests in flight, hands its client back as not reusable: it is closed, and the next
   task opens a new one.
 - Spark ends a worker with ``os._exit`` or SIGKILL: no clean-up runs and the worker's sockets
-  close with the process. A forked child never uses its parent's clients.
+  close with the process. A forked child never uses its parent's clients. The clients and the
+  loop of a thread (each thread has its own) are closed when the thread ends.
 
 Without worker reuse, outside Spark, with ``connection.max-idle.ms=0``, for a connector class
 that sets ``reusable = False``, or for a client factory that cannot be told apart from another
@@ -39,16 +44,16 @@ that sets ``reusable = False``, or for a client factory that cannot be told apar
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
+from lookup_source.engine.identity import LookupIdentity, implicit_inputs
 from lookup_source.engine.loop import LoopFactory, TaskLoop
 
 log = logging.getLogger("lookup_source")
@@ -83,19 +88,16 @@ def factory_identity(factory: ClientFactory) -> str | None:
     return f"object:{identity}" if isinstance(identity, str) and identity else None
 
 
-def client_key(factory_id: str, config: ConnectorConfig) -> str:
-    """The key of a kept client: a digest of the factory and of every field of ``config``
-    (the URL with its password too, which the digest does not reveal)."""
-    parts = [factory_id]
-    for item in dataclasses.fields(config):
-        value = getattr(config, item.name)
-        if item.name == "options":
-            value = sorted((str(k), repr(v)) for k, v in value.items())
-        elif item.name in ("value_types", "key_types"):
-            value = [str(t) for t in value]
-        parts.append(f"{item.name}={value!r}")
-    text = "\x00".join(parts)
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+def client_key(
+    factory_id: str, config: ConnectorConfig, identity: LookupIdentity | None = None
+) -> str:
+    """The key of a kept client: a keyed digest of the factory, of the lookup's identity
+    (everything that decides the answers, secrets and certificates included) and of what
+    sizes the client (capacity, batch size, timeout)."""
+    identity = identity or LookupIdentity.of(config)
+    return identity.digest(
+        "client", factory_id, config.capacity, config.batch_size, config.timeout_s
+    )
 
 
 @dataclass(eq=False)
@@ -123,20 +125,25 @@ def lease_client(
     config: ConnectorConfig,
     *,
     max_idle_s: float,
+    max_age_s: float = 0.0,
     keep: bool | None = None,
     loop_factory: LoopFactory | None = None,
     loop: TaskLoop | None = None,
+    identity: LookupIdentity | None = None,
 ) -> Lease:
     """A loop and an opened client for one task: the worker's kept ones when this worker
     serves task after task (``keep``: whether it does; by default, what Spark says) and
     ``max_idle_s`` > 0, else a loop (``loop``, the task's own already; or one made by
-    ``loop_factory``) and a client of the task's own."""
+    ``loop_factory``) and a client of the task's own. A kept client older than ``max_age_s``
+    (0: no limit) is replaced; ``identity``: the lookup's, if the caller has it already."""
     if keep is None:
         keep = worker_reuse() and loop_factory is None
     reusable_class = bool(getattr(factory, "reusable", True))
-    identity = factory_identity(factory)
-    if keep and max_idle_s > 0 and reusable_class and identity is not None:
-        return worker_clients().lease(client_key(identity, config), factory, config, max_idle_s)
+    factory_id = factory_identity(factory)
+    if keep and max_idle_s > 0 and reusable_class and factory_id is not None:
+        identity = identity or LookupIdentity.of(config, implicit=implicit_inputs(factory, config))
+        key = client_key(factory_id, config, identity)
+        return worker_clients().lease(key, factory, config, max_idle_s, max_age_s)
     return _task_lease(factory, config, loop_factory, loop)
 
 
@@ -185,6 +192,7 @@ class _Kept:
     config: ConnectorConfig
     max_idle_s: float
     last_used: float
+    opened_at: float
     users: int = 0
     doomed: bool = False
     """Handed back as not reusable while another task still held it: closed when the last
@@ -206,13 +214,21 @@ class WorkerClients:
         return len(self._clients)
 
     def lease(
-        self, key: str, factory: ClientFactory, config: ConnectorConfig, max_idle_s: float
+        self,
+        key: str,
+        factory: ClientFactory,
+        config: ConnectorConfig,
+        max_idle_s: float,
+        max_age_s: float = 0.0,
     ) -> Lease:
         now = self._clock()
         self._close_idle(now)
         kept = self._clients.get(key)
         if kept is not None and kept.users == 0 and now - kept.last_used > max_idle_s:
             self._forget(key, kept)  # idle too long to be trusted: replaced
+            kept = None
+        if kept is not None and max_age_s > 0 and now - kept.opened_at > max_age_s:
+            self._retire(key, kept)  # too old: replaced (closed once no task holds it)
             kept = None
         if kept is None:
             self._make_room()
@@ -223,7 +239,7 @@ class WorkerClients:
                 _close_quietly(self.loop, client, config)
                 raise
             self.opened += 1
-            kept = self._clients[key] = _Kept(client, config, max_idle_s, now)
+            kept = self._clients[key] = _Kept(client, config, max_idle_s, now, now)
             log.debug(
                 "asynclookup: opened a %s client for %s, kept by worker %d",
                 config.connector,
@@ -248,6 +264,13 @@ class WorkerClients:
         if kept.doomed and kept.users == 0:
             _close_quietly(self.loop, kept.client, kept.config)
 
+    def _retire(self, key: str, kept: _Kept) -> None:
+        """No task gets ``kept`` any more; closed now, or when the last holder hands it back."""
+        del self._clients[key]
+        kept.doomed = True
+        if kept.users == 0:
+            _close_quietly(self.loop, kept.client, kept.config)
+
     def _forget(self, key: str, kept: _Kept) -> None:
         del self._clients[key]
         _close_quietly(self.loop, kept.client, kept.config)
@@ -266,10 +289,11 @@ class WorkerClients:
         for _, key in idle[: max(0, len(self._clients) - MAX_KEPT_CLIENTS + 1)]:
             self._forget(key, self._clients[key])
 
-    def close(self) -> None:
-        """Close every client no task holds, and the loop when none is held (tests)."""
+    def close(self, *, everything: bool = False) -> None:
+        """Close every client no task holds (``everything``: held or not, as when the thread
+        that keeps them ends), and the loop when none is left."""
         for key, kept in list(self._clients.items()):
-            if kept.users == 0:
+            if kept.users == 0 or everything:
                 self._forget(key, kept)
         if not self._clients:
             self.loop.close()
@@ -282,23 +306,57 @@ async def _settle() -> None:
     await asyncio.sleep(0)
 
 
+class _ThreadEnd:
+    """Held by a thread's local storage only: when the thread ends, its storage goes, and
+    this closes the thread's clients and loop (:func:`weakref.finalize`)."""
+
+
 _local = threading.local()
 
 
 def worker_clients() -> WorkerClients:
-    """This process's (and thread's) loop and kept clients, made on first use. A forked child
-    starts afresh: its parent's clients share their sockets with the parent, so they are
-    forgotten, never closed, by the child."""
+    """This process's (and thread's) loop and kept clients, made on first use; closed when the
+    thread ends. A forked child starts afresh: its parent's clients share their sockets with
+    the parent, so they are forgotten, never closed, by the child."""
+    while _ended:
+        _close_ended(_ended.pop())
     current: WorkerClients | None = getattr(_local, "clients", None)
     if current is None or current.pid != os.getpid() or current.loop.closed:
         current = _local.clients = WorkerClients()
+        _local.end = end = _ThreadEnd()
+        weakref.finalize(end, _close_at_thread_end, current)
     return current
+
+
+_ended: list[WorkerClients] = []
+"""What ended threads kept, when their end was seen where a loop was running: closed by the
+next :func:`worker_clients` call, in any thread."""
+
+
+def _close_at_thread_end(clients: WorkerClients) -> None:
+    """What a thread kept, closed as the thread ends (never in a forked child)."""
+    if clients.pid != os.getpid() or clients.loop.closed:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop runs here: close now
+        _close_ended(clients)
+    else:  # the end was seen inside a running loop, which cannot run another: later
+        _ended.append(clients)
+
+
+def _close_ended(clients: WorkerClients) -> None:
+    try:
+        clients.close(everything=True)
+    except Exception:  # a thread's end must not fail on a client that fails to close
+        log.warning("asynclookup: closing a thread's clients failed", exc_info=True)
 
 
 def forget_worker_clients() -> None:
     """Close what this process keeps (for tests); the next lease starts afresh."""
     current: WorkerClients | None = getattr(_local, "clients", None)
     _local.clients = None
+    _local.end = None
     if current is not None and current.pid == os.getpid():
         current.close()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -34,6 +35,20 @@ LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 :class:`~lookup_source.testing.clock.VirtualTimeLoop` (the engine keeps its time by its loop)."""
 
 
+_PAUSES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[float]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per loop: [when it last stopped running, the time it spent not running so far]."""
+
+
+def paused_for(loop: asyncio.AbstractEventLoop) -> float:
+    """How long ``loop`` has not been running between the runs of its :class:`TaskLoop`, in all
+    (by its own clock): a task's loop runs only while Spark waits on it, so a request in flight
+    may have been answered while nothing read the answer. 0.0 for another loop."""
+    state = _PAUSES.get(loop)
+    return state[1] if state is not None else 0.0
+
+
 class TaskLoop:
     """A private asyncio event loop, driven synchronously."""
 
@@ -47,7 +62,16 @@ class TaskLoop:
 
     def run(self, awaitable: Awaitable[T]) -> T:
         """Run ``awaitable`` to completion on this loop and return its result."""
-        return self._loop.run_until_complete(awaitable)
+        loop = self._loop
+        now = loop.time()
+        state = _PAUSES.get(loop)
+        if state is None:
+            state = _PAUSES[loop] = [now, 0.0]
+        state[1] += now - state[0]
+        try:
+            return loop.run_until_complete(awaitable)
+        finally:
+            state[0] = loop.time()
 
     def iterate(self, items: AsyncIterator[T]) -> Iterator[T]:
         """The items of an async iterator, pulled one by one on this loop; the iterator is

@@ -40,6 +40,7 @@ COUNTERS = (
     "shared_hits",
     "shared_misses",
     "shared_errors",
+    "shared_rejected",
 )
 """The fields of :class:`LookupMetrics` that add up over tasks (:meth:`LookupMetrics.merge`)."""
 
@@ -82,6 +83,10 @@ class LookupMetrics:
     shared_errors: int = 0
     """Reads and writes of the shared tier that failed or timed out (the keys went to the
     store)."""
+    shared_rejected: int = 0
+    """Values of the shared tier not believed — a tag that does not match (written without
+    the lookup's identity, changed, or moved from another key), out of bounds, or malformed —
+    each a miss, asked of the store."""
     peak_in_flight: int = 0
     peak_rss_mb: float = 0.0
     latency_max_ms: float = 0.0
@@ -225,9 +230,10 @@ class LookupMetrics:
     def _shared_text(self) -> str:
         if not (self.shared_hits or self.shared_misses or self.shared_errors):
             return ""
+        rejected = f", {self.shared_rejected:,} rejected" if self.shared_rejected else ""
         return (
             f", shared cache {self.shared_hits:,} hits, {self.shared_misses:,} misses, "
-            f"{self.shared_errors:,} errors"
+            f"{self.shared_errors:,} errors{rejected}"
         )
 
     def _strategy_text(self) -> str:

@@ -38,6 +38,7 @@ from lookup_source.engine.cache_layer import CacheLayer
 from lookup_source.engine.deadline import RequestDeadline, cancel_abandoned
 from lookup_source.engine.executor import RequestExecutor
 from lookup_source.engine.hedge import Hedging
+from lookup_source.engine.identity import secret_values
 from lookup_source.engine.inflight import InFlightKeys, deliver
 from lookup_source.engine.limit import AdaptiveLimit, ConcurrencyLimit, FixedLimit
 from lookup_source.engine.metrics import LookupMetrics
@@ -47,6 +48,7 @@ from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
 from lookup_source.engine.shared_cache import SharedTier
 from lookup_source.engine.spec import EngineSpec
+from lookup_source.redaction import Redactor
 
 MIN_BUFFER_ROWS = 20_000
 """Input rows a task may hold back at least, whatever its capacity and batch size."""
@@ -78,6 +80,7 @@ class LookupEngine:
         self._shared = shared
         if hedging is None and options.hedge.after is not None:
             hedging = Hedging.of(options.hedge)
+        redact = Redactor(secret_values(client.config))  # messages never quote our secrets
         self._concurrency: ConcurrencyLimit = (
             AdaptiveLimit(options.capacity, tolerance=options.capacity_latency_tolerance)
             if options.capacity_adaptive
@@ -101,6 +104,7 @@ class LookupEngine:
             rng=rng,
             hedging=hedging,
             hedge_slot=(self._take_slot, self._give_slot),
+            redact=redact,
         )
         self._output = OutputBuilder(
             options,
@@ -108,6 +112,7 @@ class LookupEngine:
             how=spec.how,
             connector=client.name,
             address=client.config.url,
+            redact=redact,
         )
         self._batch_size = options.batch_size
         self._columnar = client.columnar
@@ -283,7 +288,7 @@ class LookupEngine:
         for part in known.parts:
             job.parts.append(Part(wanted[part.positions], part.answer))
             if self._cache is not None:
-                self._cache.store(part.answer)
+                self._cache.store(part.answer, ttl_s=known.ttl_s)  # its time left
         self.metrics.missing_keys += known.missing
         if self._queue.partial and len(known.wanted) < len(wanted):
             answered = np.ones(len(wanted), dtype=bool)

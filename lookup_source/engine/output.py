@@ -32,6 +32,7 @@ from lookup_source.engine.answers import Part, concat_matches, gather
 from lookup_source.engine.batches import Job
 from lookup_source.errors import LookupFailedError
 from lookup_source.options import ERROR_COLUMN, LookupOptions
+from lookup_source.redaction import redact_text
 
 
 def failed_keys(matches: Matches) -> np.ndarray:
@@ -120,7 +121,7 @@ class JoinedRows:
         key_of_row = indices.fill_null(num_keys).to_numpy(zero_copy_only=False).astype(np.int64)
         self._kept: np.ndarray | None = None  # input rows that an inner join keeps (one-to-one)
         self._ends: np.ndarray | None = None  # one-to-many: where each input row's output ends
-        if not len(index) or counts.max() <= 1:
+        if not len(index) or np.max(counts) <= 1:
             first = np.full(num_keys + 1, -1, dtype=np.int64)
             first[index] = np.arange(len(index))
             answer = first[key_of_row]
@@ -205,9 +206,10 @@ class JoinedRows:
             yield self.slice(start, min(start + step, self.num_rows))
 
 
-def describe_error(error: BaseException) -> str:
-    """``TypeName: message`` (or the type's name alone)."""
-    text = str(error).strip()
+def describe_error(error: BaseException, redact: Callable[[str], str] = redact_text) -> str:
+    """``TypeName: message`` (or the type's name alone), redacted (any URL in it; with a
+    :class:`~lookup_source.redaction.Redactor`, the lookup's own secrets too)."""
+    text = redact(str(error).strip())
     name = type(error).__name__
     return f"{name}: {text}" if text else name
 
@@ -266,12 +268,14 @@ class OutputBuilder:
         how: str,
         connector: str,
         address: str | None,
+        redact: Callable[[str], str] = redact_text,
     ) -> None:
         self.options = options
         self.fields = list(fields)
         self.how = how
         self.connector = connector
         self.address = address
+        self.redact = redact
 
     def request_failed(
         self,
@@ -285,7 +289,7 @@ class OutputBuilder:
         fails the task (``failure``, the one already failing it, counts these keys too).
         Otherwise: each of ``targets`` (a batch, the positions of its keys) gets error rows;
         None."""
-        reason = describe_error(error)
+        reason = describe_error(error, self.redact)
         if self.options.on_error == "fail":
             # (the batches sharing the request asked the same keys: not counted again)
             if isinstance(failure, LookupFailedError):  # failed before the task stopped

@@ -18,14 +18,15 @@ import pyarrow as pa
 
 import lookup_source.engine.gc_tuning as gc_tuning
 import lookup_source.engine.telemetry as telemetry
-from lookup_source.connector_api import ConnectorConfig
+from lookup_source.connector_api import ConnectorConfig, secret_from_env
 from lookup_source.engine.cache_layer import task_cache
 from lookup_source.engine.hedge import Hedging, worker_hedging
+from lookup_source.engine.identity import LookupIdentity, implicit_inputs
 from lookup_source.engine.lifetime import ClientFactory, Lease, lease_client
 from lookup_source.engine.loop import LoopFactory
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.operator import LookupEngine
-from lookup_source.engine.shared_cache import SharedTier, function_code, namespace
+from lookup_source.engine.shared_cache import SharedTier
 from lookup_source.engine.spec import EngineSpec
 
 log = logging.getLogger("lookup_source")
@@ -64,12 +65,16 @@ class LookupTask:
         self._closed = False
         self._gc_held = False
         factory = client_factory or spec.options.connector_class()
+        self._implicit = implicit_inputs(factory, config)
+        self._identity = LookupIdentity.of(config, implicit=self._implicit)  # client, caches
         self._lease: Lease = lease_client(
             factory,
             config,
             max_idle_s=spec.options.connection_max_idle_s,
+            max_age_s=spec.options.connection_max_age_s,
             keep=keep_client,
             loop_factory=loop_factory,
+            identity=self._identity,
         )
         self._loop = self._lease.loop
         try:
@@ -83,6 +88,7 @@ class LookupTask:
                 self._loop,
                 factory,
                 spec.value_fields,
+                self._identity,
             )
             metrics = LookupMetrics(tasks=1)
             self._engine = LookupEngine(
@@ -102,7 +108,7 @@ class LookupTask:
         settings = self._spec.options.hedge
         if settings.after is None:
             return None
-        return worker_hedging(self.config, settings)
+        return worker_hedging(self.config, settings, self._identity)
 
     def _shared_tier(self, metrics: LookupMetrics) -> SharedTier | None:
         """The shared cache tier's store, kept by the worker like a client, if asked."""
@@ -115,20 +121,32 @@ class LookupTask:
             store_class,
             store_class.config_for(settings.url),
             max_idle_s=options.connection_max_idle_s,
+            max_age_s=options.connection_max_age_s,
             keep=self._lease.kept,
             loop=self._loop,
         )
-        client = self._lease.client
-        function = getattr(client, "function", None)
-        code = function_code(function.function) if function is not None else ""
+        function = getattr(self._lease.client, "function", None)
+        secret = (
+            secret_from_env("cache.shared.secret.env", settings.secret_env)
+            if settings.secret_env
+            else None
+        )
+        identity = LookupIdentity.of(  # the tier's: across jobs, so a function by its state
+            self.config,
+            function=function.function if function is not None else None,
+            secret=secret,
+            scope=settings.namespace,
+            implicit=self._implicit,
+        )
         return SharedTier(
             self._shared_lease.client,  # type: ignore[arg-type]
-            namespace(self.config, settings.namespace, code),
+            identity,
             self._spec.value_fields,
             metrics,
             ttl_s=settings.ttl_s,
             timeout_s=settings.timeout_s,
             cache_missing=settings.missing_keys,
+            max_value_bytes=settings.max_value_bytes,
         )
 
     @property

@@ -65,7 +65,7 @@ def scan_rows(
     if key_reasons:  # a key that does not convert fails, as one error row
         rows = np.asarray(sorted(key_reasons), dtype=np.int64)
         nulls = pa.RecordBatch.from_pylist([], schema=pa.schema(list(value_fields)))
-        errors = pa.array([key_reasons[r] for r in rows], type=pa.string())
+        errors = pa.array([key_reasons[int(r)] for r in rows], type=pa.string())
         failing = Matches(rows, nulls.take(pa.nulls(len(rows), pa.int64())), errors)
         matches = concat_matches([matches, failing], value_fields)
     if name_keys and matches.errors is not None and matches.errors.null_count < matches.num_rows:
@@ -99,7 +99,12 @@ def scan_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Scan part ``partition`` of ``partitions`` (its ``split`` from :func:`scan_splits`, if
     any), on the worker's loop and client (:mod:`.lifetime`)."""
-    lease = lease_client(client_class, config, max_idle_s=options.connection_max_idle_s)
+    lease = lease_client(
+        client_class,
+        config,
+        max_idle_s=options.connection_max_idle_s,
+        max_age_s=options.connection_max_age_s,
+    )
     client, loop = lease.client, lease.loop
     sound = False
     try:

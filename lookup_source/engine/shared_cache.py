@@ -1,13 +1,27 @@
 """The shared cache tier (``cache.shared.url``): answers kept in a store every worker and every
 job reads (a Redis), after the per-worker cache and before the store of the lookup.
 
-- **Keys** are namespaced by the lookup's identity (:func:`namespace`): connector, URL without
-  its password, connector options except those that hold secrets, key and value schema, and
-  ``cache.shared.namespace``; for your own ``fetch=`` / ``fetch_many=``, its name and code. Two
-  lookups that differ in any of them never read each other's answers; a key shows no secret.
+The tier crosses jobs, users and tenants, so it trusts nothing it did not prove:
+
+- **Keys** are namespaced by the lookup's identity (:mod:`.identity`): everything that decides
+  the answers — the connector, the URL with its credentials and parameters, every option and
+  header, the values of ``*.env`` options and the content of certificate files as the executor
+  sees them, the key and value schema, a ``fetch=`` function's code and state, the secret of
+  ``cache.shared.secret.env`` — secrets entering only through a keyed one-way digest, and
+  ``cache.shared.namespace``, which only narrows it. Two lookups whose answers could differ
+  never read each other's; a key shows no secret.
 - **Values** (:class:`ValueCodec`) are a key's rows as an Arrow IPC message (no schema: it is
-  in the namespace) compressed with zstd — every type the lookup supports round-trips exactly,
-  about 100-200 bytes for a small row — or one byte for a key the store does not have.
+  in the namespace) compressed with zstd, or a mark for a key the store does not have, with
+  the time they expire, sealed by a tag (HMAC-SHA-256 of the key and the value, keyed by the
+  identity's secret material): a value written by anyone without that material, or moved from
+  another key, is a miss. A value is read defensively: its size is bounded
+  (``cache.shared.max-value-bytes``) before anything is decompressed, and its Arrow data fully
+  validated before use; what fails is a miss, counted in ``shared_rejected``, never a crash.
+  A value is believed for the time it has left, never longer than the reading lookup's own
+  ``cache.shared.ttl.ms`` (a writer's clock or settings do not decide a reader's freshness),
+  and a lookup that keeps no misses (``cache.shared.missing-keys=false``) believes none
+  another wrote; a hit is kept by the worker's cache for that time, no longer. Arrow's own
+  body compression is refused before Arrow reads a buffer (it would inflate past any bound).
 - **Never in the way**: a read that fails or takes longer than ``cache.shared.timeout.ms`` (a
   write: ten times that, as no answer waits for it) is counted (``shared_errors``) and its
   keys go to the store; the tier is then left alone for :data:`COOL_OFF_S` on this worker.
@@ -18,22 +32,20 @@ job reads (a Redis), after the per-worker cache and before the store of the look
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import decimal
-import hashlib
+import hmac
 import json
 import logging
-import re
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connector_api import ConnectorConfig, Key, Matches
+from lookup_source.connector_api import Key, Matches
 from lookup_source.connector_api.shared_cache import SharedCacheStore
 from lookup_source.connector_api.values import conform_matches, records_to_matches
 from lookup_source.engine.answers import (
@@ -43,10 +55,10 @@ from lookup_source.engine.answers import (
     cache_rows,
 )
 from lookup_source.engine.cache_layer import CacheAnswer, known_answer
+from lookup_source.engine.identity import LookupIdentity
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.redaction import redact_url
 
-FORMAT = 1
+FORMAT = 2
 """The version of keys and values; a change of form starts a new namespace."""
 
 WRITE_TIMEOUTS = 10
@@ -55,87 +67,28 @@ WRITE_TIMEOUTS = 10
 COOL_OFF_S = 5.0
 """After a failed or slow read or write, the worker leaves the tier alone this long."""
 
-SECRET_OPTION = re.compile(
-    r"password|passwd|secret|token|auth|cookie|credential|api[-_.]?key|private", re.IGNORECASE
-)
-"""Connector options (and HTTP headers) whose values are left out of the namespace."""
+TAG_BYTES = 16
+"""Bytes of a value's tag (a truncated HMAC-SHA-256: 128 bits)."""
 
 log = logging.getLogger("lookup_source")
 
+_VERSION = bytes([FORMAT])
 _MISSING_VALUE = b"\x00"
 _ROWS = b"\x01"
+_EXPIRES = struct.Struct("<Q")
 _LENGTH = struct.Struct("<I")
+_HEADER = 1 + TAG_BYTES + 1 + _EXPIRES.size
+"""Version, tag, kind, expiry (ms since the epoch)."""
 
 
 # ---------------------------------------------------------------------------------------------
-# The lookup's identity, and its keys
+# The lookup's keys
 # ---------------------------------------------------------------------------------------------
 
 
-def _option_identity(name: str, value: Any) -> str:
-    if SECRET_OPTION.search(name) or (
-        name.lower().startswith("http.header.") and SECRET_OPTION.search(str(value))
-    ):
-        return f"{name}=(secret)"
-    if name == "function.id":  # made anew for each job: the function's code stands for it
-        return ""
-    return f"{name}={value!r}"
-
-
-def identity_text(config: ConnectorConfig, namespace: str = "", code: str = "") -> str:
-    """What tells a lookup's answers apart from another's (no secret in it)."""
-    url = redact_url(config.url) if config.url else ""
-    options = sorted(
-        text for name, value in config.options.items() if (text := _option_identity(name, value))
-    )
-    parts = [
-        f"format={FORMAT}",
-        f"connector={config.connector}",
-        f"url={url}",
-        f"options={options}",
-        f"keys={list(config.key_columns)}:{[str(t) for t in config.key_types]}",
-        f"values={list(zip(config.value_columns, map(str, config.value_types)))}",
-        f"code={code}",
-        f"namespace={namespace}",
-    ]
-    return "\n".join(parts)
-
-
-def namespace(config: ConnectorConfig, namespace: str = "", code: str = "") -> bytes:
-    """The prefix of every key of this lookup in the tier: ``asynclookup:<digest>:``."""
-    digest = hashlib.sha256(identity_text(config, namespace, code).encode()).hexdigest()[:32]
-    return f"asynclookup:{digest}:".encode()
-
-
-def function_code(function: Any) -> str:
-    """A digest of a user's function that is the same in every job: its qualified name, its
-    code (and the code it nests), and the plain values its closure holds."""
-    target = getattr(function, "__func__", function)
-    code = getattr(target, "__code__", None)
-    if code is None:  # a callable object: its class's __call__
-        target = type(function).__call__
-        code = getattr(target, "__code__", None)
-    digest = hashlib.sha256(
-        f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}".encode()
-    )
-    if code is not None:
-        _hash_code(digest, code)
-    for cell in getattr(target, "__closure__", None) or ():
-        with contextlib.suppress(ValueError):
-            value = cell.cell_contents
-            if isinstance(value, (str, int, float, bool, bytes, type(None))):
-                digest.update(repr(value).encode())
-    return digest.hexdigest()[:32]
-
-
-def _hash_code(digest: Any, code: Any) -> None:
-    digest.update(code.co_code)
-    digest.update(repr(code.co_names).encode())
-    for const in code.co_consts:
-        if hasattr(const, "co_code"):
-            _hash_code(digest, const)
-        else:
-            digest.update(repr(const).encode())
+def namespace(identity: LookupIdentity) -> bytes:
+    """The prefix of every key of this lookup in the tier: ``asynclookup:2:<digest>:``."""
+    return f"asynclookup:{FORMAT}:{identity.digest('tier')[:32]}:".encode()
 
 
 def _key_json(value: Any) -> Any:
@@ -164,33 +117,153 @@ def key_bytes(prefix: bytes, key: Key) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
+class RejectedValue(ValueError):
+    """A value of the tier that is not believed: not ours, tampered with, moved from another
+    key, out of bounds or malformed. The key is a miss."""
+
+
 class ValueCodec:
-    """A key's rows to bytes and back, in the lookup's value schema."""
+    """A key's rows to bytes and back, in the lookup's value schema, sealed by a tag keyed by
+    ``tag_key`` (the identity's), of at most ``max_bytes`` compressed and uncompressed."""
 
-    def __init__(self, fields: Sequence[pa.Field]) -> None:
+    def __init__(self, fields: Sequence[pa.Field], tag_key: bytes, max_bytes: int) -> None:
         self.schema = pa.schema(list(fields))
+        self.max_bytes = max_bytes
         self._codec = pa.Codec("zstd")
+        self._tag_key = tag_key
 
-    def encode(self, rows: pa.RecordBatch) -> bytes:
+    def _tag(self, name: bytes, body: bytes) -> bytes:
+        return hmac.new(self._tag_key, name + b"\x00" + body, "sha256").digest()[:TAG_BYTES]
+
+    def _sealed(self, name: bytes, body: bytes) -> bytes:
+        return _VERSION + self._tag(name, body) + body
+
+    def encode(self, name: bytes, rows: pa.RecordBatch, expires_ms: int) -> bytes | None:
+        """The value of key ``name`` holding ``rows``, or None when it is larger than
+        ``max_bytes`` (not written: asked of the store again next time)."""
         message = rows.serialize()
+        if message.size > self.max_bytes:
+            return None
         packed = self._codec.compress(message, asbytes=True)
-        return _ROWS + _LENGTH.pack(message.size) + packed
+        if len(packed) > self.max_bytes:
+            return None
+        body = _ROWS + _EXPIRES.pack(expires_ms) + _LENGTH.pack(message.size) + packed
+        return self._sealed(name, body)
 
-    def encode_missing(self) -> bytes:
-        return _MISSING_VALUE
+    def encode_missing(self, name: bytes, expires_ms: int) -> bytes:
+        return self._sealed(name, _MISSING_VALUE + _EXPIRES.pack(expires_ms))
 
-    def decode(self, data: bytes) -> pa.RecordBatch | Any:
-        """The rows ``data`` holds, or :data:`MISSING`; ValueError for what is not a value."""
-        if data == _MISSING_VALUE:
-            return MISSING
-        if data[:1] != _ROWS or len(data) < 1 + _LENGTH.size:
-            raise ValueError("not a value of the shared cache")
-        (size,) = _LENGTH.unpack_from(data, 1)
-        raw = self._codec.decompress(data[1 + _LENGTH.size :], decompressed_size=size)
-        rows = pa.ipc.read_record_batch(raw, self.schema)
-        if not isinstance(rows, pa.RecordBatch):
-            raise ValueError("not a record batch")
-        return rows
+    def decode(self, name: bytes, data: bytes) -> tuple[pa.RecordBatch | Any, int]:
+        """The rows (or :data:`MISSING`) the value ``data`` of key ``name`` holds, and when it
+        expires (ms since the epoch); :class:`RejectedValue` for a value not to believe."""
+        if len(data) < _HEADER or len(data) > _HEADER + _LENGTH.size + self.max_bytes:
+            raise RejectedValue(f"a value of {len(data):,} bytes is out of bounds")
+        if data[:1] != _VERSION:
+            raise RejectedValue("not a value of this version of the shared cache")
+        body = data[1 + TAG_BYTES :]
+        if not hmac.compare_digest(data[1 : 1 + TAG_BYTES], self._tag(name, body)):
+            raise RejectedValue(
+                "the value's tag does not match: written without the lookup's identity, "
+                "changed, or moved from another key"
+            )
+        kind = body[:1]
+        (expires_ms,) = _EXPIRES.unpack_from(body, 1)
+        if kind == _MISSING_VALUE and len(body) == 1 + _EXPIRES.size:
+            return MISSING, expires_ms
+        if kind != _ROWS or len(body) < 1 + _EXPIRES.size + _LENGTH.size:
+            raise RejectedValue("not a value of the shared cache")
+        (size,) = _LENGTH.unpack_from(body, 1 + _EXPIRES.size)
+        if size > self.max_bytes:
+            raise RejectedValue(f"a value claiming {size:,} bytes is out of bounds")
+        try:
+            raw = self._codec.decompress(
+                body[1 + _EXPIRES.size + _LENGTH.size :], decompressed_size=size
+            )
+            _check_message(memoryview(raw), self.max_bytes)  # before Arrow reads its buffers
+            rows = pa.ipc.read_record_batch(raw, self.schema)
+            rows.validate(full=True)  # offsets, lengths, UTF-8: nothing read outside its data
+        except RejectedValue:
+            raise
+        except (pa.ArrowException, ValueError, OSError, EOFError) as exc:
+            raise RejectedValue(f"a malformed value: {type(exc).__name__}: {exc}") from None
+        if not isinstance(rows, pa.RecordBatch) or rows.schema != self.schema:
+            raise RejectedValue("a value of another schema")
+        return rows, expires_ms
+
+
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")
+_RECORD_BATCH = 3
+"""``MessageHeader.RecordBatch`` in Arrow's ``Message.fbs``."""
+
+
+def _check_message(raw: memoryview, max_bytes: int) -> None:
+    """Refuse an Arrow IPC message that could make Arrow allocate more than ``max_bytes``
+    before validation can look at it: anything but a record batch, a body compressed by
+    Arrow itself (each buffer inflates to the size it claims), a body or a row count beyond
+    the bound. Reads the message's flatbuffer header directly (``Message.fbs``,
+    ``Schema.fbs``); what does not parse is refused too."""
+    try:
+        at = 0
+        if _I32.unpack_from(raw, 0)[0] == -1:  # the continuation marker
+            at = 4
+        (length,) = _I32.unpack_from(raw, at)
+        header = raw[at + 4 : at + 4 + length]
+        if length <= 0 or len(header) != length:
+            raise RejectedValue("an Arrow message without its header")
+        message = _table(header, _U32.unpack_from(header, 0)[0])
+        if _field(header, message, 1, "B", 0) != _RECORD_BATCH:
+            raise RejectedValue("an Arrow message that is not a record batch")
+        if _field(header, message, 3, "q", 0) > max_bytes:  # bodyLength
+            raise RejectedValue("an Arrow body beyond cache.shared.max-value-bytes")
+        batch_at = _offset_field(header, message, 2)
+        if batch_at is None:
+            raise RejectedValue("an Arrow record batch without its header")
+        batch = _table(header, batch_at)
+        if _offset_field(header, batch, 3) is not None:  # BodyCompression
+            raise RejectedValue("an Arrow body compressed by Arrow itself")
+        if _field(header, batch, 0, "q", 0) > 8 * max_bytes:  # rows: at least a bit each
+            raise RejectedValue("an Arrow record batch of more rows than its bound allows")
+    except (struct.error, IndexError, ValueError) as exc:
+        if isinstance(exc, RejectedValue):
+            raise
+        raise RejectedValue(f"an Arrow message whose header does not parse: {exc}") from None
+
+
+def _table(buffer: memoryview, at: int) -> tuple[int, int]:
+    """A flatbuffer table at ``at``: (its position, its vtable's position)."""
+    (back,) = _I32.unpack_from(buffer, at)
+    vtable = at - back
+    if not 0 <= vtable < len(buffer) or not 0 <= at < len(buffer):
+        raise ValueError("a table outside the buffer")
+    return at, vtable
+
+
+def _slot(buffer: memoryview, table: tuple[int, int], index: int) -> int | None:
+    """Where field ``index`` of ``table`` is, or None when absent (its default)."""
+    at, vtable = table
+    (size,) = _U16.unpack_from(buffer, vtable)
+    entry = 4 + 2 * index
+    if entry + 2 > size:
+        return None
+    (offset,) = _U16.unpack_from(buffer, vtable + entry)
+    return at + offset if offset else None
+
+
+def _field(buffer: memoryview, table: tuple[int, int], index: int, kind: str, default: int) -> int:
+    slot = _slot(buffer, table, index)
+    if slot is None:
+        return default
+    return int(struct.unpack_from("<" + kind, buffer, slot)[0])
+
+
+def _offset_field(buffer: memoryview, table: tuple[int, int], index: int) -> int | None:
+    """The position of the table field ``index`` refers to, or None when absent."""
+    slot = _slot(buffer, table, index)
+    if slot is None:
+        return None
+    return slot + _U32.unpack_from(buffer, slot)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,29 +273,33 @@ class ValueCodec:
 
 class SharedTier:
     """A task's view of the shared cache tier: :meth:`lookup` a batch's keys, :meth:`store`
-    what the store answered, :meth:`aclose` when the task closes."""
+    what the store answered, :meth:`aclose` when the task closes. ``identity``: the lookup's,
+    with the tier's secret and namespace (it names the keys and keys the values' tags)."""
 
     def __init__(
         self,
         store: SharedCacheStore,
-        prefix: bytes,
+        identity: LookupIdentity,
         fields: Sequence[pa.Field],
         metrics: LookupMetrics,
         *,
         ttl_s: float,
         timeout_s: float,
         cache_missing: bool,
-        clock: Any = time.monotonic,
+        max_value_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store_client = store
-        self.prefix = prefix
+        self.prefix = namespace(identity)
         self.fields = list(fields)
-        self.codec = ValueCodec(self.fields)
+        self.codec = ValueCodec(self.fields, identity.subkey("tier values"), max_value_bytes)
         self.metrics = metrics
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s
         self.cache_missing = cache_missing
         self._clock = clock
+        self._wall_clock = wall_clock
         self._pending: list[tuple[bytes, bytes]] = []
         self._writer: asyncio.Future[None] | None = None
 
@@ -246,7 +323,8 @@ class SharedTier:
     # -- reads -----------------------------------------------------------------------------------
 
     async def lookup(self, keys: list[Key]) -> CacheAnswer:
-        """What the tier knows of ``keys``; never raises (a failure: every key wanted)."""
+        """What the tier knows of ``keys``; never raises (a failure: every key wanted). The
+        answer's ``ttl_s`` is the least time its hits had left in the tier."""
         everything = np.arange(len(keys), dtype=np.int64)
         if not keys or not self._available():
             return CacheAnswer(everything)
@@ -262,16 +340,28 @@ class SharedTier:
             self._failed("read", exc)
             return CacheAnswer(everything)
         decoded: dict[Key, Any] = {}
+        now_ms = int(self._wall_clock() * 1000)
+        longest = now_ms + int(self.ttl_s * 1000)
+        soonest = None
         for key, name in zip(keys, names):
             data = found.get(name)
             if data is None:
                 continue
             try:
-                value = self.codec.decode(data)
-            except Exception:  # a value written by something else: a miss
+                value, expires_ms = self.codec.decode(name, bytes(data))
+            except RejectedValue:  # forged, tampered with, out of bounds: a miss
+                self.metrics.shared_rejected += 1
                 continue
+            if expires_ms <= now_ms:
+                continue  # past its time (the writer's clock): a miss
+            if value is MISSING and not self.cache_missing:
+                continue  # this lookup keeps no miss: a miss another wrote is asked again
+            expires_ms = min(expires_ms, longest)  # no longer than this lookup's own ttl
+            soonest = expires_ms if soonest is None else min(soonest, expires_ms)
             decoded[key] = value if value is MISSING else CachedRows(value, 0, value.num_rows)
         answer = known_answer(keys, decoded, self.fields)
+        if soonest is not None:
+            answer.ttl_s = (soonest - now_ms) / 1000.0
         self.metrics.shared_hits += answer.hits
         self.metrics.shared_misses += answer.misses
         return answer
@@ -297,6 +387,7 @@ class SharedTier:
         keys = answer.asked()
         matches = matches_of(answer, self.fields)
         entries = cache_rows(keys, matches, answer.found(), cache_missing=self.cache_missing)
+        expires_ms = int((self._wall_clock() + self.ttl_s) * 1000)
         items = []
         for key, entry in entries:
             try:
@@ -304,10 +395,12 @@ class SharedTier:
             except TypeError:
                 continue
             if entry is MISSING:
-                items.append((name, self.codec.encode_missing()))
-            else:
-                rows = entry.values.slice(entry.start, entry.count)
-                items.append((name, self.codec.encode(rows)))
+                items.append((name, self.codec.encode_missing(name, expires_ms)))
+                continue
+            rows = entry.values.slice(entry.start, entry.count)
+            value = self.codec.encode(name, rows, expires_ms)
+            if value is not None:  # too large for the tier: asked of the store next time
+                items.append((name, value))
         return items
 
     async def _write_pending(self) -> None:
@@ -344,10 +437,9 @@ def matches_of(answer: Answer, fields: Sequence[pa.Field]) -> Matches:
 
 __all__ = [
     "COOL_OFF_S",
+    "RejectedValue",
     "SharedTier",
     "ValueCodec",
-    "function_code",
-    "identity_text",
     "key_bytes",
     "namespace",
 ]

@@ -87,9 +87,10 @@ INSTRUMENTS = (
         "asynclookup.shared_cache.lookups",
         "counter",
         "{lookup}",
-        "Keys looked for in the shared cache tier, by outcome: hit, miss, or error (reads and "
-        "writes that failed or timed out).",
-        ("hit", "miss", "error"),
+        "Keys looked for in the shared cache tier, by outcome: hit, miss, error (reads and "
+        "writes that failed or timed out), or rejected (a value not believed: its tag does not "
+        "match, or it is out of bounds or malformed; a miss too).",
+        ("hit", "miss", "error", "rejected"),
     ),
     Instrument(
         "asynclookup.request.duration",
@@ -125,6 +126,7 @@ def _split(metrics: LookupMetrics) -> dict[str, dict[str, int]]:
             "hit": metrics.shared_hits,
             "miss": metrics.shared_misses,
             "error": metrics.shared_errors,
+            "rejected": metrics.shared_rejected,
         },
     }
 

@@ -54,7 +54,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition 
 if FILTER_PUSHDOWN.available():  # the filter classes arrive with pushFilters, in PySpark 4.1
     from pyspark.sql.datasource import EqualTo, Filter, In
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("lookup_source")
 
 READ_BATCH_ROWS = 10_000
 """Keys per Arrow batch fed to the engine inside a read task."""

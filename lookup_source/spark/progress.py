@@ -59,7 +59,7 @@ every row of every micro-batch (about 1.5 ms a micro-batch and 0.03 core-µs a r
 these are the figures an operator alerts on; ``lookup_metrics`` and OpenTelemetry have all."""
 HEDGE_FIELDS = ("hedges", "hedges_won")
 """Added to the progress entry of a lookup with ``hedge.after.ms`` (summed)."""
-SHARED_FIELDS = ("shared_hits", "shared_misses", "shared_errors")
+SHARED_FIELDS = ("shared_hits", "shared_misses", "shared_errors", "shared_rejected")
 """Added to the progress entry of a lookup with ``cache.shared.url`` (summed)."""
 
 _METRICS_FIELD = pa.field(METRICS_COLUMN, pa.string())

@@ -116,6 +116,81 @@ def test_a_client_idle_past_the_limit_is_replaced_and_others_closed() -> None:
     fresh.release(reusable=True)
 
 
+def test_a_client_older_than_its_max_age_is_replaced_even_while_held() -> None:
+    now = [0.0]
+    clients = WorkerClients(clock=lambda: now[0])
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    config = make_config(make_spec(make_options()))
+    first = clients.lease("a", factory, config, 60.0, 10.0)
+    first.release(reusable=True)
+    now[0] = 9.0
+    held = clients.lease("a", factory, config, 60.0, 10.0)
+    assert held.client is first.client
+    now[0] = 10.5  # older than its max age: the next lease gets a new one, the holder keeps it
+    fresh = clients.lease("a", factory, config, 60.0, 10.0)
+    assert fresh.client is not first.client and store.opened == 2 and store.closed == 0
+    held.release(reusable=True)  # its last holder hands it back: closed now
+    assert store.closed == 1
+    fresh.release(reusable=True)
+    now[0] = 100.0  # no age limit: kept however old (idle within its limit)
+    clients.lease("b", factory, config, 1000.0, 0.0).release(reusable=True)
+    now[0] = 1000.0
+    clients.lease("b", factory, config, 1000.0, 0.0).release(reusable=True)
+    assert store.opened == 3
+
+
+def test_a_changed_secret_or_certificate_on_the_executor_is_a_new_client(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert = tmp_path / "client.pem"
+    cert.write_text("first certificate")
+    monkeypatch.setenv("FAKE_TOKEN", "first")
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    config = dataclasses.replace(
+        make_config(make_spec(make_options())),
+        options={"fake.tls.cert-file": str(cert), "fake.token.env": "FAKE_TOKEN"},
+    )
+
+    def lease() -> Any:
+        leased = lease_client(factory, config, max_idle_s=60, keep=True)
+        leased.release(reusable=True)
+        return leased.client
+
+    first = lease()
+    assert lease() is first  # nothing changed: kept
+    cert.write_text("renewed certificate")  # the same path, another content
+    renewed = lease()
+    assert renewed is not first
+    monkeypatch.setenv("FAKE_TOKEN", "rotated")  # the same variable, another value
+    rotated = lease()
+    assert rotated is not renewed and store.opened == 3
+    key = client_key("x", config)
+    assert "rotated" not in key and "renewed" not in key
+
+
+def test_a_threads_clients_and_loop_are_closed_when_it_ends() -> None:
+    import gc
+    import threading
+
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    spec = make_spec(make_options())
+    loops: list[Any] = []
+
+    def work() -> None:
+        assert run_task(spec, [1, 2], factory)[1]["name"] == "user-2"
+        loops.append(worker_clients().loop)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert store.opened == 1 and store.closed == 1  # closed with its thread, not kept open
+    assert loops[0].closed
+
+
 def test_a_failed_task_closes_its_client_and_the_next_opens_a_new_one() -> None:
     store = FakeStore(TABLE)
     factory = StoreFactory(store)

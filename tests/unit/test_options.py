@@ -152,12 +152,37 @@ def test_any_unknown_name_is_rejected_by_name(name: str) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=-(10**12), max_value=10**12))
-def test_integer_options_accept_exactly_the_positive_whole_numbers(number: int) -> None:
-    if number >= 1:
+def test_integer_options_accept_exactly_the_whole_numbers_in_their_range(number: int) -> None:
+    if 1 <= number <= 100_000:
         assert parse_options({**BASE, "capacity": str(number)}).capacity == number
     else:
-        with pytest.raises(OptionError, match="option 'capacity'"):
+        with pytest.raises(OptionError, match="option 'capacity': must be at"):
             parse_options({**BASE, "capacity": str(number)})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("cache.shared.ttl.ms", "100000000000000000000", "must be at most 31,536,000,000"),
+        ("cache.shared.ttl.ms", "1e20", "expected a whole number"),
+        ("gc.threshold", "100000000000000000000", "must be at most 10,000,000"),
+        ("gc.threshold", "1e20", "expected a whole number"),
+        ("timeout.ms", "9" * 100, "expected a whole number of at most"),
+        ("cache.max-rows", "4294967296", "must be at most 2,147,483,647"),
+        ("retry.max-attempts", "0", "must be at least 1"),
+        ("rate.limit", "1e20", "at most 1,000,000,000"),
+        ("rate.limit", "inf", "at most 1,000,000,000"),
+        ("hedge.after.ms", "1e20", "of at most 31,536,000,000"),
+        ("capacity.latency-tolerance", "1e20", "at most 1000"),
+        ("connection.max-age.ms", "-1", "must be 0 or more"),
+        ("cache.shared.max-value-bytes", "10", "must be at least 64"),
+    ],
+)
+def test_every_numeric_option_has_a_range_checked_up_front(
+    name: str, value: str, message: str
+) -> None:
+    with pytest.raises(OptionError, match=f"option '{name}': .*{message}"):
+        parse_options({**BASE, name: value})
 
 
 @settings(max_examples=200, deadline=None)
@@ -213,3 +238,24 @@ def test_parsed_options_turn_back_into_the_strings_that_parse_into_them(
 def test_options_not_made_by_parse_options_say_how_to_make_them() -> None:
     with pytest.raises(OptionError, match="build them with parse_options"):
         LookupOptions(connector="redis").to_strings()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("u:{key:>999999999}", "is at most 1,024"),
+        ("u:{key:.5000}", "is at most 1,024"),
+        ("{key:0>2000}", "is at most 1,024"),
+        ("u:{key:{key}}", "may not hold a placeholder"),  # a key choosing its own width
+        ("u:{key:>{key}}", "may not hold a placeholder"),
+        ("u:{key:x}", "is not a format for a key"),  # would fail every batch
+    ],
+)
+def test_a_key_pattern_cannot_build_huge_keys(pattern: str, message: str) -> None:
+    from lookup_source.spark.plan import LookupPlan
+
+    options = {"connector": "redis", "url": "redis://h", "redis.key.pattern": pattern}
+    with pytest.raises(OptionError, match=f"redis.key.pattern.*{message}"):
+        LookupPlan.build(options, "id long, v string")
+    fine = {**options, "redis.key.pattern": "u:{key:>20}"}
+    assert LookupPlan.build(fine, "id long, v string").options.connector == "redis"

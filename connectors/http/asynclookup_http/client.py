@@ -12,13 +12,23 @@ Two request styles:
 Answers: 2xx -> record; 404 -> missing key; 408, 429, 500, 502, 503, 504 and connection errors
 -> retried with backoff, honouring ``Retry-After``; any other status -> an error that is not
 retried; a body that is not JSON -> an error naming the key with an excerpt of the body.
+
+What a service sends back is not trusted (the session is kept by the worker and serves every
+key of every task): redirects are not followed unless ``http.redirects=same-origin`` (then only
+to the same scheme, host and port: secrets never go elsewhere, never from https to http); a
+body larger than ``http.max-response-bytes`` after decompression is an error, read as it
+streams so a compressed bomb costs at most the limit; no cookie is ever kept; a key whose text
+is ``.``, ``..`` or empty cannot be a URL's path segment (it would reach another resource) and
+is that key's error.
 """
 
 from __future__ import annotations
 
 import email.utils
 import ssl
+import string
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, ClassVar
@@ -36,6 +46,7 @@ from asynclookup_http.answers import (
     select,
 )
 from lookup_source.connector_api import (
+    INT_LIMIT,
     ConnectorConfig,
     ConnectorError,
     ConnectorOptions,
@@ -52,8 +63,10 @@ from lookup_source.connector_api import (
     TlsSettings,
     TransientError,
     as_records,
+    choice,
     excerpt,
     handshake_check,
+    int_between,
     parse_bool,
     parse_text,
     python_keys,
@@ -68,6 +81,19 @@ RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 OVERLOADED_STATUS = frozenset({429, 503})
 BATCH_POST_SIZE = 100
 """Keys per batch POST unless ``batch.size`` says otherwise."""
+
+MAX_RESPONSE_BYTES = 8 << 20
+"""Default of ``http.max-response-bytes``: 8 MiB."""
+
+MAX_REDIRECTS = 5
+"""Redirects followed for one request with ``http.redirects=same-origin``."""
+
+ACCEPT_ENCODING = "gzip, deflate"
+"""What the connector decodes itself (within the size limit)."""
+
+_READ_CHUNK = 1 << 16
+_JSON_BODY = {"Content-Type": "application/json"}
+_UNSAFE_SEGMENTS = frozenset({"", ".", ".."})
 
 
 def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
@@ -84,10 +110,137 @@ def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
 _AIOHTTP_ERRORS = translated_errors("aiohttp", classify, tls="http")
 
 
-def _encode_path_part(text: str) -> str:
+class UnsafeKey(ValueError):
+    """A key whose text would change the URL's path (``.``, ``..``, empty)."""
+
+
+def _encode_part(text: str) -> str:
+    """A key's text as one percent-encoded part of the URL: every character but letters,
+    digits and ``-._~`` encoded (``;``, ``=``, ``,`` too: a server may cut a path at them)."""
     if text.isascii() and text.isalnum():  # what quote() leaves as is (ids, numbers)
         return text
+    if text in _UNSAFE_SEGMENTS:  # a URL library and the server collapse them
+        raise UnsafeKey(text)
     return quote(text, safe="")
+
+
+def _encoded_template(template: str) -> str:
+    """``template`` with its own text percent-encoded as yarl would (a space as ``%20``), its
+    placeholders kept: the URLs made of it are then sent as they are (``encoded=True``), so
+    no URL library decodes what a key's encoding protects (``%3B`` back to ``;``)."""
+    from yarl import URL
+
+    marks = {}
+    text = template
+    for number, (_, name, spec, conversion) in enumerate(string.Formatter().parse(template)):
+        if name is None:
+            continue
+        field = (
+            "{"
+            + name
+            + (f"!{conversion}" if conversion else "")
+            + (f":{spec}" if spec else "")
+            + "}"
+        )
+        mark = f"ASYNCLOOKUPKEY{number}X"
+        marks[mark] = field
+        text = text.replace(field, mark, 1)
+    try:
+        encoded = str(URL(text))
+    except ValueError:  # validated elsewhere, with its own message
+        return template
+    for mark, field in marks.items():
+        encoded = encoded.replace(mark, field, 1)
+    return encoded
+
+
+def _as_sent(url: str) -> Any:
+    """A URL made of an encoded template and encoded keys, for aiohttp as it is."""
+    from yarl import URL
+
+    return URL(url, encoded=True)
+
+
+def _decompressor(encoding: str, first: bytes) -> Any:
+    """A zlib decompressor for a ``Content-Encoding``, or a PermanentError for one the
+    connector does not decode."""
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":  # RFC 1950 (zlib) as it should be, or raw deflate as often sent
+        return zlib.decompressobj(zlib.MAX_WBITS if first[:1] and first[0] & 0x0F == 8 else -15)
+    raise PermanentError(
+        f"the answer's Content-Encoding {encoding!r} is not one the HTTP connector decodes "
+        f"({ACCEPT_ENCODING}, identity)"
+    )
+
+
+class _TooLarge(Exception):
+    """A body past ``http.max-response-bytes``."""
+
+
+class _Malformed(Exception):
+    """A compressed body that is not what its encoding says."""
+
+
+MAX_MEMBERS = 64
+"""gzip members one answer may hold (a valid gzip body may be several, one after another)."""
+
+
+class _BoundedBody:
+    """A body as it streams in, decoded (``gzip``, ``deflate``) and counted after decoding:
+    past ``limit`` bytes, :class:`_TooLarge` — so a compressed bomb costs at most the limit.
+    Data after the end of a compressed stream must be another gzip member (at most
+    :data:`MAX_MEMBERS`), never bytes kept aside unread."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.encoding = {"x-gzip": "gzip", "identity": ""}.get(encoding, encoding)
+        self.limit = limit
+        self.out = bytearray()
+        self._decompressor: Any = None
+        self._members = 0
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.encoding:
+            self.out += chunk
+        else:
+            chunk, self._pending = self._pending + chunk, b""
+            while chunk:
+                if self._decompressor is None:
+                    if self._members and self.encoding == "gzip" and len(chunk) < 2:
+                        self._pending = chunk  # the next member's header, cut between chunks
+                        break
+                    if self._members and (self.encoding == "deflate" or chunk[:2] != b"\x1f\x8b"):
+                        raise _Malformed("data after the end of the compressed answer")
+                    self._members += 1
+                    if self._members > MAX_MEMBERS:
+                        raise _Malformed(f"more than {MAX_MEMBERS} compressed members")
+                    self._decompressor = _decompressor(self.encoding, chunk)
+                decompressor = self._decompressor
+                self.out += decompressor.decompress(chunk, self.limit + 1 - len(self.out))
+                if len(self.out) > self.limit:
+                    break
+                chunk = decompressor.unconsumed_tail
+                if decompressor.eof:  # the member ended: what follows starts the next one
+                    chunk = decompressor.unused_data + chunk
+                    self._decompressor = None
+        if len(self.out) > self.limit:
+            raise _TooLarge
+
+    def finish(self) -> bytes:
+        if self._pending:
+            raise _Malformed("data after the end of the compressed answer")
+        if self._decompressor is not None:
+            self.out += self._decompressor.flush()
+            if not self._decompressor.eof:
+                raise _Malformed("the compressed answer ends before its end")
+        if len(self.out) > self.limit:
+            raise _TooLarge
+        return bytes(self.out)
+
+
+def _same_origin(url: Any, target: Any) -> bool:
+    return bool(target.scheme == url.scheme and target.host == url.host and target.port == url.port)
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -158,6 +311,22 @@ class HttpLookupClient(LookupClient):
             True,
             "Verify TLS certificates. Turning it off is for test servers only.",
         ),
+        OptionSpec(
+            "http.redirects",
+            choice("none", "same-origin"),
+            "none",
+            "`none`: a redirect (3xx) is an error naming its status and where it pointed; "
+            f"`same-origin`: up to {MAX_REDIRECTS} redirects are followed when they stay on the "
+            "same scheme, host and port (a POST only on 307/308), never elsewhere, so the "
+            "lookup's headers never reach another server.",
+        ),
+        OptionSpec(
+            "http.max-response-bytes",
+            int_between(1024, INT_LIMIT),
+            MAX_RESPONSE_BYTES,
+            "Largest answer body, counted after decompression as it streams (a compressed "
+            "bomb costs at most this); a larger answer is an error of its key(s), not retried.",
+        ),
         *tls_option_specs("http", "the HTTPS server"),
         OptionSpec(
             "http.header.",
@@ -178,10 +347,14 @@ class HttpLookupClient(LookupClient):
         self._keys_field: str = options.get("http.batch.keys-field", "keys")
         self._path: tuple[str, ...] = tuple(options.get("http.json.path", ()))
         self._verify: bool = options.get("http.tls.verify", True)
+        self._same_origin: bool = options.get("http.redirects", "none") == "same-origin"
+        self._max_bytes: int = options.get("http.max-response-bytes", MAX_RESPONSE_BYTES)
         self._template = (
             None
             if self._batch_url
-            else KeyTemplate("url", config.url or "", config.key_columns, encode=_encode_path_part)
+            else KeyTemplate(
+                "url", _encoded_template(config.url or ""), config.key_columns, encode=_encode_part
+            )
         )
         self._session: Any = None
         self._handshake: AbstractAsyncContextManager[None] = nullcontext()
@@ -239,7 +412,7 @@ class HttpLookupClient(LookupClient):
 
     def headers(self) -> dict[str, str]:
         """The request headers, with ``.env`` values read from this process's environment."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING}
         for name, value in self.config.options.items():
             if not name.startswith("http.header.") or value is None:
                 continue
@@ -274,6 +447,8 @@ class HttpLookupClient(LookupClient):
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=None),
             raise_for_status=False,
+            cookie_jar=aiohttp.DummyCookieJar(),  # one key's answer never reaches the next
+            auto_decompress=False,  # decoded here, within http.max-response-bytes
         )
 
     def _ssl(self) -> Any:
@@ -314,17 +489,107 @@ class HttpLookupClient(LookupClient):
         assert self._template is not None
         out: dict[Key, Any] = {}
         for key in keys:
-            url = self._template.render(key)
-            async with self._session.get(url) as response:
-                body = await response.read()
-                status = response.status
-                retry_after = response.headers.get("Retry-After")
+            try:
+                url = self._template.render(key)
+            except UnsafeKey as unsafe:
+                out[key] = RecordError(
+                    f"its text {str(unsafe)!r} cannot be a path segment of url: it would "
+                    "reach another resource"
+                )
+                continue
+            status, body, retry_after = await self._exchange("GET", url, encoded=True)
             if status == 404:
                 continue
             if not 200 <= status < 300:
                 self._check_status(status, body, retry_after, f"GET {redact_url(url)}")
             out[key] = self._record(key, body)
         return out
+
+    async def _exchange(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None = None,
+        headers: Any = None,
+        *,
+        encoded: bool = False,
+    ) -> tuple[int, bytes, str | None]:
+        """One request: its status, its body (bounded, decoded) and its Retry-After; a
+        redirect followed only when ``http.redirects=same-origin`` allows it. ``encoded``: the
+        URL is sent as it is (made of an encoded template and encoded keys)."""
+        for _ in range(MAX_REDIRECTS + 1):
+            target = _as_sent(url) if encoded else url
+            async with self._session.request(
+                method, target, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                status = response.status
+                if 300 <= status < 400:
+                    url = self._redirected(method, url, response)
+                    encoded = True  # as yarl joined it
+                    continue
+                return (
+                    status,
+                    await self._read(response, method, url),
+                    response.headers.get("Retry-After"),
+                )
+        raise PermanentError(f"more than {MAX_REDIRECTS} redirects from {method} {redact_url(url)}")
+
+    def _redirected(self, method: str, url: str, response: Any) -> str:
+        """Where a redirect may be followed, or the PermanentError that says why not."""
+        from yarl import URL
+
+        status, location = response.status, response.headers.get("Location")
+        where = f"HTTP {status} redirect from {method} {redact_url(url)}"
+        if not location:
+            raise PermanentError(f"{where} with no Location")
+        asked = URL(url)
+        target = asked.join(URL(location))
+        shown = redact_url(str(target))
+        if not self._same_origin:
+            raise PermanentError(
+                f"{where} to {shown}: redirects are not followed (set http.redirects="
+                "same-origin to follow those that stay on the same scheme, host and port)"
+            )
+        if not _same_origin(asked, target):
+            raise PermanentError(
+                f"{where} to {shown}: it leaves the origin, and the lookup's headers never do"
+            )
+        if method != "GET" and status not in (307, 308):
+            raise PermanentError(f"{where} to {shown}: a {method} follows only 307 and 308")
+        return str(target)
+
+    async def _read(self, response: Any, method: str, url: str) -> bytes:
+        """The body, decoded, of at most ``http.max-response-bytes``; the connection is
+        dropped, not reused, when the body is cut short."""
+        limit = self._max_bytes
+        length = response.content_length
+        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        if length is not None and length > limit and encoding in ("", "identity"):
+            response.close()
+            raise self._too_large(method, url, length)
+        if encoding in ("", "identity") and length is not None:
+            return bytes(await response.read())  # exactly Content-Length bytes
+        decoder = _BoundedBody(encoding, limit)
+        content = response.content
+        try:
+            while chunk := await content.read(_READ_CHUNK):
+                decoder.feed(chunk)
+            return decoder.finish()
+        except _TooLarge:
+            response.close()
+            raise self._too_large(method, url, None) from None
+        except (zlib.error, _Malformed) as exc:
+            response.close()
+            raise PermanentError(
+                f"the answer to {method} {redact_url(url)} is not valid {encoding}: {exc}"
+            ) from None
+
+    def _too_large(self, method: str, url: str, length: int | None) -> PermanentError:
+        size = f" ({length:,} bytes)" if length is not None else ""
+        return PermanentError(
+            f"the answer to {method} {redact_url(url)} is larger than "
+            f"http.max-response-bytes={self._max_bytes:,}{size}, counted after decompression"
+        )
 
     def _check_status(self, status: int, body: bytes, retry_after: str | None, what: str) -> None:
         if 200 <= status < 300:
@@ -370,11 +635,9 @@ class HttpLookupClient(LookupClient):
         else:
             payload = [dict(zip(columns, map(json_key, key))) for key in python_keys(keys)]
         body = msgspec.json.encode({self._keys_field: payload})
-        headers = {"Content-Type": "application/json"}
-        async with self._session.post(self._batch_url, data=body, headers=headers) as response:
-            answer = await response.read()
-            status = response.status
-            retry_after = response.headers.get("Retry-After")
+        status, answer, retry_after = await self._exchange(
+            "POST", self._batch_url, body, _JSON_BODY
+        )
         what = f"POST {self._batch_url_shown} ({keys.num_rows} keys)"
         if status == 404:
             return Matches.none(self.value_fields)

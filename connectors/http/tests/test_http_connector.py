@@ -392,8 +392,12 @@ def test_a_ten_megabyte_answer(srv: ScriptedServer) -> None:
         return web.json_response({"blob": blob})
 
     srv.handler = handler
-    rows = lookup("id long, blob string", [1], url=f"{srv.base_url}/{{key}}")
+    url = f"{srv.base_url}/{{key}}"
+    rows = lookup("id long, blob string", [1], url=url, **{"http.max-response-bytes": "20000000"})
     assert rows[0]["blob"] == blob
+    # beyond the default limit (8 MiB): an error of its key, not retried
+    with pytest.raises(LookupFailedError, match="larger than http.max-response-bytes=8,388,608"):
+        lookup("id long, blob string", [1], url=url)
 
 
 class ReferenceHttp(HttpLookupClient):

@@ -65,6 +65,9 @@ def test_odd_text_keys_find_their_own_values(store: Store, keys: list[Any], stor
     rows = run_keys(_options(store, run), "k string, echo string", keys, key_type=pa.string())
     assert [r["k"] for r in rows] == keys
     for row in rows:
+        if row["k"] in ("", ".", ".."):  # it would reach another resource: its own error
+            assert row["echo"] is None and "cannot be a path segment" in row["_lookup_error"]
+            continue
         if row["k"] is not None and len(quote(row["k"].encode())) > 8000:
             # longer than the server takes in a URL: its 400, as an error of that key
             assert row["echo"] is None and "HTTP 400" in row["_lookup_error"]

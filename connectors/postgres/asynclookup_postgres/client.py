@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+import os
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from asynclookup_postgres.catalog import INT_TYPES, infer_schema, quote_identifier, split_table_name
 from asynclookup_postgres.query import LookupQuery, in_range
@@ -215,13 +219,59 @@ class PostgresLookupClient(LookupClient):
             except (asyncio.TimeoutError, TimeoutError):
                 pool.terminate()
 
+    @classmethod
+    def implicit_inputs(cls, config: ConnectorConfig) -> Sequence[str]:
+        """What asyncpg reads on its own, like libpq: the ``PG*`` environment variables and
+        the password file (``PGPASSFILE``, else ``~/.pgpass``)."""
+        passfile = os.environ.get("PGPASSFILE") or "~/.pgpass"
+        return (*(f"env:{name}" for name in LIBPQ_ENVIRONMENT), f"file:{passfile}")
+
     # -- lookups -------------------------------------------------------------------------------
 
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
+        refused = _keys_holding_nul(keys)
+        if refused is not None:  # Postgres text cannot hold NUL: those keys fail, not the batch
+            return await self._lookup_apart(keys, refused, NUL_KEY)
         with _ASYNCPG_ERRORS:
             pool = await self._connect()
-            rows = await self._fetch(pool, self._query.arguments(keys))
+            try:
+                rows = await self._fetch(pool, self._query.arguments(keys))
+            except Exception as exc:
+                if not _a_key_error(exc):
+                    raise
+                return await self._isolate(keys, exc)
         return self._query.matches(rows, keys)
+
+    async def _isolate(self, keys: pa.RecordBatch, error: BaseException) -> Matches:
+        """The answer to ``keys`` when one of them cannot be sent (not a value of the key
+        column's type: a text that is no UUID, an integer beyond int4): each half asked apart
+        until the keys at fault are found, each of them an error of its own."""
+        if keys.num_rows == 1:
+            return await self._lookup_apart(keys, np.ones(1, dtype=bool), _key_error_text(error))
+        half = keys.num_rows // 2
+        first = await self.lookup_arrow(keys.slice(0, half))
+        second = await self.lookup_arrow(keys.slice(half))
+        return _joined([(0, first), (half, second)], self.value_fields)
+
+    async def _lookup_apart(
+        self, keys: pa.RecordBatch, refused: np.ndarray, message: str
+    ) -> Matches:
+        """The answer to ``keys`` where those at ``refused`` (a mask) are errors of their own
+        (``message``) and the others are asked as usual."""
+        kept = np.flatnonzero(~refused)
+        found = (
+            await self.lookup_arrow(keys.take(pa.array(kept)))
+            if len(kept)
+            else Matches.none(self.value_fields)
+        )
+        bad = np.flatnonzero(refused)
+        nulls = pa.RecordBatch.from_arrays(
+            [pa.nulls(len(bad), type=f.type) for f in self.value_fields],
+            schema=pa.schema(self.value_fields),
+        )
+        failed = Matches(bad, nulls, pa.array([message] * len(bad), type=pa.string()))
+        placed = Matches(kept[found.key_index], found.values, found.errors)
+        return _joined([(0, placed), (0, failed)], self.value_fields)
 
     async def _fetch(self, pool: Any, arguments: list[Any]) -> list[Any]:
         """Run the lookup query on a pooled connection. A connection whose query failed or was
@@ -326,3 +376,81 @@ class PostgresLookupClient(LookupClient):
                     if not rows:
                         return
                     yield self._query.scanned(rows)
+
+
+LIBPQ_ENVIRONMENT = (
+    "PGHOST",
+    "PGHOSTADDR",
+    "PGPORT",
+    "PGUSER",
+    "PGPASSWORD",
+    "PGDATABASE",
+    "PGPASSFILE",
+    "PGSERVICE",
+    "PGSERVICEFILE",
+    "PGOPTIONS",
+    "PGSSLMODE",
+    "PGSSLROOTCERT",
+    "PGSSLCERT",
+    "PGSSLKEY",
+    "PGSSLCRL",
+    "PGSSLNEGOTIATION",
+    "PGTARGETSESSIONATTRS",
+    "PGKRBSRVNAME",
+)
+"""The environment variables asyncpg (like libpq) reads when the URL does not say."""
+
+
+NUL_KEY = "it holds a NUL character, which Postgres text cannot hold"
+
+
+def _a_key_error(error: BaseException) -> bool:
+    """Whether ``error`` says a key could not be sent as a value of its column's type (raised
+    by asyncpg while encoding the keys, or by the server as a data exception, class 22)."""
+    import asyncpg
+
+    if isinstance(error, (ValueError, TypeError, OverflowError)):
+        return True
+    client_side = getattr(asyncpg.exceptions, "_base", None)
+    if client_side is not None and isinstance(error, getattr(client_side, "DataError", ())):
+        return True
+    return isinstance(error, asyncpg.exceptions.DataError)
+
+
+def _key_error_text(error: BaseException) -> str:
+    """Why a key could not be sent, without the other keys of its batch (asyncpg quotes the
+    whole argument: ``$1: [1, 2, 1099511627776] (value out of int32 range)``)."""
+    text = re.sub(r"(query argument \$\d+): \[.*\]", r"\1", str(error).strip())
+    return f"it cannot be sent as the key column's type: {type(error).__name__}: {text}"
+
+
+def _joined(parts: list[tuple[int, Matches]], fields: Sequence[pa.Field]) -> Matches:
+    """Several answers as one, each part's key positions moved by its offset."""
+    names = [f.name for f in fields]
+    parts = [(offset, part) for offset, part in parts if part.num_rows]
+    if not parts:
+        return Matches.none(fields)
+    values = pa.Table.from_batches(
+        [part.values.select(names) for _, part in parts], schema=pa.schema(list(fields))
+    ).combine_chunks()
+    errors: list[Any] = []
+    for _, part in parts:
+        errors += [None] * part.num_rows if part.errors is None else part.errors.to_pylist()
+    return Matches(
+        np.concatenate([part.key_index + offset for offset, part in parts]),
+        values.to_batches()[0] if values.num_rows else Matches.none(fields).values,
+        pa.array(errors, type=pa.string()) if any(e is not None for e in errors) else None,
+    )
+
+
+def _keys_holding_nul(keys: pa.RecordBatch) -> np.ndarray | None:
+    """A mask of the keys whose text holds a NUL character, or None when none does."""
+    refused = None
+    for column in keys.columns:
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        holds = pc.fill_null(pc.match_substring(column, "\x00"), False)
+        if pc.any(holds).as_py():
+            mask = holds.to_numpy(zero_copy_only=False)
+            refused = mask if refused is None else refused | mask
+    return refused

@@ -176,6 +176,53 @@ def test_composite_keys(postgres_srv: Any, pg: Any, table_name: str) -> None:
         pg(f"DROP TABLE {table_name}")
 
 
+def test_a_key_holding_nul_fails_that_key_not_its_batch(postgres_srv: Any, users: str) -> None:
+    keys = ["name '4'", "bad\x00key", "name '9'", None, "\x00", "name '60'"]
+    rows = lookup(
+        postgres_srv.url,
+        "name string, id int",
+        keys,
+        key_type=pa.string(),
+        **{"postgres.table": users, "on.error": "column", "batch.size": "500"},
+    )
+    assert [r["name"] for r in rows] == keys  # every row, in order, with its own key
+    assert [r["id"] for r in rows] == [4, None, 9, None, None, None]
+    for row in rows:
+        nul = row["name"] is not None and "\x00" in row["name"]
+        error = row["_lookup_error"]
+        assert (error is not None) == nul, row
+        if nul:
+            assert "holds a NUL character, which Postgres text cannot hold" in error
+    composite = lookup(
+        postgres_srv.url,
+        "name string, id int, big long",
+        [("name '4'", 4), ("x\x00", 9)],
+        **{"postgres.table": users, "on.error": "column", "key.column": "name,id"},
+    )
+    assert composite[0]["big"] is not None and composite[0]["_lookup_error"] is None
+    assert "NUL" in composite[1]["_lookup_error"] and composite[1]["big"] is None
+
+
+def test_a_key_the_column_cannot_take_fails_that_key_not_its_batch(
+    postgres_srv: Any, users: str
+) -> None:
+    base = {"postgres.table": users, "on.error": "column", "retry.max-attempts": "1"}
+    rows = lookup(
+        postgres_srv.url,
+        "ref string, id int",
+        [str(UUIDS[3]), "not-a-uuid", str(UUIDS[7])],
+        key_type=pa.string(),
+        **{**base, "key.column": "ref"},
+    )
+    assert [r["id"] for r in rows] == [3, None, 7]
+    assert [r["_lookup_error"] is not None for r in rows] == [False, True, False]
+    assert "cannot be sent as the key column's type" in rows[1]["_lookup_error"]
+    wide = lookup(postgres_srv.url, "id long, name string", [4, 2**40, 9], **base)
+    assert [r["name"] for r in wide] == ["name '4'", None, "name '9'"]
+    error = wide[1]["_lookup_error"]
+    assert "out of int32 range" in error and "[4" not in error  # not the other keys
+
+
 def test_keys_and_names_cannot_inject_sql(postgres_srv: Any, pg: Any, table_name: str) -> None:
     pg(f'CREATE TABLE {table_name} (k text PRIMARY KEY, "odd ""col""" text)')
     evil = ["'; DROP TABLE " + table_name + "; --", 'a"b', "x' OR '1'='1"]

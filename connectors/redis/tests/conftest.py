@@ -7,8 +7,11 @@ Every test collected here carries the ``connector`` marker:
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+
+from tests.servers import RedisServer
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -40,3 +43,16 @@ def silent_port() -> Iterator[int]:
     for connection in held:
         connection.close()
     listener.close()
+
+
+@pytest.fixture
+def cache_url(redis_srv: RedisServer, redis_db: Any) -> Iterator[str]:
+    """The shared cache tier's Redis, emptied of the tier's keys before and after."""
+
+    def clear() -> None:
+        for key in redis_db.scan_iter(match="asynclookup:*", count=1000):
+            redis_db.delete(key)
+
+    clear()
+    yield redis_srv.url
+    clear()

@@ -1,24 +1,26 @@
 """The shared cache tier (``cache.shared.url``) on a real redis-server: a second job makes no
 request to the store, two lookups never read each other's answers, every value type
-round-trips, nothing secret is written, and a cache that is down or silent loses nothing."""
+round-trips, nothing secret is written, and a cache that is down or silent loses nothing.
+What the tier trusts and refuses (tenants, forged and poisoned values) is
+test_redis_shared_cache_trust.py."""
 
 from __future__ import annotations
 
 import datetime
 import decimal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from lookup_source.engine.identity import LookupIdentity, function_state
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.shared_cache import COOL_OFF_S, ValueCodec, function_code, namespace
+from lookup_source.engine.shared_cache import COOL_OFF_S, ValueCodec, namespace
 from lookup_source.functions import LookupFunction
 from lookup_source.options import CacheSettings, SharedCacheSettings, parse_options
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
-from tests.servers import RedisServer, free_port
+from tests.servers import free_port
 
 TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(0, 300, 2)}  # odd keys are missing
 
@@ -48,19 +50,6 @@ def run(
         )
     )
     return [r for b in out for r in b.to_pylist()], metrics[0]
-
-
-@pytest.fixture
-def cache_url(redis_srv: RedisServer, redis_db: Any) -> Iterator[str]:
-    """The shared tier's Redis, emptied of the tier's keys before and after."""
-
-    def clear() -> None:
-        for key in redis_db.scan_iter(match="asynclookup:*", count=1000):
-            redis_db.delete(key)
-
-    clear()
-    yield redis_srv.url
-    clear()
 
 
 def test_a_second_job_over_the_same_keys_asks_the_store_nothing(cache_url: str) -> None:
@@ -135,12 +124,15 @@ def test_nothing_secret_is_written(cache_url: str, redis_db: Any) -> None:
     for name in names:
         assert b"secret" not in name and b"tok-123" not in name
         assert b"secret" not in redis_db.get(name) and b"tok-123" not in redis_db.get(name)
-    # the token is left out of the identity: a lookup with another token shares the answers
+    # the token is in the identity (by a keyed digest): another token shares nothing
     other = config.__class__(
         **{**config.__dict__, "options": {"fake.api-token": "tok-999", "fake.table": "users"}}
     )
-    assert namespace(config) == namespace(other)
-    assert namespace(config) != namespace(other, "tenant")
+    assert namespace(LookupIdentity.of(config)) != namespace(LookupIdentity.of(other))
+    assert namespace(LookupIdentity.of(config)) == namespace(LookupIdentity.of(config))
+    store = FakeStore(TABLE)
+    _, metrics = run(store, list(range(10)), spec=spec, config=other)
+    assert metrics.shared_hits == 0 and sum(map(len, store.requests)) == 10
 
 
 ALL_TYPES = (
@@ -187,9 +179,10 @@ def test_every_value_type_and_several_matches_round_trip(cache_url: str) -> None
     assert store.requests == [] and metrics.shared_hits == 30
     assert second == first
     assert len(second) == 40  # 10 keys with two matches
-    codec = ValueCodec([pa.field(n, t) for n, t in ALL_TYPES])
+    codec = ValueCodec([pa.field(n, t) for n, t in ALL_TYPES], b"k" * 32, 1 << 20)
     one = pa.RecordBatch.from_pylist([record(3, 0)], schema=codec.schema)
-    assert len(codec.encode(one)) < 700  # compact: the IPC message, zstd-compressed
+    value = codec.encode(b"name", one, 2**40)
+    assert value is not None and len(value) < 720  # compact: the IPC message, zstd, a tag
 
 
 def test_composite_and_odd_keys(cache_url: str) -> None:
@@ -219,6 +212,7 @@ def test_a_value_that_is_not_the_tiers_is_a_miss(cache_url: str, redis_db: Any) 
     rows, metrics = run(store, [2, 4], spec=spec)
     assert [r["name"] for r in rows] == ["user-2", "user-4"]
     assert store.requests == [[2, 4]] and metrics.shared_misses == 2
+    assert metrics.shared_rejected == 2
 
 
 @pytest.mark.parametrize("down", ["closed", "silent"])
@@ -250,8 +244,8 @@ def test_a_functions_namespace_is_its_code_not_its_job() -> None:
     first = LookupFunction.of(fetch=geocode)
     again = LookupFunction.of(fetch=geocode)
     assert first.token != again.token
-    assert function_code(first.function) == function_code(again.function)
-    assert function_code(geocode) != function_code(other)
+    assert function_state(first.function) == function_state(again.function)
+    assert function_state(geocode) != function_state(other)
 
 
 def test_the_url_is_checked_when_the_options_are_parsed() -> None:

@@ -1,0 +1,413 @@
+"""A lookup's identity: everything that decides what the store answers it, computed on the
+executor and used by all that outlives a task and may serve several jobs, users or tenants —
+the worker's kept clients (:mod:`.lifetime`), its caches (:mod:`.cache`) and the shared cache
+tier (:mod:`.shared_cache`). Two lookups whose answers could differ never share any of them.
+
+What goes in:
+
+- **public**: the connector, the URL with its credentials redacted, the options' names and the
+  values of those whose name is not a secret's, the key and value columns with their types;
+- **secret material**, which enters only through a keyed one-way digest, never in clear: the
+  URL whole (user, password, query parameters), every option's value (every header), the
+  values the ``*.env`` options name, read from this process's environment (a secret rotated on
+  the executors is a new identity), the content of every file an option or a URL parameter
+  names (``*-file``, ``sslkey=``: certificates, keys, CA bundles; a renewed certificate is a new
+  identity), what the connector's library reads on its own (``LookupClient.implicit_inputs``:
+  libpq's ``PGPASSWORD``, ``PGDATABASE``, ``~/.pgpass``...), the extra
+  ``secret`` given (``cache.shared.secret.env``), and a ``fetch=`` function's state
+  (:func:`function_state`: its code, defaults, closure, bound object, partial arguments and
+  the plain globals it reads).
+
+From them, one key ``K = PBKDF2-HMAC-SHA256(material, salt = SHA-256(public))`` — slow on
+purpose, so that a digest seen by whoever reads the shared tier's Redis cannot be turned back
+into a short secret by trying them; it is computed once per process and configuration — and
+every digest of the identity is ``HMAC-SHA256(K, purpose)`` (:meth:`LookupIdentity.digest`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import hmac
+import os
+import re
+import threading
+import types
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from lookup_source.connector_api import ConnectorConfig
+from lookup_source.redaction import redact_text, redact_url, secret_name
+
+KDF_ITERATIONS = 100_000
+"""PBKDF2 rounds of the identity's key (about 30 ms here, once per process and
+configuration)."""
+
+_KEPT_KEYS = 256
+"""Identity keys a process remembers (least recently used forgotten first)."""
+
+_keys: OrderedDict[bytes, bytes] = OrderedDict()
+_keys_lock = threading.Lock()
+
+
+def _is_env_option(name: str) -> bool:
+    return name.lower().endswith(".env")
+
+
+def _is_file_option(name: str) -> bool:
+    lowered = name.lower()
+    return lowered.endswith("-file") or lowered.endswith(".file")
+
+
+def _env_value(variable: Any) -> bytes:
+    value = os.environ.get(str(variable))
+    return b"unset" if value is None else b"set:" + value.encode("utf-8", "surrogateescape")
+
+
+def _file_fingerprint(path: Any) -> bytes:
+    """The digest of a file's content (a certificate, a key), or why it could not be read
+    (the client that uses it says so in its own words)."""
+    try:
+        with open(str(path), "rb") as file:
+            return b"sha256:" + hashlib.sha256(file.read()).digest()
+    except OSError as exc:
+        return f"unreadable:{exc.errno}".encode()
+
+
+def _public_option(name: str, value: Any) -> str:
+    if secret_name(name) or _is_env_option(name) or name.lower().startswith("http.header."):
+        return f"{name}=(secret)"
+    if name == "function.id":  # made anew for each job: the function's state stands for it
+        return ""
+    return f"{name}={redact_text(repr(value))}"
+
+
+_URL_FILE_PARAMETERS = re.compile(r"(?i)(file|cert|key|crl)$")
+
+
+def _url_files(url: str | None) -> list[tuple[str, str]]:
+    """The URL's query parameters that name files (``sslkey``, ``sslrootcert``,
+    ``passfile``...), whose content decides what the client presents or trusts."""
+    if not url or "?" not in url:
+        return []
+    query = urlsplit(url).query
+    return [(n, v) for n, v in parse_qsl(query) if v and _URL_FILE_PARAMETERS.search(n)]
+
+
+@dataclass(frozen=True)
+class LookupIdentity:
+    """What tells a lookup's answers apart from another's; see the module's docstring."""
+
+    public: str
+    """The part that holds no secret (for messages and tests)."""
+    _key: bytes = dataclasses.field(repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        config: ConnectorConfig,
+        *,
+        function: Any = None,
+        secret: str | None = None,
+        scope: str = "",
+        implicit: Sequence[str] = (),
+    ) -> LookupIdentity:
+        """The identity of the lookup ``config`` (with ``function``, a ``fetch=`` function;
+        ``secret``, more secret material; ``scope``, a text that narrows it, such as
+        ``cache.shared.namespace``; ``implicit``, what the connector's library reads on its own:
+        ``env:NAME`` and ``file:PATH``, from ``LookupClient.implicit_inputs``)."""
+        options = sorted(config.options.items(), key=lambda item: str(item[0]))
+        public = "\n".join(
+            [
+                f"connector={config.connector}",
+                f"url={redact_url(config.url) if config.url else ''}",
+                "options="
+                + ",".join(t for name, value in options if (t := _public_option(name, value))),
+                f"keys={list(config.key_columns)}:{[str(t) for t in config.key_types]}",
+                f"values={list(zip(config.value_columns, map(str, config.value_types)))}",
+                f"function={'yes' if function is not None else 'no'}",
+                f"scope={scope}",
+            ]
+        )
+        material = hashlib.sha256()
+        material.update(f"url={config.url or ''}\x00".encode("utf-8", "surrogateescape"))
+        for name, value in options:
+            if str(name) == "function.id" and function is not None:
+                continue
+            material.update(f"{name}={value!r}\x00".encode("utf-8", "surrogateescape"))
+            if _is_env_option(str(name)) and value:
+                material.update(b"env\x00" + _env_value(value) + b"\x00")
+            if _is_file_option(str(name)) and value:
+                material.update(b"file\x00" + _file_fingerprint(value) + b"\x00")
+        for name, value in _url_files(config.url):  # sslkey=, sslrootcert=, passfile=...
+            material.update(f"url file {name}\x00".encode() + _file_fingerprint(value) + b"\x00")
+        for source in implicit:
+            kind, _, name = source.partition(":")
+            read = (
+                _env_value(name) if kind == "env" else _file_fingerprint(os.path.expanduser(name))
+            )
+            material.update(source.encode("utf-8", "surrogateescape") + b"\x00" + read + b"\x00")
+        if function is not None:
+            material.update(b"function\x00" + function_state(function) + b"\x00")
+        if secret is not None:
+            material.update(b"secret\x00" + secret.encode("utf-8", "surrogateescape") + b"\x00")
+        return cls(public, _derived_key(material.digest(), public.encode("utf-8", "replace")))
+
+    def digest(self, purpose: str, *parts: Any) -> str:
+        """A hex digest of the identity for one use (``purpose``: ``client``, ``cache``,
+        ``tier``...), with ``parts`` that narrow it further (a factory, a cache's settings)."""
+        text = "\x00".join([purpose, *map(repr, parts)])
+        return hmac.new(self._key, text.encode("utf-8", "surrogateescape"), "sha256").hexdigest()
+
+    def subkey(self, purpose: str) -> bytes:
+        """A key of its own for ``purpose`` (the shared tier's value tags), derived from the
+        identity's key: whoever lacks the lookup's secret material cannot compute it."""
+        return hmac.new(self._key, b"key\x00" + purpose.encode(), "sha256").digest()
+
+
+def secret_values(config: ConnectorConfig) -> list[str]:
+    """The lookup's own secrets as texts might quote them: the values of options whose name is
+    a secret's and of every header, the values ``*.env`` options name (as this process reads
+    them), the URL's password and its secret parameters' values."""
+    found: list[str] = []
+    for name, value in config.options.items():
+        name = str(name)
+        if value is None:
+            continue
+        if _is_env_option(name):
+            resolved = os.environ.get(str(value))
+            if resolved:
+                found += [resolved, resolved.split(" ", 1)[-1]]  # "Bearer x": x alone too
+        elif secret_name(name) or (
+            name.lower().startswith("http.header.") and _looks_secret(str(value))
+        ):
+            text = str(value)
+            found += [text, text.split(" ", 1)[-1]]
+    for url in (config.url, config.options.get("http.batch.url")):
+        if not isinstance(url, str) or "://" not in url:
+            continue
+        parts = urlsplit(url)
+        if parts.password:
+            found.append(parts.password)
+        if parts.username and not parts.password and parts.scheme in ("http", "https"):
+            found.append(parts.username)  # a lone token as the user (a database's user is not)
+        found += [v for n, v in parse_qsl(parts.query) if v and secret_name(n)]
+    return found
+
+
+_TOKEN_LIKE = re.compile(r"^[A-Za-z0-9._~+/=:-]{16,}$")
+
+
+def _looks_secret(value: str) -> bool:
+    """A header value that reads like a credential whatever its header's name: a secret's
+    word in it (``token-abc``), or one long unbroken token (``Bearer`` and the like aside)."""
+    last = value.strip().split(" ")[-1]
+    return secret_name(value) or bool(_TOKEN_LIKE.match(last))
+
+
+def implicit_inputs(factory: Any, config: ConnectorConfig) -> tuple[str, ...]:
+    """What a client ``factory`` (a connector class) says its library reads on its own
+    (``LookupClient.implicit_inputs``); nothing for a user's function."""
+    declared = getattr(factory, "implicit_inputs", None) if isinstance(factory, type) else None
+    return tuple(declared(config)) if callable(declared) else ()
+
+
+def _derived_key(material: bytes, public: bytes) -> bytes:
+    """PBKDF2 of the material, salted by the public part; remembered per process."""
+    salt = hashlib.sha256(b"asynclookup identity\x00" + public).digest()
+    memo = hashlib.sha256(material + salt).digest()
+    with _keys_lock:
+        key = _keys.get(memo)
+        if key is not None:
+            _keys.move_to_end(memo)
+            return key
+    key = hashlib.pbkdf2_hmac("sha256", material, salt, KDF_ITERATIONS)
+    with _keys_lock:
+        _keys[memo] = key
+        while len(_keys) > _KEPT_KEYS:
+            _keys.popitem(last=False)
+    return key
+
+
+# ---------------------------------------------------------------------------------------------
+# A user's function, by its state
+# ---------------------------------------------------------------------------------------------
+
+_PLAIN = (str, int, float, bool, bytes, bytearray, complex, type(None))
+_MAX_DEPTH = 6
+_MAX_ITEMS = 10_000
+"""Items of one container a function's state takes in (its length always): a large table a
+function holds is known by its size and first items, not read whole for every task."""
+
+
+def function_state(function: Any) -> bytes:
+    """A digest of what a ``fetch=`` / ``fetch_many=`` function answers with, the same in
+    every job and process: its qualified name and code (with the code it nests), its default
+    arguments, the values its closure holds, the globals its code reads (data, containers,
+    the attributes it reads of a module, the functions it calls, followed the same way), the
+    environment variables it names (``os.environ["TOKEN"]``, ``os.getenv("TOKEN")``), the object
+    a bound method or a callable object carries (its attributes and its class's) and a
+    ``functools.partial``'s arguments — ``Fetcher("https://a", "tokA")`` and
+    ``Fetcher("https://b", "tokB")`` differ."""
+    digest = hashlib.sha256()
+    _walk(function, digest, set(), 0)
+    return digest.digest()
+
+
+def _walk(value: Any, digest: Any, seen: set[int], depth: int) -> None:
+    update = digest.update
+    if isinstance(value, _PLAIN):
+        update(f"{type(value).__name__}:{value!r}\x00".encode("utf-8", "surrogateescape"))
+        return
+    if id(value) in seen or depth > _MAX_DEPTH:
+        update(b"(seen)\x00")
+        return
+    seen.add(id(value))
+    deeper = depth + 1
+    if isinstance(value, (list, tuple)):
+        update(f"{type(value).__name__}[{len(value)}]\x00".encode())
+        for item in value[:_MAX_ITEMS]:
+            _walk(item, digest, seen, deeper)
+    elif isinstance(value, (set, frozenset)):
+        update(f"set[{len(value)}]\x00".encode())
+        if len(value) <= _MAX_ITEMS:
+            for text in sorted(repr(item) for item in value):
+                update(text.encode("utf-8", "surrogateescape") + b"\x00")
+    elif isinstance(value, Mapping):
+        update(f"map[{len(value)}]\x00".encode())
+        keys = list(value)[:_MAX_ITEMS] if len(value) > _MAX_ITEMS else sorted(value, key=repr)
+        for key in keys:
+            _walk(key, digest, seen, deeper)
+            _walk(value[key], digest, seen, deeper)
+    elif isinstance(value, functools.partial):
+        update(b"partial\x00")
+        _walk(value.func, digest, seen, deeper)
+        _walk(value.args, digest, seen, deeper)
+        _walk(value.keywords, digest, seen, deeper)
+    elif isinstance(value, types.MethodType):
+        update(b"method\x00")
+        _walk(value.__func__, digest, seen, deeper)
+        _walk(value.__self__, digest, seen, deeper)
+    elif isinstance(value, types.FunctionType):
+        _walk_function(value, digest, seen, deeper)
+    elif isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
+        name = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
+        update(f"named:{name}:{getattr(value, '__name__', '')}\x00".encode())
+    else:
+        kind = type(value)
+        update(f"object:{kind.__module__}.{kind.__qualname__}\x00".encode())
+        call = vars(kind).get("__call__") or next(
+            (vars(base)["__call__"] for base in kind.__mro__ if "__call__" in vars(base)), None
+        )
+        if isinstance(call, types.FunctionType):
+            _walk_function(call, digest, seen, deeper)
+        state: dict[str, Any] = dict(getattr(value, "__dict__", {}) or {})
+        for slot in getattr(kind, "__slots__", ()) or ():
+            if isinstance(slot, str) and hasattr(value, slot):
+                state[slot] = getattr(value, slot)
+        _walk(state, digest, seen, deeper)
+        _walk(_class_data(kind), digest, seen, deeper)
+
+
+def _walk_function(function: types.FunctionType, digest: Any, seen: set[int], depth: int) -> None:
+    update = digest.update
+    update(f"function:{function.__module__}.{function.__qualname__}\x00".encode())
+    _walk_code(function.__code__, digest)
+    _walk(function.__defaults__, digest, seen, depth)
+    _walk(function.__kwdefaults__, digest, seen, depth)
+    for cell in function.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell
+            update(b"(empty)\x00")
+            continue
+        _walk(contents, digest, seen, depth)
+    globals_ = function.__globals__
+    names = _names(function.__code__)
+    for name in names:
+        if name not in globals_:
+            continue
+        value = globals_[name]
+        update(name.encode() + b"=")
+        if value is os.environ:  # the variables it names count, below; not every one
+            continue
+        if isinstance(value, types.ModuleType):  # the attributes of it the code reads
+            _walk(_module_data(value, names), digest, seen, depth)
+        elif isinstance(value, type):
+            update(f"class:{value.__module__}.{value.__qualname__}\x00".encode())
+            _walk(_class_data(value), digest, seen, depth)
+        else:
+            _walk(value, digest, seen, depth)
+    if {"environ", "getenv"} & set(names):  # the variables it names, as this process has them
+        for variable in _strings(function.__code__):
+            if variable in os.environ:
+                update(b"env " + variable.encode("utf-8", "surrogateescape") + b"=")
+                update(os.environ[variable].encode("utf-8", "surrogateescape") + b"\x00")
+
+
+def _module_data(module: types.ModuleType, names: list[str]) -> dict[str, Any]:
+    """What a function reads of a module it names: its attributes of those names that are
+    data (not the module's functions, classes and submodules: those are code)."""
+    found = {}
+    for name in names:
+        value = getattr(module, name, None)
+        if name.startswith("__") or value is None or callable(value):
+            continue
+        if isinstance(value, (types.ModuleType, os._Environ)):
+            continue
+        found[name] = value
+    return found
+
+
+def _class_data(kind: type) -> dict[str, Any]:
+    """A user class's data attributes (its bases' too): a token set on the class."""
+    found: dict[str, Any] = {}
+    for base in reversed(kind.__mro__):
+        if base.__module__ == "builtins":
+            continue
+        for name, value in vars(base).items():
+            if name.startswith("__") or callable(value) or isinstance(value, (property, type)):
+                continue
+            if isinstance(value, (staticmethod, classmethod, types.ModuleType)):
+                continue
+            found[f"{base.__qualname__}.{name}"] = value
+    return found
+
+
+def _strings(code: types.CodeType) -> list[str]:
+    found = [const for const in code.co_consts if isinstance(const, str)]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.extend(_strings(const))
+    return found
+
+
+def _names(code: types.CodeType) -> list[str]:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_names(const))
+    return sorted(set(names))
+
+
+def _walk_code(code: types.CodeType, digest: Any) -> None:
+    digest.update(code.co_code)
+    digest.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _walk_code(const, digest)
+        else:
+            digest.update(repr(const).encode("utf-8", "surrogateescape"))
+
+
+__all__ = [
+    "KDF_ITERATIONS",
+    "LookupIdentity",
+    "function_state",
+    "implicit_inputs",
+    "secret_values",
+]

@@ -1,0 +1,139 @@
+"""A lookup's identity (engine/identity.py) covers what decides its answers, including what
+a client library reads on its own and what a ``fetch=`` function reads at call time: two
+lookups that could answer differently never share a kept client, a worker cache or the
+shared tier."""
+
+from __future__ import annotations
+
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lookup_source.connector_api import ConnectorConfig
+from lookup_source.engine.identity import (
+    LookupIdentity,
+    function_state,
+    implicit_inputs,
+    secret_values,
+)
+
+
+def postgres(url: str = "postgresql://app@db/postgres") -> ConnectorConfig:
+    return ConnectorConfig(
+        connector="postgres",
+        url=url,
+        key_columns=("id",),
+        value_columns=("name",),
+        value_types=(pa.string(),),
+        options={"postgres.table": "t"},
+        key_types=(pa.int64(),),
+    )
+
+
+def identity_of(config: ConnectorConfig) -> str:
+    from asynclookup_postgres import PostgresLookupClient
+
+    implicit = implicit_inputs(PostgresLookupClient, config)
+    return LookupIdentity.of(config, implicit=implicit).digest("tier")
+
+
+@pytest.mark.parametrize(
+    "variable", ["PGPASSWORD", "PGUSER", "PGDATABASE", "PGHOST", "PGSSLKEY", "PGSERVICE"]
+)
+def test_what_the_postgres_driver_reads_on_its_own_is_in_the_identity(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, "tenant-a")
+    first = identity_of(postgres())
+    monkeypatch.setenv(variable, "tenant-b")
+    assert identity_of(postgres()) != first
+    monkeypatch.setenv(variable, "tenant-a")
+    assert identity_of(postgres()) == first
+
+
+def test_a_password_file_and_files_named_in_the_url_are_in_it_by_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    passfile = tmp_path / "pgpass"
+    monkeypatch.setenv("PGPASSFILE", str(passfile))
+    passfile.write_text("*:*:*:*:tenant-a")
+    first = identity_of(postgres())
+    passfile.write_text("*:*:*:*:tenant-b")
+    assert identity_of(postgres()) != first
+    key = tmp_path / "client.key"
+    url = f"postgresql://app@db/postgres?sslmode=require&sslkey={key}"
+    key.write_text("key of tenant a")
+    first = identity_of(postgres(url))
+    key.write_text("key of tenant b")
+    assert identity_of(postgres(url)) != first
+
+
+SETTINGS = {"token": "A"}
+CONFIG_MODULE = types.ModuleType("tenant_config")
+CONFIG_MODULE.TOKEN = "A"  # type: ignore[attr-defined]
+
+
+class Api:
+    token = "A"
+
+    async def __call__(self, key: Any) -> Any:
+        return {"name": f"{self.token}:{key}"}
+
+
+async def by_dict(key: Any) -> Any:
+    return {"name": f"{SETTINGS['token']}:{key}"}
+
+
+async def by_module(key: Any) -> Any:
+    return {"name": f"{CONFIG_MODULE.TOKEN}:{key}"}
+
+
+async def by_environment(key: Any) -> Any:
+    return {"name": f"{os.environ['TENANT_TOKEN']}:{key}"}
+
+
+def test_what_a_function_reads_at_call_time_is_in_its_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = Api()
+    functions = (by_dict, api, by_module, by_environment)
+    monkeypatch.setenv("TENANT_TOKEN", "A")
+    before = [function_state(f) for f in functions]
+    SETTINGS["token"] = Api.token = CONFIG_MODULE.TOKEN = "B"  # type: ignore[attr-defined]
+    monkeypatch.setenv("TENANT_TOKEN", "B")
+    try:
+        after = [function_state(f) for f in functions]
+    finally:
+        SETTINGS["token"] = Api.token = CONFIG_MODULE.TOKEN = "A"  # type: ignore[attr-defined]
+    assert [a != b for a, b in zip(before, after)] == [True] * 4
+    monkeypatch.setenv("OTHER_VARIABLE", "x")  # one the function does not name: no change
+    monkeypatch.setenv("TENANT_TOKEN", "A")
+    assert [function_state(f) for f in functions] == before
+
+
+def test_the_lookups_own_secrets_are_known_for_texts_and_the_public_part_shows_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("API_TOKEN", "Bearer env-secret-value")
+    config = ConnectorConfig(
+        connector="http",
+        url="https://me:url-password@api/users/{key}?api_key=query-secret",
+        key_columns=("id",),
+        value_columns=("name",),
+        value_types=(pa.string(),),
+        options={
+            "http.header.authorization": "Bearer header-secret",
+            "http.header.x-token.env": "API_TOKEN",
+            "http.batch.url": "https://u:batch-password@api/batch?token=batch-secret",
+        },
+    )
+    known = secret_values(config)
+    for secret in ("header-secret", "env-secret-value", "url-password", "query-secret"):
+        assert secret in known, secret
+    public = repr(LookupIdentity.of(config))
+    for secret in ("header-secret", "url-password", "query-secret", "batch-password"):
+        assert secret not in public, (secret, public)
