@@ -265,6 +265,19 @@ def records_from_matches(keys: Sequence[Any], matches: Matches) -> dict[Any, Any
     return out
 
 
+def conform_column(column: pa.Array, field: pa.Field) -> tuple[pa.Array, dict[int, str]]:
+    """``column`` in ``field``'s type: as it is, cast (in native code) when every value fits,
+    else value by value (:func:`to_arrow_column`), with ``{row: why}`` for the values that do
+    not fit (null in the array)."""
+    if column.type == field.type:
+        return column, {}
+    try:
+        return column.cast(field.type, safe=True), {}
+    except _CONVERSION_ERRORS:
+        pass
+    return to_arrow_column(column.to_pylist(), field.type, column=field.name)
+
+
 def conform_matches(matches: Matches, fields: Sequence[pa.Field]) -> Matches:
     """``matches`` with exactly the value columns ``fields``, in their types: a column the
     connector left out is null; one of another type is cast, and a value that does not fit is
@@ -282,16 +295,7 @@ def conform_matches(matches: Matches, fields: Sequence[pa.Field]) -> Matches:
         if field.name not in names:
             arrays.append(pa.nulls(rows, type=field.type))
             continue
-        column = values.column(field.name)
-        if column.type == field.type:
-            arrays.append(column)
-            continue
-        try:
-            arrays.append(column.cast(field.type, safe=True))
-            continue
-        except _CONVERSION_ERRORS:
-            pass
-        array, bad = to_arrow_column(column.to_pylist(), field.type, column=field.name)
+        array, bad = conform_column(values.column(field.name), field)
         for row, message in bad.items():
             reasons.setdefault(row, message)
         arrays.append(array)

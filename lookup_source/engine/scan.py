@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient, Matches
 from lookup_source.connector_api.keys import python_keys
-from lookup_source.connector_api.values import conform_matches, to_arrow_column
+from lookup_source.connector_api.values import conform_column, conform_matches
 from lookup_source.engine.answers import concat_matches, keyed_messages
 from lookup_source.engine.lifetime import lease_client
 from lookup_source.engine.loop import TaskLoop
@@ -31,15 +31,7 @@ def _typed_keys(
     arrays = []
     reasons: dict[int, str] = {}
     for column, field in zip(keys.columns, key_fields):
-        if column.type == field.type:
-            arrays.append(column)
-            continue
-        try:
-            arrays.append(column.cast(field.type, safe=True))
-            continue
-        except (pa.ArrowException, ValueError):
-            pass
-        array, bad = to_arrow_column(column.to_pylist(), field.type, column=field.name)
+        array, bad = conform_column(column, field)
         for row, message in bad.items():
             reasons.setdefault(row, message)
         arrays.append(array)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -28,6 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from asynclookup_postgres import arrow_scan
+from asynclookup_postgres.arrow_scan import ArrowScan
 from asynclookup_postgres.catalog import INT_TYPES, infer_schema, quote_identifier, split_table_name
 from asynclookup_postgres.query import LookupQuery, in_range
 from lookup_source.connector_api import (
@@ -52,6 +55,8 @@ from lookup_source.connector_api import (
     tls_option_specs,
     translated_errors,
 )
+
+log = logging.getLogger("lookup_source")
 
 
 def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
@@ -100,6 +105,10 @@ class PostgresLookupClient(LookupClient):
     # engine must be able to abandon a request that overstays its deadline
     honours_cancellation: ClassVar[bool] = False
     supports_scan: ClassVar[bool] = True
+    # the bench's plan scenario (2,000,000-row table, local[2]): 2,000,000 input rows looked up
+    # in 6.0 s, 12 core-s, less the floor's 1 per row; the table read whole in 0.85 s
+    lookup_cost_us: ClassVar[float | None] = 5.0
+    scan_cost_us: ClassVar[float | None] = 0.85
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "postgres.table",
@@ -369,6 +378,11 @@ class PostgresLookupClient(LookupClient):
                     f" WHERE mod(hashtext(({key_expression})::text)::bigint + 2147483648, $1) = $2"
                 )
                 arguments = [partitions, partition]
+            arrow = self._arrow_scan(query, arguments)
+            if arrow is not None:
+                async for chunk in arrow.batches():
+                    yield chunk
+                return
             async with pool.acquire() as connection, connection.transaction(readonly=True):
                 cursor = await connection.cursor(query, *arguments)
                 while True:
@@ -376,6 +390,37 @@ class PostgresLookupClient(LookupClient):
                     if not rows:
                         return
                     yield self._query.scanned(rows)
+
+    def _arrow_scan(self, query: str, arguments: list[Any]) -> ArrowScan | None:
+        """The scan read by the ADBC driver (:mod:`.arrow_scan`), when it reads these columns
+        as asyncpg does and libpq takes the connection's settings; else None (asyncpg's cursor)."""
+        types = [*self.config.key_types, *(f.type for f in self.value_fields)]
+        why = (
+            "the adbc-driver-postgresql package is not installed"
+            if not arrow_scan.available()
+            else "a column's type is read by asyncpg only"
+            if not arrow_scan.serves([*self._query.key_types, *self._query.value_types], types)
+            else None
+        )
+        uri = None
+        if why is None:
+            assert self.config.url is not None
+            uri = arrow_scan.libpq_uri(self.config.url, self.config.options)
+            if uri is None:
+                why = "its TLS settings are asyncpg's only (no postgres.tls.ca-file)"
+        if uri is None:
+            log.info("asynclookup: postgres scan through asyncpg's cursor: %s", why)
+            return None
+        return ArrowScan(uri, inline(query, arguments), self.config.key_columns, self.value_fields)
+
+
+def inline(query: str, arguments: Sequence[int]) -> str:
+    """``query`` with its parameters ``$1``, ``$2``... written in as integer literals (the
+    bounds of a scan's part, which the ADBC driver reads through COPY, where none can be
+    bound)."""
+    for position in range(len(arguments), 0, -1):  # $12 before $1
+        query = query.replace(f"${position}", str(int(arguments[position - 1])))
+    return query
 
 
 LIBPQ_ENVIRONMENT = (

@@ -202,7 +202,9 @@ class LookupQuery:
         pg_type = self.key_types[position]
         if pg_type not in EXACT_KEY_TYPES:
             values = [_normal(v) for v in values]
-        elif _native(pg_type, wanted):  # ints into ints, text into strings: no check per value
+        elif reads_natively(
+            pg_type, wanted
+        ):  # ints into ints, text into strings: no check per value
             with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
                 return pa.array(values, type=wanted)
         array, _ = to_arrow_column(list(values), wanted, column=self.config.key_columns[position])
@@ -221,7 +223,7 @@ class LookupQuery:
             convert = converters.get(position + width)
             if convert is not None:
                 values = [_converted(v, convert) for v in values]
-            elif _native(self.value_types[position], field.type):
+            elif reads_natively(self.value_types[position], field.type):
                 with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
                     arrays.append(pa.array(values, type=field.type))
                     continue
@@ -287,7 +289,7 @@ def _converted(value: Any, convert: Callable[[Any], Any]) -> Any:
         return value
 
 
-def _native(pg_type: str, arrow_type: pa.DataType) -> bool:
+def reads_natively(pg_type: str, arrow_type: pa.DataType) -> bool:
     """Whether asyncpg's values of ``pg_type`` go into ``arrow_type`` as they are (no bool
     read as a number, no float as an integer: the checks of the reference path hold)."""
     if pa.types.is_integer(arrow_type):
