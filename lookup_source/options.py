@@ -569,12 +569,15 @@ class LookupOptions:
     )
     strategy: str = option(
         "strategy",
-        choice("lookup", "broadcast", "auto"),
+        choice("lookup", "broadcast", "scan", "auto"),
         "lookup",
         "`lookup`: ask the store for the keys of the input; `broadcast`: scan the whole table "
-        "once and broadcast-join it (stores that scan, batch DataFrames); `auto`: broadcast "
-        "when the table's estimated size is at most strategy.broadcast.max-rows and at most "
-        "the input's, else lookup. The choice and its reason are in the metrics and the log.",
+        "once and broadcast-join it; `scan`: scan the table in parallel and let Spark join it "
+        "(a shuffle, then a sort-merge or hash join) — both for stores that scan and batch "
+        "DataFrames; `auto`: the cheapest of the three by estimate (the table's rows, the "
+        "input's from Spark's plan statistics, the connector's measured cost per key and per "
+        "row; a broadcast only up to strategy.broadcast.max-rows), lookups for a stream. The "
+        "choice, its reason and the estimates are in the metrics and the log.",
         scope=LOOKUP_JOIN,
     )
     broadcast_max_rows: int = option(
@@ -582,7 +585,7 @@ class LookupOptions:
         parse_positive_int,
         1_000_000,
         "strategy=auto: the most rows a table may have to be broadcast (each executor holds it "
-        "in memory).",
+        "in memory); a larger one is scanned and joined, or looked up.",
         scope=LOOKUP_JOIN,
     )
     keys: tuple[Any, ...] | None = option(

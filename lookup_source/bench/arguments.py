@@ -136,6 +136,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave out the per-row and threaded methods (minutes at full size), for runs "
         "about the fast ones and CPU per row",
     )
+    parser.add_argument(
+        "--plan-table-rows",
+        type=int,
+        default=2_000_000,
+        help="plan scenario: rows of its Postgres table (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--plan-inputs",
+        default="20000,200000,2000000",
+        help="plan scenario: input sizes, comma-separated (default: %(default)s)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="write no PNG plots")
 
 

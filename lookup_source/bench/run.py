@@ -19,8 +19,10 @@ Scenarios: ``http-<ms>`` (per-key GET), ``http-batch-<ms>``, ``redis``, ``postgr
 ``sweep`` (HTTP per key at ``--sweep-latency-ms``: asynclookup against the threaded Arrow UDF
 at the same concurrency, capacity by capacity); ``memory`` (peak Python worker memory of
 ``lookup_join`` for ``--memory-rows``); ``stream`` (what a small micro-batch pays for a
-lookup beside the floor, and the connections a stream opens: :mod:`.stream`). It writes
-``results.md``, ``results.json``, ``throughput.png`` and ``capacity.png`` under ``--out``.
+lookup beside the floor, and the connections a stream opens: :mod:`.stream`); ``plan``
+(lookups, a broadcast or a scan against Spark's JDBC reader and a join, by input size:
+:mod:`.plan`). It writes ``results.md``, ``results.json``, ``throughput.png``,
+``capacity.png`` and ``plans.png`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from typing import Any
 from lookup_source.bench import methods as m
 from lookup_source.bench.cpu import GROUPS, CpuMeter
 from lookup_source.bench.methods import Context, Method, Result
+from lookup_source.bench.plan import PlanResult, plan_report, plot_plans, run_plan
+from lookup_source.bench.plan import as_json as plan_json
 from lookup_source.bench.stores import (
     Store,
     fanout_store,
@@ -524,9 +528,10 @@ def run_bench(args: argparse.Namespace) -> int:
     results: list[Result] = []
     machine = ""
     streams: list[StreamResult] = []
-    throughput = [s for s in scenarios if s not in ("sweep", "memory", "stream", "tail")]
+    throughput = [s for s in scenarios if s not in ("sweep", "memory", "stream", "tail", "plan")]
     tails: list[TailResult] = []
-    if throughput or {"sweep", "stream", "tail"} & set(scenarios):
+    plans: list[PlanResult] = []
+    if throughput or {"sweep", "stream", "tail", "plan"} & set(scenarios):
         with spark_session(args, reuse_workers=True) as spark:
             machine = _machine(spark)
             _warm_up(spark, args)
@@ -543,6 +548,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 df.count()
                 tails = run_tail(df, args)
                 df.unpersist()
+            if "plan" in scenarios:
+                plans = run_plan(spark, args)
     if "memory" in scenarios:
         with spark_session(args, reuse_workers=False) as spark:
             machine = machine or _machine(spark)
@@ -553,6 +560,8 @@ def run_bench(args: argparse.Namespace) -> int:
         text += "\n".join(["", *stream_report(streams, args)])
     if tails:
         text += "\n".join(["", *tail_report(tails, args)])
+    if plans:
+        text += "\n".join(["", *plan_report(plans, args)])
     with open(os.path.join(args.out, "results.md"), "w") as handle:
         handle.write(text)
     with open(os.path.join(args.out, "results.json"), "w") as handle:
@@ -563,6 +572,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 "results": [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results],
                 "stream": [asdict(r) for r in streams],
                 "tail": tail_json(tails),
+                "plan": plan_json(plans),
                 "targets": [
                     {"scenario": s, "target": t, "ratio": r, "met": ok}
                     for s, t, r, ok in targets(results)
@@ -573,6 +583,8 @@ def run_bench(args: argparse.Namespace) -> int:
         )
     if not args.no_plot:
         plot(results, args.out)
+        if plans:
+            plot_plans(plans, args.out)
     print(text)
     return 0
 

@@ -131,6 +131,14 @@ class LookupClient:
     ``timeout.ms`` with a plain ``asyncio.timeout``; otherwise (the safe default) it runs each
     attempt as a task it can abandon, which costs a little CPU per request."""
 
+    lookup_cost_us: ClassVar[float | None] = None
+    """Optional: microseconds of a core a key costs to look up (its share of a batched request,
+    the store's work, decoding), as the bench's plan scenario measures it; ``strategy=auto``
+    weighs it against a scan. None: a default (:mod:`lookup_source.spark.plan_cost`)."""
+
+    scan_cost_us: ClassVar[float | None] = None
+    """Optional: microseconds of a core a table row costs to read by :meth:`scan_arrow`."""
+
     reusable: ClassVar[bool] = True
     """True (the default) when an opened client may serve task after task: a Python worker that
     Spark reuses keeps one per configuration, for every later task and micro-batch of a lookup

@@ -92,7 +92,7 @@ class LookupMetrics:
     latency_max_ms: float = 0.0
     latency_buckets: dict[int, int] = field(default_factory=dict, repr=False)
     strategy: str = ""
-    """How the lookup_join ran: ``lookup`` or ``broadcast`` (``strategy``), and why."""
+    """How the lookup_join ran: ``lookup``, ``broadcast`` or ``scan`` (``strategy``), and why."""
     strategy_reason: str = ""
     limit_history: list[list[tuple[float, int]]] = field(default_factory=list, repr=False)
     """``capacity.adaptive``: for each task, (unix time, concurrency limit) at its start and at

@@ -20,7 +20,7 @@ from lookup_source.spark.metrics import carries_rows, lookup_name, new_accumulat
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.progress import MetricsRows, metrics_spark_field, progress_fields
 from lookup_source.spark.shape import output_schema, resolve_on
-from lookup_source.spark.strategy import broadcast_join, strategy_of
+from lookup_source.spark.strategy import strategy_of, table_join
 from lookup_source.spark.versions import is_connect
 
 if TYPE_CHECKING:
@@ -79,8 +79,9 @@ def lookup_join(
     on_columns = resolve_on(df.schema, on, plan)
     out_schema = output_schema(df.schema, plan)
     choice = strategy_of(df, plan)
-    if choice.strategy == "broadcast":
-        return broadcast_join(df, on_columns, plan, how=how).alias(track(lookup, choice))
+    if choice.strategy in ("broadcast", "scan"):
+        joined = table_join(df, on_columns, plan, how=how, broadcast=choice.strategy == "broadcast")
+        return joined.alias(track(lookup, choice))
     if lookup_options.partition_by_key:
         df = partitioned_by_key(df, on_columns)
     spec = plan.engine_spec(

@@ -1,15 +1,15 @@
-"""How a ``lookup_join`` is carried out: key by key against the store (``lookup``), or by
-scanning the table once and broadcast-joining it (``broadcast``); ``auto`` chooses from sizes.
+"""How a ``lookup_join`` is carried out: key by key against the store (``lookup``), by
+scanning the table once and broadcast-joining it (``broadcast``), or by scanning it in parallel
+and letting Spark join it (``scan``); ``auto`` chooses the cheapest by estimate.
 
-A scan and a broadcast join run several times faster than lookups when the table fits in memory
-and is not much larger than the input (every key the input asks is fetched anyway): the bench
-measured 2x to 5x. ``auto`` chooses it only when it gives what the lookups give: a batch
-DataFrame, a store that can scan and whose scanned keys equal the asked ones, a table whose
-estimated rows are known and at most ``strategy.broadcast.max-rows`` and at most the input's::
+A scan gives what the lookups give only for a batch DataFrame, over a store that can scan and
+whose scanned keys equal the asked ones. Among the plans that can run, ``auto`` estimates each
+one's cost from the table's rows (the store's own estimate), the input's (Spark's plan
+statistics) and the connector's measured figures (:mod:`.plan_cost`), and takes the cheapest::
 
     choose("auto", streaming=False, can_scan=True, exact_keys=True,
-           table_rows=lambda: 80_000, input_rows=lambda: 1_000_000, max_rows=1_000_000)
-    # Choice('broadcast', 'the table (~80,000 rows) fits strategy.broadcast.max-rows ...')
+           table_rows=lambda: 2_000_000, input_rows=lambda: 2_000_000, max_rows=1_000_000)
+    # Choice('scan', 'the cheapest by estimate: scan ~5.20 core-s, lookup ~14 core-s; ...')
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.scan import estimate_rows
 from lookup_source.errors import OptionError
 from lookup_source.options import ERROR_COLUMN
+from lookup_source.spark import plan_cost
 from lookup_source.spark.internals import plan_text
 from lookup_source.spark.plan import LookupPlan
+from lookup_source.spark.plan_cost import DEFAULT_COSTS, StoreCosts
 from lookup_source.spark.versions import BROADCAST
 
 if TYPE_CHECKING:
@@ -60,10 +62,12 @@ def choose(
     max_rows: int,
     connector: str = "",
     data_source: bool | None = None,
+    costs: StoreCosts = DEFAULT_COSTS,
 ) -> Choice:
-    """The strategy for ``requested`` (``auto`` only: ``lookup`` and ``broadcast`` are taken as
-    they are, once checked by the caller). ``table_rows`` and ``input_rows`` estimate the sizes,
-    asked only when the choice depends on them."""
+    """The strategy for ``requested`` (``auto`` only: ``lookup``, ``broadcast`` and ``scan``
+    are taken as they are, once checked by the caller). ``table_rows`` and ``input_rows``
+    estimate the sizes, asked only when the choice depends on them; ``costs``: the
+    connector's figures (:mod:`.plan_cost`)."""
     if requested != "auto":
         return Choice(requested, f"strategy={requested}")
     if streaming:
@@ -81,21 +85,26 @@ def choose(
     table = table_rows()
     if table is None:
         return Choice("lookup", "the table's size is unknown")
-    if table > max_rows:
+    rows = input_rows()
+    fits = table <= max_rows
+    if rows is None:  # only the table is known: broadcast a small one, else ask for keys
+        if fits:
+            return Choice(
+                "broadcast",
+                f"the table ({_rows(table)}) fits strategy.broadcast.max-rows ({max_rows:,}) "
+                "and the input's size is unknown",
+            )
         return Choice(
             "lookup",
-            f"the table ({_rows(table)}) is larger than strategy.broadcast.max-rows ({max_rows:,})",
+            f"the input's size is unknown and the table ({_rows(table)}) is larger than "
+            f"strategy.broadcast.max-rows ({max_rows:,})",
         )
-    rows = input_rows()
-    if rows is not None and table > rows:
-        return Choice(
-            "lookup", f"the table ({_rows(table)}) is larger than the input ({_rows(rows)})"
-        )
-    than = f" and not larger than the input ({_rows(rows)})" if rows is not None else ""
-    return Choice(
-        "broadcast",
-        f"the table ({_rows(table)}) fits strategy.broadcast.max-rows ({max_rows:,}){than}",
-    )
+    estimate = plan_cost.estimate(rows, table, costs, broadcast=fits)
+    best = estimate.cheapest
+    sizes = f"the table {_rows(table)}, the input {_rows(rows)}"
+    if not fits:
+        sizes += f" (more than strategy.broadcast.max-rows, {max_rows:,}: no broadcast)"
+    return Choice(best, f"the cheapest by estimate: {estimate.describe()}; {sizes}")
 
 
 _ROW_COUNT = re.compile(r"rowCount=([0-9.E+]+)")
@@ -169,7 +178,7 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
     client_class = lookup_options.connector_class()
     config = plan.connector_config()
     can_scan = client_class.can_scan(config)
-    if requested == "broadcast":
+    if requested in ("broadcast", "scan"):
         BROADCAST.require()
         why = (
             "the input is a stream: a table scanned once would go stale"
@@ -179,7 +188,7 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
             else None
         )
         if why is not None:
-            raise OptionError("strategy", f"is broadcast, but {why}; use lookup or auto")
+            raise OptionError("strategy", f"is {requested}, but {why}; use lookup or auto")
 
     def table_rows() -> int | None:
         try:
@@ -198,6 +207,10 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         input_rows=lambda: input_rows(df),
         max_rows=lookup_options.broadcast_max_rows,
         connector=client_class.name,
+        costs=StoreCosts(
+            lookup_us=client_class.lookup_cost_us or DEFAULT_COSTS.lookup_us,
+            scan_us=client_class.scan_cost_us or DEFAULT_COSTS.scan_us,
+        ),
     )
     log.info("asynclookup: strategy %s: %s", choice.strategy, choice.reason)
     return choice
@@ -212,15 +225,18 @@ ESTIMATING = (
 _LOOKUP_ONLY = ("strategy", "strategy.broadcast.max-rows", "partition.by-key")
 
 
-def broadcast_join(
+def table_join(
     df: DataFrame,
     on_columns: Sequence[str],
     plan: LookupPlan,
     *,
     how: str,
+    broadcast: bool,
 ) -> DataFrame:
-    """``df`` joined to the whole table, read once through the data source and broadcast: the
-    same rows lookups give, for a table that does not change meanwhile."""
+    """``df`` joined to the whole table, read once through the data source: broadcast
+    (``strategy=broadcast``), or read in parallel and joined as Spark's planner decides, a
+    shuffle and a sort-merge or shuffled hash join (``strategy=scan``). The same rows lookups
+    give, for a table that does not change meanwhile."""
     from pyspark.sql import functions as F
 
     from lookup_source.spark.datasource import AsyncLookupDataSource
@@ -242,4 +258,4 @@ def broadcast_join(
     condition = functools.reduce(
         lambda a, b: a & b, [df[o] == F.col(k) for o, k in zip(on_columns, keys)]
     )
-    return df.join(F.broadcast(table), condition, how).drop(*keys)
+    return df.join(F.broadcast(table) if broadcast else table, condition, how).drop(*keys)

@@ -86,7 +86,7 @@ TABLE_FUNCTION = SparkFeature(
     "use lookup_join",
 )
 BROADCAST = SparkFeature(
-    "strategy=broadcast (a scan of the table, broadcast-joined)",
+    "strategy=broadcast and scan (a scan of the table through the data source, joined)",
     (4, 0),
     "use strategy=lookup (or auto, which keeps lookups there)",
 )

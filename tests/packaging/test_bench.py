@@ -19,7 +19,7 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "lookup_source",
         "bench",
         "--scenarios",
-        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream,tail",
+        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream,tail,plan",
         "--rows",
         "3000",
         "--http-rows",
@@ -46,6 +46,10 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "2",
         "--stream-trigger-ms",
         "200",
+        "--plan-table-rows",
+        "4000",
+        "--plan-inputs",
+        "400,8000",
         "--out",
         str(tmp_path),
         "--redis-url",
@@ -97,7 +101,8 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     assert all(r["peak_memory_mb"] for r in fanned)
     strategies = {r["method"]: r["note"] for r in results if r["scenario"] == "redis"}
     assert strategies["asynclookup strategy=broadcast"].startswith("broadcast: strategy=broadcast")
-    assert strategies["asynclookup strategy=auto"].startswith("broadcast: the table (~300 rows)")
+    assert strategies["asynclookup strategy=auto"].startswith("broadcast: the cheapest by estimate")
+    assert "; the table ~300 rows, the input ~3,000 rows" in strategies["asynclookup strategy=auto"]
     cpu = next(r for r in results if r["method"] == "asynclookup ordered")["cpu_us_per_row"]
     assert cpu["total"] > 0 and cpu["python_workers"] > 0 and cpu["spark_jvm"] > 0
     assert "CPU per row, core-µs" in (tmp_path / "results.md").read_text()
@@ -127,6 +132,23 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         t["p50_ms"] > 0 and t["p99_ms"] >= t["p50_ms"] for m, t in tails.items() if t["requests"]
     )
     assert "| slow first answers, hedge.after.ms=50 |" in table
+    plans = data["plan"]
+    runs = [p for p in plans if p["method"] in ("lookup", "broadcast", "scan", "auto")]
+    assert {(p["input_rows"], p["method"]) for p in runs} == {
+        (n, m) for n in (400, 8000) for m in ("lookup", "broadcast", "scan", "auto")
+    }
+    assert all(p["seconds"] > 0 and "ANSWER DIFFERS" not in p["note"] for p in runs)
+    jdbc = [p for p in plans if p["method"] == "Spark JDBC + join"]
+    assert all(p["seconds"] > 0 or "no JDBC driver" in p["note"] for p in jdbc)
+    checks = {p["checksum"] for p in runs if p["input_rows"] == 8000}
+    assert len(checks) == 1  # every plan gave the same rows
+    auto = {p["input_rows"]: p["note"] for p in plans if p["method"] == "auto"}
+    assert all(
+        note.startswith("chose ") and "the cheapest by estimate" in note for note in auto.values()
+    )
+    assert "## Plans: lookups, a broadcast or a scan" in table
+    assert any(p["method"] == "data source scan" and p["rows_per_s"] > 0 for p in plans)
+    assert (tmp_path / "plans.png").stat().st_size > 1000
     assert (tmp_path / "throughput.png").stat().st_size > 1000
     assert (tmp_path / "capacity.png").stat().st_size > 1000
 

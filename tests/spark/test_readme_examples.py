@@ -244,10 +244,13 @@ def _check_strategy(namespace: dict[str, Any], out: str, workspace: str) -> None
     from lookup_source.spark.versions import BROADCAST
 
     if not BROADCAST.available():  # PySpark 3.5: no data source to scan with
-        assert "lookup - strategy=broadcast (a scan of the table, broadcast-joined) needs" in out
+        assert (
+            "lookup - strategy=broadcast and scan (a scan of the table through the data source, "
+            "joined) needs" in out
+        )
         return
     assert "broadcast - the table (~2 rows) fits strategy.broadcast.max-rows" in out, out
-    assert "not larger than the input" not in out  # Spark cannot size a local DataFrame
+    assert "and the input's size is unknown" in out  # Spark cannot size a local DataFrame
 
 
 def _check_data_source(namespace: dict[str, Any], out: str, workspace: str) -> None:
@@ -294,7 +297,7 @@ CHECKS = {
     "Metrics": _check_metrics,
     "Your own async function": _check_function,
     "Answers in columns": _check_columns,
-    "Lookups or a broadcast join": _check_strategy,
+    "Lookups, a broadcast or a scan": _check_strategy,
     "Read a dimension table by key": _check_data_source,
     "SQL": _check_sql,
     "HTTP connector": _check_http,

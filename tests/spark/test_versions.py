@@ -89,7 +89,8 @@ def test_strategy_broadcast_says_which_pyspark_it_needs_and_auto_keeps_lookups(
             options={"strategy": "broadcast"},
         )
     assert str(raised.value) == (
-        "strategy=broadcast (a scan of the table, broadcast-joined) needs PySpark >= 4.0 "
+        "strategy=broadcast and scan (a scan of the table through the data source, joined) "
+        "needs PySpark >= 4.0 "
         f"(this is PySpark {pyspark.__version__}): on PySpark {minor}, use strategy=lookup (or "
         "auto, which keeps lookups there)"
     )

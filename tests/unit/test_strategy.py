@@ -1,4 +1,5 @@
-"""How strategy=auto chooses between lookups and a broadcast join (the decision alone)."""
+"""How strategy=auto chooses between lookups, a broadcast join and a scan joined by Spark (the
+decision alone)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from lookup_source.spark.plan_cost import StoreCosts, estimate
 from lookup_source.spark.strategy import choose
 
 BASE: dict[str, Any] = {
@@ -34,24 +36,71 @@ def decide(table: int | None, rows: int | None, **changes: Any) -> tuple[str, st
 
 
 def test_a_small_table_and_a_larger_input_are_broadcast() -> None:
-    assert decide(800, 5_000) == (
+    strategy, reason = decide(800, 5_000)
+    assert strategy == "broadcast"
+    assert reason.startswith("the cheapest by estimate: broadcast ~3.4 core-ms, ")
+    assert reason.endswith("; the table ~800 rows, the input ~5,000 rows")
+    # the input's size unknown: the table decides
+    assert decide(800, None) == (
         "broadcast",
-        "the table (~800 rows) fits strategy.broadcast.max-rows (1,000) and not larger than "
-        "the input (~5,000 rows)",
+        "the table (~800 rows) fits strategy.broadcast.max-rows (1,000) and the input's size "
+        "is unknown",
     )
-    assert decide(800, None)[0] == "broadcast"  # the input's size unknown: the table decides
+
+
+def test_a_large_input_over_a_table_beyond_the_broadcast_limit_is_scanned_and_joined() -> None:
+    strategy, reason = decide(2_000_000, 2_000_000, max_rows=1_000_000)
+    assert strategy == "scan", reason
+    estimates = dict(
+        (plan, float(cost.removesuffix(" core-s")))
+        for plan, cost in (
+            part.split(" ~") for part in reason.split(": ", 1)[1].split("; ")[0].split(", ")
+        )
+    )
+    assert set(estimates) == {"scan", "lookup"}  # no broadcast beyond the limit
+    assert estimates["scan"] < estimates["lookup"]
+    assert reason.endswith(
+        "; the table ~2,000,000 rows, the input ~2,000,000 rows (more than "
+        "strategy.broadcast.max-rows, 1,000,000: no broadcast)"
+    )
+
+
+def test_few_rows_over_a_large_table_are_looked_up() -> None:
+    assert decide(2_000_000, 20_000, max_rows=1_000_000)[0] == "lookup"
+    assert decide(800, 20)[0] == "lookup"  # fewer keys than the table holds
+    assert decide(5_000_000, None, max_rows=1_000_000) == (
+        "lookup",
+        "the input's size is unknown and the table (~5,000,000 rows) is larger than "
+        "strategy.broadcast.max-rows (1,000,000)",
+    )
+
+
+def test_the_crossover_moves_with_the_connectors_figures() -> None:
+    """A store whose lookups cost more per key makes a scan pay off sooner."""
+    table = 1_000_000
+    cheap = StoreCosts(lookup_us=2.0, scan_us=1.0)
+    dear = StoreCosts(lookup_us=40.0, scan_us=1.0)
+    rows = 200_000
+    assert decide(table, rows, max_rows=10, costs=cheap)[0] == "lookup"
+    assert decide(table, rows, max_rows=10, costs=dear)[0] == "scan"
+
+
+def test_the_estimates_grow_with_the_sizes() -> None:
+    small = estimate(20_000, 2_000_000, broadcast=False)
+    large = estimate(2_000_000, 2_000_000, broadcast=False)
+    assert small.cheapest == "lookup" and large.cheapest == "scan"
+    assert large.seconds["lookup"] == pytest.approx(100 * small.seconds["lookup"])
+    assert set(estimate(1, 1, broadcast=False).seconds) == {"lookup", "scan"}
 
 
 @pytest.mark.parametrize(
     ("table", "rows", "changes", "reason"),
     [
-        (1_200, 5_000, {}, "the table (~1,200 rows) is larger than strategy.broadcast.max-rows"),
-        (800, 100, {}, "the table (~800 rows) is larger than the input (~100 rows)"),
         (None, 5_000, {}, "the table's size is unknown"),
         (10, 5_000, {"streaming": True}, "the input is a stream"),
         (10, 5_000, {"can_scan": False, "connector": "http"}, "the http connector cannot scan"),
         (10, 5_000, {"exact_keys": False}, "the key's type compares otherwise"),
-        (10, 5_000, {"data_source": False}, "strategy=broadcast (a scan of the table, broadca"),
+        (10, 5_000, {"data_source": False}, "strategy=broadcast and scan (a scan of the table"),
     ],
 )
 def test_otherwise_lookups_are_kept_and_the_reason_says_why(
@@ -65,6 +114,6 @@ def test_lookup_and_broadcast_are_taken_as_asked_without_estimates() -> None:
     def never() -> int:
         raise AssertionError("no estimate is needed")
 
-    for asked in ("lookup", "broadcast"):
+    for asked in ("lookup", "broadcast", "scan"):
         choice = choose(asked, table_rows=never, input_rows=never, **BASE)
         assert (choice.strategy, choice.reason) == (asked, f"strategy={asked}")

@@ -1,0 +1,329 @@
+"""The plan scenario (``--scenarios plan``): which plan wins at which input size.
+
+A Postgres table of ``--plan-table-rows`` rows (``uid bigint primary key, name text, tier
+int``, 2,000,000 by default, kept between runs); inputs of ``--plan-inputs`` rows (20,000,
+200,000 and 2,000,000 by default), each over distinct keys that grow with it (a quarter of its
+rows, at most the table's; a tenth of the keys miss the table). For each input, in one run:
+
+- Spark's own JDBC reader and a join (``spark.read.jdbc`` partitioned on the key over
+  ``--tasks`` partitions, ``df.join(dim, "uid", "left")``: what a Spark user writes instead);
+- ``lookup_join`` with ``strategy`` ``lookup``, ``broadcast`` (where the table fits
+  ``strategy.broadcast.max-rows``), ``scan`` and ``auto`` (its choice and reason reported).
+
+Every method's answer is checked against the JDBC join's (its rows, and a sum over a hash of
+every column). Then the scans alone: the rows per second of Spark's JDBC reader and of the data
+source over the same table and partitions, every column read.
+
+The JDBC driver is Debian's ``libpostgresql-jdbc-java`` (``apt-get install
+libpostgresql-jdbc-java``: ``/usr/share/java/postgresql.jar``); without it the JDBC rows say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from lookup_source.bench.methods import JDBC_JAR, timed
+
+PLAN_TABLE = "asynclookup_bench_plan"
+SCHEMA = "uid long, name string, tier int"
+
+
+@dataclass
+class PlanResult:
+    """One method on one input (``method``: ``jdbc`` or a strategy; ``scan only``: a read)."""
+
+    input_rows: int
+    distinct_keys: int
+    method: str
+    seconds: float
+    rows: int
+    checksum: int | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def ensure_table(url: str, rows: int) -> str:
+    """The scenario's table of ``rows`` rows (made once, kept between runs), analysed."""
+    import asyncpg
+
+    table = f"{PLAN_TABLE}_{rows}"
+
+    async def setup() -> None:
+        connection = await asyncpg.connect(url)
+        try:
+            present = await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", table)
+            if present and await connection.fetchval(f"SELECT count(*) FROM {table}") == rows:
+                return
+            await connection.execute(
+                f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} "
+                "(uid bigint PRIMARY KEY, name text, tier int)"
+            )
+            await connection.execute(
+                f"INSERT INTO {table} SELECT g, 'user-' || g, g % 7 "
+                f"FROM generate_series(0, {rows - 1}) g"
+            )
+            await connection.execute(f"ANALYZE {table}")
+        finally:
+            await connection.close()
+
+    asyncio.run(setup())
+    return table
+
+
+def plan_input(spark: Any, rows: int, table_rows: int, tasks: int) -> tuple[Any, int]:
+    """``rows`` input rows over a quarter as many distinct keys (at most the table's rows and
+    a tenth more, the tenth missing), cached; and the distinct keys."""
+    from pyspark.sql import functions as F
+
+    distinct = max(1, min(rows // 4, table_rows))
+    spread = distinct + distinct // 10  # the tenth beyond the table's keys: misses
+    key = F.pmod(F.xxhash64("id"), F.lit(spread)) * F.lit(max(1, table_rows // distinct))
+    df = spark.range(rows, numPartitions=tasks).select(
+        F.col("id").alias("event_id"), key.cast("long").alias("uid")
+    )
+    df = df.cache()
+    df.count()
+    return df, distinct
+
+
+def best_of(df: Any, runs: int = 2) -> float:
+    """The best of ``runs`` timings of ``df``: the first may pay for starting Python workers,
+    importing a driver, a cold buffer cache."""
+    return min(timed(df) for _ in range(runs))
+
+
+def checksum(df: Any) -> tuple[int, int]:
+    """Rows and a sum over a hash of every column: two answers with the same are the same
+    rows (to a hash collision)."""
+    from pyspark.sql import functions as F
+
+    row = df.select(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.xxhash64(*[F.col(c) for c in sorted(df.columns)]) % 1_000_000_007).alias("h"),
+    ).first()
+    return int(row["n"]), int(row["h"] or 0)
+
+
+def jdbc_table(spark: Any, url: str, table: str, rows: int, tasks: int) -> Any:
+    parts = urlsplit(url)
+    jdbc = f"jdbc:postgresql://{parts.hostname}:{parts.port or 5432}{parts.path or '/postgres'}"
+    return (
+        spark.read.format("jdbc")
+        .option("url", jdbc)
+        .option("dbtable", table)
+        .option("user", parts.username or "postgres")
+        .option("driver", "org.postgresql.Driver")
+        .option("partitionColumn", "uid")
+        .option("lowerBound", "0")
+        .option("upperBound", str(rows))
+        .option("numPartitions", str(tasks))
+        .load()
+    )
+
+
+def run_plan(spark: Any, args: Any) -> list[PlanResult]:
+    from lookup_source import lookup_join, lookup_metrics
+
+    table_rows = args.plan_table_rows
+    table = ensure_table(args.postgres_url, table_rows)
+    options = {
+        "connector": "postgres",
+        "url": args.postgres_url,
+        "postgres.table": table,
+        "key.column": "uid",
+        "partitions": str(args.tasks),
+    }
+    has_jdbc = os.path.exists(JDBC_JAR)
+    results: list[PlanResult] = []
+    for rows in (int(r) for r in args.plan_inputs.split(",") if r.strip()):
+        df, distinct = plan_input(spark, rows, table_rows, args.tasks)
+        expected: tuple[int, int] | None = None
+        if has_jdbc:
+            joined = df.join(
+                jdbc_table(spark, args.postgres_url, table, table_rows, args.tasks), "uid", "left"
+            )
+            seconds = best_of(joined)
+            expected = checksum(joined)
+            results.append(
+                PlanResult(rows, distinct, "Spark JDBC + join", seconds, expected[0], expected[1])
+            )
+        else:
+            results.append(
+                PlanResult(
+                    rows,
+                    distinct,
+                    "Spark JDBC + join",
+                    0.0,
+                    0,
+                    note=f"no JDBC driver at {JDBC_JAR}",
+                )
+            )
+        for strategy in ("lookup", "broadcast", "scan", "auto"):
+            if strategy == "broadcast" and table_rows > 1_000_000:
+                results.append(
+                    PlanResult(
+                        rows,
+                        distinct,
+                        "broadcast",
+                        0.0,
+                        0,
+                        note="the table is beyond strategy.broadcast.max-rows",
+                    )
+                )
+                continue
+            out = lookup_join(
+                df, "uid", schema=SCHEMA, options={**options, "strategy": strategy}, how="left"
+            )
+            seconds = best_of(out)
+            metrics = lookup_metrics(out)
+            got = checksum(out)
+            note = ""
+            if expected is not None and got != expected:
+                note = f"ANSWER DIFFERS from JDBC + join: {got} against {expected}"
+            if strategy == "auto":
+                note = (note + "; " if note else "") + (
+                    f"chose {metrics.strategy}: {metrics.strategy_reason}"
+                )
+            results.append(
+                PlanResult(
+                    rows,
+                    distinct,
+                    strategy,
+                    seconds,
+                    got[0],
+                    got[1],
+                    note,
+                    {"chosen": metrics.strategy},
+                )
+            )
+        df.unpersist()
+    results += scan_rates(spark, args, table, table_rows, options, has_jdbc)
+    return results
+
+
+def scan_rates(
+    spark: Any, args: Any, table: str, rows: int, options: dict[str, str], has_jdbc: bool
+) -> list[PlanResult]:
+    """The table read whole (every column, written nowhere) by Spark's JDBC reader and by the
+    data source, over the same partitions."""
+    out = []
+    reads = [
+        (
+            "data source scan",
+            lambda: spark.read.format("asynclookup").schema(SCHEMA).options(**options).load(),
+        )
+    ]
+    if has_jdbc:
+        reads.insert(
+            0,
+            (
+                "Spark JDBC read",
+                lambda: jdbc_table(spark, args.postgres_url, table, rows, args.tasks),
+            ),
+        )
+    for label, read in reads:
+        best = best_of(read())
+        out.append(PlanResult(rows, rows, label, best, rows, note=f"{args.tasks} partitions"))
+    return out
+
+
+def plan_report(results: list[PlanResult], args: Any) -> list[str]:
+    lines = [
+        "## Plans: lookups, a broadcast or a scan, against Spark's JDBC reader and a join",
+        "",
+        f"A Postgres table of {args.plan_table_rows:,} rows; {args.tasks} tasks; the best of "
+        "two runs of each. Each answer is checked against the JDBC join's (rows and a hash of "
+        "every column).",
+        "",
+        "| input rows | distinct keys | method | seconds | ÷ JDBC + join | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    jdbc = {r.input_rows: r.seconds for r in results if r.method == "Spark JDBC + join"}
+    for r in results:
+        if r.method in ("Spark JDBC read", "data source scan"):
+            continue
+        base = jdbc.get(r.input_rows)
+        ratio = f"{base / r.seconds:.2f}x" if base and r.seconds else "—"
+        seconds = f"{r.seconds:.2f}" if r.seconds else "—"
+        lines.append(
+            f"| {r.input_rows:,} | {r.distinct_keys:,} | {r.method} | {seconds} | {ratio} | "
+            f"{r.note} |"
+        )
+    scans = [r for r in results if r.method in ("Spark JDBC read", "data source scan")]
+    if scans:
+        lines += ["", "| the table read whole | seconds | rows/s |", "|---|---|---|"]
+        lines += [
+            f"| {r.method} ({r.note}) | {r.seconds:.2f} | {r.rows_per_s:,.0f} |" for r in scans
+        ]
+    return lines
+
+
+def as_json(results: list[PlanResult]) -> list[dict[str, Any]]:
+    return [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results]
+
+
+def plot_plans(results: list[PlanResult], out: str) -> None:
+    """Time against input size for each plan (log-log), written to ``plans.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    reads = ("Spark JDBC read", "data source scan")
+    runs = [r for r in results if r.seconds and r.method not in reads]
+    if not runs:
+        return
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for method in dict.fromkeys(r.method for r in runs):
+        points = sorted((r.input_rows, r.seconds) for r in runs if r.method == method)
+        axis.plot(*zip(*points), marker="o", label=method)
+    crossing = crossover(runs, "lookup", "scan")
+    if crossing is not None:
+        axis.axvline(crossing, color="grey", linestyle="--")
+        axis.annotate(
+            f"lookup = scan at ~{crossing:,.0f} rows",
+            (crossing, axis.get_ylim()[1]),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=8,
+        )
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("input rows")
+    axis.set_ylabel("seconds")
+    axis.set_title("Plans over a Postgres table: time against input size")
+    axis.legend()
+    axis.grid(True, which="both", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(os.path.join(out, "plans.png"), dpi=110)
+    plt.close(figure)
+
+
+def crossover(results: list[PlanResult], first: str, second: str) -> float | None:
+    """The input size where ``first`` and ``second`` take the same time, interpolated (in logs)
+    between the two measured sizes where the faster of them changes; None if it never does."""
+    import math
+
+    times: dict[int, dict[str, float]] = {}
+    for r in results:
+        if r.method in (first, second) and r.seconds:
+            times.setdefault(r.input_rows, {})[r.method] = r.seconds
+    points = sorted((n, t[first], t[second]) for n, t in times.items() if len(t) == 2)
+    for (n0, a0, b0), (n1, a1, b1) in itertools.pairwise(points):
+        d0, d1 = math.log(a0 / b0), math.log(a1 / b1)
+        if d0 == 0:
+            return float(n0)
+        if d0 * d1 < 0:
+            share = d0 / (d0 - d1)
+            return math.exp(math.log(n0) + share * (math.log(n1) - math.log(n0)))
+    return None
