@@ -128,13 +128,18 @@ def libpq_uri(url: str, options: Mapping[str, Any]) -> str | None:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+_REFUSED_LOGINS = ("password authentication failed", "no pg_hba.conf entry", "permission denied")
+
+
 def _classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
     """What an ADBC error means to the engine: a refused login is permanent, a connection
     problem transient, anything else the server refused permanent."""
     import adbc_driver_manager
 
     text = str(error)
-    if "password authentication failed" in text or "no pg_hba.conf entry" in text:
+    if any(refusal in text for refusal in _REFUSED_LOGINS) or (
+        "FATAL:" in text and "does not exist" in text  # a role or a database
+    ):
         return PermanentError
     if isinstance(error, adbc_driver_manager.OperationalError):
         return TransientError

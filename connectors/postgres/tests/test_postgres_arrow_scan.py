@@ -7,15 +7,17 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import traceback
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from asynclookup_postgres import arrow_scan
-from asynclookup_postgres.arrow_scan import libpq_uri
+from asynclookup_postgres.arrow_scan import ArrowScan, libpq_uri
 from asynclookup_postgres.client import PostgresLookupClient, inline
 
 from lookup_source.connector_api.values import conform_matches
-from lookup_source.errors import TransientError
+from lookup_source.errors import PermanentError, TransientError
 from lookup_source.spark.plan import LookupPlan
 from tests.servers import free_port
 
@@ -151,6 +153,23 @@ def test_a_store_that_does_not_answer_fails_the_scan_as_a_transient_error(
             await client.close()
 
     asyncio.run(run())
+
+
+def test_a_login_the_server_refuses_is_permanent_and_its_password_never_shown(
+    postgres_srv: Any,
+) -> None:
+    parts = urlsplit(postgres_srv.url)
+    uri = f"postgresql://nosuchrole@{parts.hostname}:{parts.port}/postgres?password=Sup3rSecret"
+    scan = ArrowScan(uri, "SELECT 1", ["k"], [])
+
+    async def run() -> None:
+        async for _ in scan.batches():
+            pass
+
+    with pytest.raises(PermanentError) as raised:
+        asyncio.run(run())
+    shown = "".join(traceback.format_exception(raised.value))
+    assert 'role "nosuchrole" does not exist' in shown and "Sup3rSecret" not in shown
 
 
 def test_the_libpq_uri_carries_the_password_and_tls_files(monkeypatch: Any) -> None:
