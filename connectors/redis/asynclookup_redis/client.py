@@ -130,8 +130,10 @@ class RedisLookupClient(LookupClient):
     default_batch_size: ClassVar[int] = 500
     supports_scan: ClassVar[bool] = True
     # docs/benchmarks.md, "The join strategy": 5.6 core-µs per input row looked up (uniform
-    # keys), less the floor's 1; its scan is not measured yet (plan_cost's default)
+    # keys), less the floor's 1; "Plans": 200,000 keys scanned in 0.96 s on 2 cores (SCAN and
+    # MGET), where lookups of the same keys took 0.43 s
     lookup_cost_us: ClassVar[float | None] = 4.6
+    scan_cost_us: ClassVar[float | None] = 9.5
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "redis.key.pattern",
