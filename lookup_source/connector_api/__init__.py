@@ -38,7 +38,12 @@ msgspec and the exception tree::
   retried; :func:`redact_url` hides a password in a URL you put in a message.
 """
 
-from lookup_source.connector_api.boundary import Classifier, translate_error, translated_errors
+from lookup_source.connector_api.boundary import (
+    Classifier,
+    LibraryError,
+    translate_error,
+    translated_errors,
+)
 from lookup_source.connector_api.client import (
     SCAN_CHUNK_ROWS,
     ConnectorConfig,
@@ -109,7 +114,7 @@ from lookup_source.errors import (
     SchemaError,
     TransientError,
 )
-from lookup_source.redaction import redact_url
+from lookup_source.redaction import Redactor, redact_url
 
 __all__ = [
     "DECODE_ERRORS",
@@ -126,6 +131,7 @@ __all__ = [
     "JsonColumns",
     "Key",
     "KeyTemplate",
+    "LibraryError",
     "LookupClient",
     "LookupResult",
     "LookupTimeoutError",
@@ -137,6 +143,7 @@ __all__ = [
     "PermanentError",
     "Record",
     "RecordError",
+    "Redactor",
     "SchemaError",
     "SharedCacheStore",
     "TlsSettings",

@@ -190,11 +190,14 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         if why is not None:
             raise OptionError("strategy", f"is {requested}, but {why}; use lookup or auto")
 
+    unknown: list[str] = []
+
     def table_rows() -> int | None:
         try:
             with read_on_driver(ESTIMATING):
                 return estimate_rows(client_class, config)
         except Exception as error:  # an estimate never fails the job: lookups are kept
+            unknown.append(str(error))
             log.info("asynclookup: the table's size is unknown: %s", error)
             return None
 
@@ -208,10 +211,16 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         max_rows=lookup_options.broadcast_max_rows,
         connector=client_class.name,
         costs=StoreCosts(
-            lookup_us=client_class.lookup_cost_us or DEFAULT_COSTS.lookup_us,
-            scan_us=client_class.scan_cost_us or DEFAULT_COSTS.scan_us,
+            lookup_us=DEFAULT_COSTS.lookup_us
+            if client_class.lookup_cost_us is None
+            else client_class.lookup_cost_us,
+            scan_us=DEFAULT_COSTS.scan_us
+            if client_class.scan_cost_us is None
+            else client_class.scan_cost_us,
         ),
     )
+    if unknown and choice.reason == "the table's size is unknown":
+        choice = Choice(choice.strategy, f"{choice.reason} ({unknown[0]})")
     log.info("asynclookup: strategy %s: %s", choice.strategy, choice.reason)
     return choice
 

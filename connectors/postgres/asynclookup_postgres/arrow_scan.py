@@ -6,23 +6,30 @@ asyncpg's cursor builds a record per row and a value per cell. Measured on a tab
 rows (``bigint, text, integer``), two read tasks: see docs/benchmarks.md (the plan scenario).
 
 It serves the scans whose columns it reads exactly as the asyncpg path does (:data:`ADBC_TYPES`:
-integers, floats, booleans, text, dates, timestamps, bytea); a table with another column type
-(numeric, json, uuid, arrays...), a driver that is not installed, or TLS settings libpq cannot
-take are scanned by asyncpg's cursor as before. Which path a scan took is in the log.
+integers, floats, booleans, text, bytea); a table with another column type (dates, timestamps,
+numeric, json, uuid, arrays...), a driver that is not installed, or a URL or TLS settings libpq
+would read otherwise than asyncpg are scanned by asyncpg's cursor as before. Which path a scan
+took, and why, is in the log.
 
-The driver is blocking: its calls run in a thread of the scan's own, one after another, so the
-loop (and a kept client's other requests) go on meanwhile.
+The driver is blocking: its calls run one after another in a daemon thread of the scan's own,
+so the loop (and a kept client's other requests) go on meanwhile, and a call stuck on a dead
+server never holds up the worker's exit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import math
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -31,37 +38,42 @@ from asynclookup_postgres.catalog import FLOAT_TYPES, INT_TYPES
 from asynclookup_postgres.query import reads_natively
 from lookup_source.connector_api import (
     ConnectorError,
+    LibraryError,
     Matches,
     PermanentError,
+    Redactor,
     TlsSettings,
     TransientError,
     password_from_env,
-    translated_errors,
+    translate_error,
 )
 
 log = logging.getLogger("lookup_source")
 
 ADBC_TYPES = (
-    INT_TYPES
-    | FLOAT_TYPES
-    | frozenset(
-        {
-            "boolean",
-            "text",
-            "character varying",
-            "name",
-            "date",
-            "bytea",
-            "timestamp without time zone",
-            "timestamp with time zone",
-        }
-    )
+    INT_TYPES | FLOAT_TYPES | frozenset({"boolean", "text", "character varying", "name", "bytea"})
 )
-"""The Postgres column types the ADBC driver reads into the same Arrow values asyncpg's do."""
+"""The Postgres column types the ADBC driver reads into the same Arrow values asyncpg's do. Not
+dates and timestamps: the driver turns ``infinity`` into garbage (an overflowed epoch shift)
+and lets years beyond Spark's through, where asyncpg's path clamps or fails them."""
 
 BATCH_BYTES = 16 << 20
 """The size of the Arrow batches the driver hands over
 (``adbc.postgresql.batch_size_hint_bytes``)."""
+
+LIBPQ_PARAMETERS = frozenset(
+    {
+        "host", "hostaddr", "port", "dbname", "user", "password", "passfile",
+        "channel_binding", "connect_timeout", "client_encoding", "options",
+        "application_name", "fallback_application_name", "keepalives", "keepalives_idle",
+        "keepalives_interval", "keepalives_count", "tcp_user_timeout", "gssencmode",
+        "sslmode", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert",
+        "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
+        "ssl_max_protocol_version", "krbsrvname", "gsslib", "gssdelegation", "service",
+        "target_session_attrs", "load_balance_hosts", "sslnegotiation",
+    }
+)  # fmt: skip
+"""What libpq takes in a URL's query; asyncpg makes any other parameter a server setting."""
 
 
 def available() -> bool:
@@ -93,28 +105,48 @@ def _castable(pg_type: str, arrow_type: pa.DataType) -> bool:
         return pg_type in {"text", "character varying", "name"}
     if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
         return pg_type == "bytea"
-    if pa.types.is_date(arrow_type):
-        return pg_type == "date"
-    if pa.types.is_timestamp(arrow_type):
-        return pg_type.startswith("timestamp")
     return False
 
 
-def libpq_uri(url: str, options: Mapping[str, Any]) -> str | None:
+@dataclass(frozen=True)
+class LibpqTarget:
+    """A connection string for libpq (``uri``, secrets in it) and the secrets to keep out of
+    any text; or why libpq cannot stand in for asyncpg here (``uri`` None, ``why``)."""
+
+    uri: str | None
+    why: str = ""
+    secrets: tuple[str, ...] = ()
+
+
+def libpq_uri(url: str, options: Mapping[str, Any], timeout_s: float = 60.0) -> LibpqTarget:
     """``url`` with what asyncpg takes from the options (``postgres.password.env``, the
-    ``postgres.tls.*`` files) written as libpq parameters; None when libpq cannot take them
-    (TLS without ``postgres.tls.ca-file``, whose trust asyncpg takes from the system)."""
+    ``postgres.tls.*`` files) written as libpq parameters, UTF-8 asked for (as asyncpg does),
+    reads only, a connect timeout; or why not (parameters asyncpg reads otherwise, TLS without
+    ``postgres.tls.ca-file``, whose trust asyncpg takes from the system)."""
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql"}:
-        return None
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        return LibpqTarget(None, f"a URL of scheme {parts.scheme!r}")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    foreign = sorted({name for name, _ in pairs if name not in LIBPQ_PARAMETERS})
+    if foreign:
+        return LibpqTarget(None, f"the URL's parameters {foreign} are asyncpg's server settings")
+    query = dict(pairs)
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # an IPv6 address
+        netloc = f"[{netloc}]"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    if parts.username:
+        query.setdefault("user", unquote(parts.username))
+    if parts.password is not None:
+        query.setdefault("password", unquote(parts.password))
     password = password_from_env("postgres", options)
     if password is not None:
         query["password"] = password
     tls = TlsSettings.from_options("postgres", options)
     if tls.configured:
         if not tls.ca_file:
-            return None  # asyncpg's context trusts the system's CAs: libpq's default differs
+            return LibpqTarget(None, "its TLS trusts the system's CAs (no postgres.tls.ca-file)")
         query["sslmode"] = "verify-full" if tls.check_hostname else "verify-ca"
         query["sslrootcert"] = tls.ca_file
         if tls.cert_file:
@@ -123,17 +155,25 @@ def libpq_uri(url: str, options: Mapping[str, Any]) -> str | None:
         if tls.key_password_env:
             secret = os.environ.get(tls.key_password_env)
             if secret is None:
-                return None  # asyncpg's path names the missing variable
+                return LibpqTarget(None, f"{tls.key_password_env} is not set")
             query["sslpassword"] = secret
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    secrets = tuple(query[k] for k in ("password", "sslpassword") if query.get(k))
+    if any("\x00" in secret for secret in secrets):
+        return LibpqTarget(None, "a secret holds a NUL character, which libpq refuses")
+    query["client_encoding"] = "UTF8"
+    query["options"] = (query.get("options", "") + " -c default_transaction_read_only=on").strip()
+    query.setdefault("connect_timeout", str(max(2, math.ceil(timeout_s))))
+    query.setdefault("keepalives", "1")
+    text = urlencode(query, quote_via=quote)  # libpq reads "+" as "+", not as a space
+    return LibpqTarget(f"{parts.scheme}://{netloc}{parts.path}?{text}", secrets=secrets)
 
 
 _REFUSED_LOGINS = ("password authentication failed", "no pg_hba.conf entry", "permission denied")
 
 
 def _classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
-    """What an ADBC error means to the engine: a refused login is permanent, a connection
-    problem transient, anything else the server refused permanent."""
+    """What an ADBC error means to the engine: a refused login or a setting libpq refuses is
+    permanent, a connection problem transient, anything else the server refused permanent."""
     import adbc_driver_manager
 
     text = str(error)
@@ -141,12 +181,73 @@ def _classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
         "FATAL:" in text and "does not exist" in text  # a role or a database
     ):
         return PermanentError
+    if "Failed to connect: invalid " in text or "invalid sslmode" in text:
+        return PermanentError  # retrying does not change a setting
     if isinstance(error, adbc_driver_manager.OperationalError):
         return TransientError
     return None
 
 
-ADBC_ERRORS = translated_errors("adbc_driver_manager", _classify, tls="postgres")
+class _AdbcErrors:
+    """The driver's exceptions translated at the boundary (``translate_error``), their texts
+    cleared of this scan's secrets: libpq quotes a password it cannot parse."""
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        self.redact = Redactor(secrets)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
+        if not isinstance(error, Exception):
+            return False
+        translated = translate_error("adbc_driver_manager", _classify, error, "postgres")
+        if translated is error:
+            return False
+        cleared = type(translated)(self.redact(str(translated)))
+        cause = translated.__cause__
+        text = self.redact(str(cause)) if cause is not None else ""
+        cleared.__cause__ = LibraryError(text).with_traceback(error.__traceback__)
+        cleared.__cause__.__suppress_context__ = True
+        raise cleared from cleared.__cause__
+
+
+class _Thread:
+    """Calls run one after another in one daemon thread (the driver's objects are not
+    thread-safe; a call still running when the scan is abandoned ends before the close)."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="asynclookup-adbc", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._calls.get()
+            if item is None:
+                return
+            future, call, arguments = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call(*arguments))
+            except BaseException as error:
+                future.set_exception(error)
+
+    def submit(self, call: Callable[..., Any], *arguments: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._calls.put((future, call, arguments))
+        return future
+
+    async def run(self, call: Callable[..., Any], *arguments: Any) -> Any:
+        return await asyncio.wrap_future(self.submit(call, *arguments))
+
+    def stop(self) -> None:
+        self._calls.put(None)
 
 
 class ArrowScan:
@@ -155,53 +256,48 @@ class ArrowScan:
 
     def __init__(
         self,
-        uri: str,
+        target: LibpqTarget,
         query: str,
         key_names: Sequence[str],
         value_fields: Sequence[pa.Field],
     ) -> None:
-        self.uri = uri
+        assert target.uri is not None
+        self.target = target
         self.query = query
         self.key_names = list(key_names)
         self.value_fields = list(value_fields)
 
+    def __repr__(self) -> str:  # never the connection string: it holds the password
+        return f"ArrowScan({self.query!r})"
+
     async def batches(self) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
         import adbc_driver_postgresql.dbapi as dbapi
 
-        # one thread for every call on this connection, in order: a read still running when
-        # the scan is abandoned ends before the close (the driver's objects are not thread-safe)
-        thread = ThreadPoolExecutor(1, thread_name_prefix="asynclookup-adbc")
-        loop = asyncio.get_running_loop()
-
-        def run(_: None, call: Any, *arguments: Any) -> Any:
-            return loop.run_in_executor(thread, call, *arguments)
-
-        try:
-            with ADBC_ERRORS:
-                connection = await run(None, lambda: dbapi.connect(self.uri))
-        except BaseException:
-            thread.shutdown(wait=False)
-            raise
+        errors = _AdbcErrors(self.target.secrets)
+        thread = _Thread()
+        connecting = thread.submit(dbapi.connect, self.target.uri)
         cursor: Any = None
         reader: Any = None
         try:
-            with ADBC_ERRORS:
+            with errors:
+                connection = await asyncio.wrap_future(connecting)
                 cursor = connection.cursor()
                 cursor.adbc_statement.set_options(
                     **{"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)}
                 )
-                await run(None, cursor.execute, self.query)
-                reader = await run(None, cursor.fetch_record_batch)
+                await thread.run(cursor.execute, self.query)
+                reader = await thread.run(cursor.fetch_record_batch)
             while True:
-                with ADBC_ERRORS:
-                    batch = await run(None, _next_batch, reader)
+                with errors:
+                    batch = await thread.run(_next_batch, reader)
                 if batch is None:
                     return
                 if batch.num_rows:
                     yield self.chunk(batch)
         finally:
-            thread.submit(_close, reader, cursor, connection)  # each before what made it
-            thread.shutdown(wait=False)
+            # after whatever still runs (a connect that ends after the scan was abandoned too)
+            thread.submit(_close, reader, cursor, connecting)
+            thread.stop()
 
     def chunk(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, Matches]:
         """A batch of scanned rows as keys and their matches (one row each), the columns named
@@ -222,10 +318,13 @@ def _next_batch(reader: pa.RecordBatchReader) -> pa.RecordBatch | None:
         return None
 
 
-def _close(*handles: Any) -> None:
-    """Close the reader, the cursor, then the connection (a cursor left to the garbage
-    collector after its connection closes it twice)."""
-    for handle in handles:
+def _close(reader: Any, cursor: Any, connecting: concurrent.futures.Future[Any]) -> None:
+    """Close the reader, the cursor, then the connection if it opened (a cursor left to the
+    garbage collector after its connection closes it twice)."""
+    connection = None
+    if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
+        connection = connecting.result()
+    for handle in (reader, cursor, connection):
         if handle is None:
             continue
         try:

@@ -31,8 +31,14 @@ import pyarrow.compute as pc
 
 from asynclookup_postgres import arrow_scan
 from asynclookup_postgres.arrow_scan import ArrowScan
-from asynclookup_postgres.catalog import INT_TYPES, infer_schema, quote_identifier, split_table_name
-from asynclookup_postgres.query import LookupQuery, in_range
+from asynclookup_postgres.catalog import (
+    EXACT_KEY_TYPES,
+    INT_TYPES,
+    infer_schema,
+    quote_identifier,
+    split_table_name,
+)
+from asynclookup_postgres.query import LookupQuery, scan_filter
 from lookup_source.connector_api import (
     SCAN_CHUNK_ROWS,
     ConnectorConfig,
@@ -106,7 +112,8 @@ class PostgresLookupClient(LookupClient):
     honours_cancellation: ClassVar[bool] = False
     supports_scan: ClassVar[bool] = True
     # the bench's plan scenario (2,000,000-row table, local[2]): 2,000,000 input rows looked up
-    # in 6.0 s, 12 core-s, less the floor's 1 per row; the table read whole in 0.85 s
+    # in 6.0 s, 12 core-s, less the floor's 1 per row; the table read whole in 0.85 s through
+    # ADBC (a table whose columns go through asyncpg's cursor reads about 2x slower)
     lookup_cost_us: ClassVar[float | None] = 5.0
     scan_cost_us: ClassVar[float | None] = 0.85
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
@@ -296,11 +303,20 @@ class PostgresLookupClient(LookupClient):
 
     async def estimate_rows(self) -> int | None:
         """The table's rows as the catalog counts them (``pg_class.reltuples``, kept by ANALYZE
-        and autovacuum), or as the planner estimates them for a table never analyzed."""
+        and autovacuum), or as the planner estimates them for a table never analyzed. Refused
+        (a PermanentError saying why) when the key column's own type compares otherwise than
+        Spark's (citext, char(n), uuid, numeric declared as a string or a number): lookups are
+        kept."""
         with _ASYNCPG_ERRORS:
             if self._table is None:
                 return None
             pool = await self._connect()
+            inexact = [t for t in self._query.key_types if t not in EXACT_KEY_TYPES]
+            if inexact:  # the catalog says what the Spark types could not
+                raise PermanentError(
+                    f"the key column's type ({inexact[0]}) compares otherwise in Postgres than "
+                    "in Spark: a scan and a join could match other rows"
+                )
             table = ".".join(quote_identifier(part) for part in self._table)
             limit = self.config.timeout_s
             async with pool.acquire() as connection:
@@ -370,19 +386,15 @@ class PostgresLookupClient(LookupClient):
                 else "row(" + ", ".join(quote_identifier(c) for c in names[:width]) + ")"
             )
             query = f"SELECT {columns} FROM {table}"
-            arguments: list[Any] = []
-            if split is not None:
-                query, arguments = in_range(query, key_expression, *split)
-            elif partitions > 1:
-                query += (
-                    f" WHERE mod(hashtext(({key_expression})::text)::bigint + 2147483648, $1) = $2"
-                )
-                arguments = [partitions, partition]
-            arrow = self._arrow_scan(query, arguments)
+            arrow = self._arrow_scan(
+                query + scan_filter(key_expression, split, partition, partitions, literal=True)[0]
+            )
             if arrow is not None:
                 async for chunk in arrow.batches():
                     yield chunk
                 return
+            where, arguments = scan_filter(key_expression, split, partition, partitions)
+            query += where
             async with pool.acquire() as connection, connection.transaction(readonly=True):
                 cursor = await connection.cursor(query, *arguments)
                 while True:
@@ -391,9 +403,10 @@ class PostgresLookupClient(LookupClient):
                         return
                     yield self._query.scanned(rows)
 
-    def _arrow_scan(self, query: str, arguments: list[Any]) -> ArrowScan | None:
+    def _arrow_scan(self, query: str) -> ArrowScan | None:
         """The scan read by the ADBC driver (:mod:`.arrow_scan`), when it reads these columns
-        as asyncpg does and libpq takes the connection's settings; else None (asyncpg's cursor)."""
+        as asyncpg does and libpq reads the connection's settings as asyncpg does; else None
+        (asyncpg's cursor), the reason logged once per worker."""
         types = [*self.config.key_types, *(f.type for f in self.value_fields)]
         why = (
             "the adbc-driver-postgresql package is not installed"
@@ -402,25 +415,23 @@ class PostgresLookupClient(LookupClient):
             if not arrow_scan.serves([*self._query.key_types, *self._query.value_types], types)
             else None
         )
-        uri = None
+        target = None
         if why is None:
             assert self.config.url is not None
-            uri = arrow_scan.libpq_uri(self.config.url, self.config.options)
-            if uri is None:
-                why = "its TLS settings are asyncpg's only (no postgres.tls.ca-file)"
-        if uri is None:
-            log.info("asynclookup: postgres scan through asyncpg's cursor: %s", why)
+            target = arrow_scan.libpq_uri(
+                self.config.url, self.config.options, self.config.timeout_s
+            )
+            why = target.why
+        if target is None or target.uri is None:
+            if why not in _LOGGED:
+                _LOGGED.add(why)
+                log.info("asynclookup: postgres scans through asyncpg's cursor: %s", why)
             return None
-        return ArrowScan(uri, inline(query, arguments), self.config.key_columns, self.value_fields)
+        return ArrowScan(target, query, self.config.key_columns, self.value_fields)
 
 
-def inline(query: str, arguments: Sequence[int]) -> str:
-    """``query`` with its parameters ``$1``, ``$2``... written in as integer literals (the
-    bounds of a scan's part, which the ADBC driver reads through COPY, where none can be
-    bound)."""
-    for position in range(len(arguments), 0, -1):  # $12 before $1
-        query = query.replace(f"${position}", str(int(arguments[position - 1])))
-    return query
+_LOGGED: set[str] = set()
+"""The reasons a scan went through asyncpg's cursor already logged by this worker."""
 
 
 LIBPQ_ENVIRONMENT = (

@@ -301,13 +301,37 @@ def reads_natively(pg_type: str, arrow_type: pa.DataType) -> bool:
     return True
 
 
-def in_range(query: str, key: str, lower: int | None, upper: int | None) -> tuple[str, list[Any]]:
-    """``query`` restricted to the keys in [lower, upper) (None: open on that side; the range
-    open below also takes NULL keys), with the bounds as parameters."""
-    if lower is None and upper is None:
-        return query, []
-    if lower is None:
-        return f"{query} WHERE ({key} < $1 OR {key} IS NULL)", [upper]
-    if upper is None:
-        return f"{query} WHERE {key} >= $1", [lower]
-    return f"{query} WHERE {key} >= $1 AND {key} < $2", [lower, upper]
+def scan_filter(
+    key: str,
+    split: tuple[int | None, int | None] | None,
+    partition: int,
+    partitions: int,
+    *,
+    literal: bool = False,
+) -> tuple[str, list[int]]:
+    """The ``WHERE`` clause of part ``partition`` of a scan (``""`` for the whole table) and its
+    parameters: the keys in ``split``'s [lower, upper) (None: open on that side; the range open
+    below also takes NULL keys), else those whose text hashes into the part. ``literal``: the
+    bounds written in as integers (a ``COPY``, which binds none), no parameters."""
+    bounds: list[int] = []
+
+    def bound(value: int) -> str:
+        if literal:
+            return str(int(value))
+        bounds.append(int(value))
+        return f"${len(bounds)}"
+
+    if split is not None:
+        lower, upper = split
+        if lower is None and upper is None:
+            return "", []
+        if lower is None:
+            assert upper is not None
+            return f" WHERE ({key} < {bound(upper)} OR {key} IS NULL)", bounds
+        if upper is None:
+            return f" WHERE {key} >= {bound(lower)}", bounds
+        return f" WHERE {key} >= {bound(lower)} AND {key} < {bound(upper)}", bounds
+    if partitions < 2:
+        return "", []
+    hashed = f"mod(hashtext(({key})::text)::bigint + 2147483648, {bound(partitions)})"
+    return f" WHERE {hashed} = {bound(partition)}", bounds
