@@ -54,9 +54,9 @@ PROGRESS_FIELDS = (*SUMMED, "peak_in_flight", *QUANTILES)
 """The fields of a lookup's entry in a micro-batch's ``observedMetrics``: counters of
 :class:`LookupMetrics` summed over the micro-batch's tasks, the highest ``peak_in_flight`` of
 any, and request latency quantiles over all its requests (to within 10%). Zero in a
-micro-batch with no rows. Each field is an aggregate Spark plans, compiles and updates for
-every row of every micro-batch (about 1.5 ms a micro-batch and 0.03 core-µs a row each):
-these are the figures an operator alerts on; ``lookup_metrics`` and OpenTelemetry have all."""
+micro-batch with no rows. Each field is an aggregate of Spark's observation, which costs
+about 1 ms a micro-batch whatever the aggregate (docs/benchmarks.md, "Streams"): these are the
+figures an operator alerts on; ``lookup_metrics`` and OpenTelemetry have all."""
 HEDGE_FIELDS = ("hedges", "hedges_won")
 """Added to the progress entry of a lookup with ``hedge.after.ms`` (summed)."""
 SHARED_FIELDS = ("shared_hits", "shared_misses", "shared_errors", "shared_rejected")
