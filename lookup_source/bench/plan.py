@@ -12,7 +12,9 @@ rows, at most the table's; a tenth of the keys miss the table). For each input, 
 
 Every method's answer is checked against the JDBC join's (its rows, and a sum over a hash of
 every column). Then the scans alone: the rows per second of Spark's JDBC reader and of the data
-source over the same table and partitions, every column read.
+source over the same table and partitions, every column read. Then a stream (the stream
+scenario's source and trigger) joined to the table: Spark's stream-static join against the
+JDBC reader, and ``lookup_join``.
 
 The JDBC driver is Debian's ``libpostgresql-jdbc-java`` (``apt-get install
 libpostgresql-jdbc-java``: ``/usr/share/java/postgresql.jar``); without it the JDBC rows say so.
@@ -207,7 +209,54 @@ def run_plan(spark: Any, args: Any) -> list[PlanResult]:
             )
         df.unpersist()
     results += scan_rates(spark, args, table, table_rows, options, has_jdbc)
+    results += stream_plans(spark, args, table, table_rows, options, has_jdbc)
     return results
+
+
+def stream_plans(
+    spark: Any, args: Any, table: str, rows: int, options: dict[str, str], has_jdbc: bool
+) -> list[PlanResult]:
+    """A stream (the stream scenario's source: ``--stream-rate`` rows a second, a micro-batch
+    every ``--stream-trigger-ms``) joined to the table: Spark's stream-static join against the
+    JDBC reader (which reads the table again every micro-batch), and ``lookup_join``. Each: the
+    median ``addBatch`` and the rows a second while busy (rows over the sum of ``addBatch``)."""
+    from lookup_source import lookup_join
+    from lookup_source.bench.stream import _events, _run
+
+    events = _events(spark, args).withColumnRenamed("user_id", "uid")
+    methods = [
+        (
+            "stream: lookup_join",
+            lambda: lookup_join(events, "uid", schema=SCHEMA, options=options, how="left"),
+        )
+    ]
+    if has_jdbc:
+        methods.insert(
+            0,
+            (
+                "stream: Spark JDBC stream-static join",
+                lambda: events.join(
+                    jdbc_table(spark, args.postgres_url, table, rows, args.tasks), "uid", "left"
+                ),
+            ),
+        )
+    out = []
+    rate = f"{args.stream_rate:,} rows/s, a micro-batch every {args.stream_trigger_ms} ms"
+    for label, frame in methods:
+        run = _run(spark, frame(), args, "postgres", label)
+        busy = run.rows / (sum(run.durations_ms) / 1000) if sum(run.durations_ms) else 0.0
+        out.append(
+            PlanResult(
+                args.stream_rate,
+                0,
+                label,
+                run.median_ms / 1000,
+                run.rows,
+                note=f"{rate}; busy {busy:,.0f} rows/s",
+                extra={"busy_rows_per_s": busy, "p90_ms": run.p90_ms},
+            )
+        )
+    return out
 
 
 def scan_rates(
@@ -249,7 +298,7 @@ def plan_report(results: list[PlanResult], args: Any) -> list[str]:
     ]
     jdbc = {r.input_rows: r.seconds for r in results if r.method == "Spark JDBC + join"}
     for r in results:
-        if r.method in ("Spark JDBC read", "data source scan"):
+        if r.method in ("Spark JDBC read", "data source scan") or r.method.startswith("stream"):
             continue
         base = jdbc.get(r.input_rows)
         ratio = f"{base / r.seconds:.2f}x" if base and r.seconds else "—"
@@ -264,6 +313,10 @@ def plan_report(results: list[PlanResult], args: Any) -> list[str]:
         lines += [
             f"| {r.method} ({r.note}) | {r.seconds:.2f} | {r.rows_per_s:,.0f} |" for r in scans
         ]
+    streams = [r for r in results if r.method.startswith("stream")]
+    if streams:
+        lines += ["", "| a stream joined to the table | median addBatch | note |", "|---|---|---|"]
+        lines += [f"| {r.method} | {r.seconds * 1000:.0f} ms | {r.note} |" for r in streams]
     return lines
 
 
@@ -279,7 +332,11 @@ def plot_plans(results: list[PlanResult], out: str) -> None:
     import matplotlib.pyplot as plt
 
     reads = ("Spark JDBC read", "data source scan")
-    runs = [r for r in results if r.seconds and r.method not in reads]
+    runs = [
+        r
+        for r in results
+        if r.seconds and r.method not in reads and not r.method.startswith("stream")
+    ]
     if not runs:
         return
     figure, axis = plt.subplots(figsize=(7, 4.5))

@@ -149,6 +149,10 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     assert "## Plans: lookups, a broadcast or a scan" in table
     assert any(p["method"] == "data source scan" and p["rows_per_s"] > 0 for p in plans)
     assert (tmp_path / "plans.png").stat().st_size > 1000
+    streamed = {p["method"]: p for p in plans if p["method"].startswith("stream")}
+    assert streamed["stream: lookup_join"]["rows"] > 0
+    assert "busy" in streamed["stream: lookup_join"]["note"]
+    assert "| a stream joined to the table |" in table
     assert (tmp_path / "throughput.png").stat().st_size > 1000
     assert (tmp_path / "capacity.png").stat().st_size > 1000
 
