@@ -40,7 +40,6 @@ msgspec and the exception tree::
 
 from lookup_source.connector_api.boundary import (
     Classifier,
-    LibraryError,
     translate_error,
     translated_errors,
 )
@@ -131,7 +130,6 @@ __all__ = [
     "JsonColumns",
     "Key",
     "KeyTemplate",
-    "LibraryError",
     "LookupClient",
     "LookupResult",
     "LookupTimeoutError",

@@ -33,7 +33,9 @@ exception defined by the library (its top-level module is ``library``) a
 :class:`PermanentError`. asynclookup's own errors pass through; other exceptions (a bug in the
 connector) are not touched. The translated error keeps the original, redacted
 (:class:`LibraryError`: its type's name, text and traceback), as its ``__cause__`` and
-names it in its message: ``redis ConnectionError: Error 111 connecting to ...``.
+names it in its message: ``redis ConnectionError: Error 111 connecting to ...``. With
+``redact=Redactor(secrets)``, the request's own secrets are removed from those texts too, for a
+library that quotes one outside any URL (libpq quotes a password it cannot parse).
 """
 
 from __future__ import annotations
@@ -53,10 +55,16 @@ message of its own), or None for the default."""
 
 
 def translate_error(
-    library: str, classify: Classifier, error: Exception, tls: str | None = None
+    library: str,
+    classify: Classifier,
+    error: Exception,
+    tls: str | None = None,
+    redact: Callable[[str], str] = redact_text,
 ) -> AsyncLookupError | Exception:
     """``error`` as asynclookup sees it (see the module docstring); ``error`` itself if it is
-    already one of ours or foreign to ``library``."""
+    already one of ours or foreign to ``library``. ``redact`` clears the library's text
+    (:func:`redact_text`; a :class:`~lookup_source.redaction.Redactor` also removes the
+    request's own secrets, which a library may quote outside any URL)."""
     if isinstance(error, AsyncLookupError):
         return error
     kind: type[ConnectorError] | ConnectorError | None = (
@@ -69,12 +77,12 @@ def translate_error(
             return error  # neither: a bug of the connector's own, not touched
         kind = failure_kind(error, tls=tls)
     if isinstance(kind, ConnectorError):  # the message is written already
-        kind.__cause__ = redacted_cause(error)
+        kind.__cause__ = redacted_cause(error, redact)
         return kind
-    text = redact_text(str(error).strip())  # a library's text may quote a URL's secrets
+    text = redact(str(error).strip())  # a library's text may quote a URL's secrets
     name = f"{library} {type(error).__name__}"
     translated = kind(f"{name}: {text}" if text else name)
-    translated.__cause__ = redacted_cause(error)
+    translated.__cause__ = redacted_cause(error, redact)
     return translated
 
 
@@ -83,11 +91,13 @@ class LibraryError(Exception):
     traceback shows where the library failed and why, never the URL's secrets it quoted."""
 
 
-def redacted_cause(error: BaseException) -> LibraryError:
+def redacted_cause(
+    error: BaseException, redact: Callable[[str], str] = redact_text
+) -> LibraryError:
     """``error`` as the cause a translated error keeps: its type's full name and its text,
     redacted, with its traceback (not its own causes, which may quote the same secrets)."""
     kind = type(error)
-    text = redact_text(str(error).strip())
+    text = redact(str(error).strip())
     name = f"{kind.__module__}.{kind.__qualname__}"
     cause = LibraryError(f"{name}: {text}" if text else name).with_traceback(error.__traceback__)
     cause.__suppress_context__ = True
@@ -98,12 +108,20 @@ class translated_errors:
     """Raise what the body raises translated by :func:`translate_error` (a class, not a
     generator: it is entered on every request of a hot path)."""
 
-    __slots__ = ("classify", "library", "tls")
+    __slots__ = ("classify", "library", "redact", "tls")
 
-    def __init__(self, library: str, classify: Classifier, *, tls: str | None = None) -> None:
+    def __init__(
+        self,
+        library: str,
+        classify: Classifier,
+        *,
+        tls: str | None = None,
+        redact: Callable[[str], str] = redact_text,
+    ) -> None:
         self.library = library
         self.classify = classify
         self.tls = tls
+        self.redact = redact
 
     def __enter__(self) -> None:
         return None
@@ -116,7 +134,7 @@ class translated_errors:
     ) -> Literal[False]:
         if not isinstance(error, Exception):
             return False  # no error, or a cancellation, KeyboardInterrupt, GeneratorExit
-        translated = translate_error(self.library, self.classify, error, self.tls)
+        translated = translate_error(self.library, self.classify, error, self.tls, self.redact)
         if translated is error:
             return False
         raise translated from translated.__cause__

@@ -27,8 +27,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import numpy as np
@@ -38,14 +37,13 @@ from asynclookup_postgres.catalog import FLOAT_TYPES, INT_TYPES
 from asynclookup_postgres.query import reads_natively
 from lookup_source.connector_api import (
     ConnectorError,
-    LibraryError,
     Matches,
     PermanentError,
     Redactor,
     TlsSettings,
     TransientError,
     password_from_env,
-    translate_error,
+    translated_errors,
 )
 
 log = logging.getLogger("lookup_source")
@@ -188,35 +186,6 @@ def _classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
     return None
 
 
-class _AdbcErrors:
-    """The driver's exceptions translated at the boundary (``translate_error``), their texts
-    cleared of this scan's secrets: libpq quotes a password it cannot parse."""
-
-    def __init__(self, secrets: Sequence[str]) -> None:
-        self.redact = Redactor(secrets)
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> Literal[False]:
-        if not isinstance(error, Exception):
-            return False
-        translated = translate_error("adbc_driver_manager", _classify, error, "postgres")
-        if translated is error:
-            return False
-        cleared = type(translated)(self.redact(str(translated)))
-        cause = translated.__cause__
-        text = self.redact(str(cause)) if cause is not None else ""
-        cleared.__cause__ = LibraryError(text).with_traceback(error.__traceback__)
-        cleared.__cause__.__suppress_context__ = True
-        raise cleared from cleared.__cause__
-
-
 class _Thread:
     """Calls run one after another in one daemon thread (the driver's objects are not
     thread-safe; a call still running when the scan is abandoned ends before the close)."""
@@ -273,7 +242,10 @@ class ArrowScan:
     async def batches(self) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
         import adbc_driver_postgresql.dbapi as dbapi
 
-        errors = _AdbcErrors(self.target.secrets)
+        # libpq quotes a password it cannot parse, outside any URL: this scan's secrets too
+        errors = translated_errors(
+            "adbc_driver_manager", _classify, tls="postgres", redact=Redactor(self.target.secrets)
+        )
         thread = _Thread()
         connecting = thread.submit(dbapi.connect, self.target.uri)
         cursor: Any = None

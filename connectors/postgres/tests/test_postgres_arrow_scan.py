@@ -39,6 +39,12 @@ def typed(pg: Any, table_name: str) -> Any:
     pg(f"DROP TABLE IF EXISTS {table_name}")
 
 
+async def drain(scan: ArrowScan) -> None:
+    """Read ``scan`` to its end."""
+    async for _ in scan.batches():
+        pass
+
+
 def config(url: str, table: str, schema: str = SCHEMA, **options: str) -> Any:
     plan = LookupPlan.build(
         {"connector": "postgres", "url": url, "postgres.table": table, **options}, schema
@@ -187,12 +193,8 @@ def test_a_login_the_server_refuses_is_permanent_and_its_password_never_shown(
     uri = f"postgresql://nosuchrole@{parts.hostname}:{parts.port}/postgres?password=Sup3rSecret"
     scan = ArrowScan(libpq_uri(uri, {}), "SELECT 1", ["k"], [])
 
-    async def run() -> None:
-        async for _ in scan.batches():
-            pass
-
     with pytest.raises(PermanentError) as raised:
-        asyncio.run(run())
+        asyncio.run(drain(scan))
     shown = "".join(traceback.format_exception(raised.value))
     assert 'role "nosuchrole" does not exist' in shown and "Sup3rSecret" not in shown
 
@@ -247,12 +249,8 @@ def test_a_password_libpq_cannot_parse_is_never_shown(postgres_srv: Any) -> None
     target = dataclasses.replace(target, uri=target.uri.replace("%25zz", "%zz"))  # as given
     scan = ArrowScan(target, "SELECT 1", ["k"], [])
 
-    async def run() -> None:
-        async for _ in scan.batches():
-            pass
-
     with pytest.raises(ConnectorError) as raised:
-        asyncio.run(run())
+        asyncio.run(drain(scan))
     shown = "".join(traceback.format_exception(raised.value))
     assert "Sup3rSecret" not in shown, shown
 
