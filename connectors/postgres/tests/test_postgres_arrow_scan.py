@@ -285,3 +285,35 @@ def test_no_size_is_estimated_for_a_key_that_compares_otherwise_in_postgres(
 
     with pytest.raises(PermanentError, match=r"key column's type \(uuid\) compares otherwise"):
         asyncio.run(estimate())
+
+
+def test_a_connection_cut_mid_scan_fails_the_scan_never_ends_it_short(
+    postgres_srv: Any, pg: Any, table_name: str, monkeypatch: Any
+) -> None:
+    """A scan whose server goes away between two batches raises (Spark then retries the task):
+    it never ends as if the table had no more rows."""
+    pg(f"CREATE TABLE {table_name} (id bigint PRIMARY KEY, name text)")
+    pg(f"INSERT INTO {table_name} SELECT g, repeat('x', 200) FROM generate_series(1, 200000) g")
+    monkeypatch.setattr(arrow_scan, "BATCH_BYTES", 64 << 10)  # many batches
+    conf = config(postgres_srv.url, table_name, "id long, name string")
+
+    async def run() -> int:
+        client = PostgresLookupClient(conf)
+        await client.open()
+        seen = 0
+        try:
+            async for keys, _ in client.scan_arrow(0, 1):
+                seen += keys.num_rows
+                if seen == keys.num_rows:  # after the first batch: cut the scan's connection
+                    await asyncio.to_thread(
+                        pg,
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE query LIKE 'COPY%' AND pid <> pg_backend_pid()",
+                    )
+        finally:
+            await client.close()
+        return seen
+
+    with pytest.raises(ConnectorError, match="adbc_driver_manager .*terminat"):
+        seen = asyncio.run(run())
+        pytest.fail(f"the scan ended after {seen:,} of 200,000 rows without an error")
