@@ -171,7 +171,8 @@ _REFUSED_LOGINS = ("password authentication failed", "no pg_hba.conf entry", "pe
 
 def _classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
     """What an ADBC error means to the engine: a refused login or a setting libpq refuses is
-    permanent, a connection problem transient, anything else the server refused permanent."""
+    permanent, a connection problem transient (also when it reaches us through pyarrow's
+    reader mid-scan), anything else the server refused permanent."""
     import adbc_driver_manager
 
     text = str(error)
@@ -183,6 +184,11 @@ def _classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
         return PermanentError  # retrying does not change a setting
     if isinstance(error, adbc_driver_manager.OperationalError):
         return TransientError
+    if isinstance(error, pa.ArrowException) and "[libpq]" in text:
+        # an error while the rows stream in comes through pyarrow's reader (some driver
+        # versions): a connection lost is transient, what the server refused is not
+        lost = ("FATAL:" in text, "connection" in text.lower(), "server closed" in text)
+        return TransientError if any(lost) else PermanentError
     return None
 
 
