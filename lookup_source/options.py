@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lookup_source.connector_api.budget import BudgetCoordinator
 from lookup_source.connector_api.client import ConnectorOptions, LookupClient
 from lookup_source.connector_api.options import (
     OptionSpec,
@@ -39,6 +40,7 @@ from lookup_source.errors import OptionError
 from lookup_source.redaction import redact_url
 from lookup_source.registry import (
     available_connectors,
+    resolve_budget_coordinator,
     resolve_connector,
     resolve_shared_cache,
 )
@@ -399,6 +401,116 @@ class CacheSettings:
 
 
 @dataclass(frozen=True)
+class BudgetSettings:
+    """A budget shared by every task of every executor and job that names it: requests in
+    flight, per second and cost per minute, kept by a coordinator (``budget.url``) or, without
+    one, split statically over the lookup's tasks."""
+
+    def coordinator_class(self) -> type[BudgetCoordinator]:
+        """The class of the coordinator ``url`` names (by its scheme)."""
+        assert self.url is not None
+        return resolve_budget_coordinator(self.url)
+
+    @property
+    def active(self) -> bool:
+        """Whether any limit is set."""
+        return bool(self.max_in_flight or self.rate or self.cost_per_minute)
+
+    def __repr__(self) -> str:  # the URL may hold a password
+        url = redact_url(self.url) if self.url else None
+        return (
+            f"BudgetSettings(url={url!r}, name={self.name!r}, max_in_flight={self.max_in_flight}, "
+            f"rate={self.rate}, cost_per_minute={self.cost_per_minute}, "
+            f"cost_column={self.cost_column!r}, lease_s={self.lease_s}, "
+            f"timeout_s={self.timeout_s}, tasks={self.tasks})"
+        )
+
+    url: str | None = option(
+        "budget.url",
+        parse_text,
+        None,
+        "The coordinator that keeps the budget across every task, executor and job: a Redis "
+        "(`redis://`, `rediss://`; needs the `redis` connector installed), which grants "
+        "leases and request slots in small batches by atomic scripts on its own clock. "
+        "Without it (or while it does not answer) each task keeps an even share of the "
+        "budget (split over budget.tasks), as the metrics say.",
+        default_doc="(none: a static split)",
+    )
+    name: str = option(
+        "budget.name",
+        parse_text,
+        "",
+        "The budget's name: lookups, jobs and streams that name the same budget (with the same "
+        "budget.url) share it. By default the lookup's own: a digest of its identity (connector, "
+        "URL, options, secrets), shared by every job that runs the same lookup.",
+        default_doc="(the lookup's own)",
+    )
+    max_in_flight: int = option(
+        "budget.max-in-flight",
+        parse_non_negative_int,
+        0,
+        "Most requests in flight at once across everything that shares the budget, hedges and "
+        "retries included (0 = no limit). A task's `capacity` still bounds its own.",
+    )
+    rate: float = option(
+        "budget.rate",
+        parse_rate,
+        0.0,
+        "Most requests per second across everything that shares the budget, retries and "
+        "hedges included (0 = no limit); paced evenly, so no one-second window holds more "
+        "than this and one request.",
+        unit="requests/s",
+        default_doc="0",
+    )
+    cost_per_minute: float = option(
+        "budget.cost-per-minute",
+        parse_rate,
+        0.0,
+        "Most cost units per minute across everything that shares the budget (0 = no limit): "
+        "a request costs the sum of its keys' costs (budget.cost.column), or one per key; "
+        "paced evenly, so no minute holds more than this and one request's cost.",
+        unit="units/min",
+        default_doc="0",
+    )
+    cost_column: str | None = option(
+        "budget.cost.column",
+        parse_text,
+        None,
+        "A numeric input column with the cost of each row's key (estimated tokens, credits); a "
+        "key's cost is the largest of its rows'. Needs budget.cost-per-minute; a null, "
+        "negative or NaN cost fails the task naming the column.",
+        scope=JOINS,
+        default_doc="(none: one per key)",
+    )
+    lease_s: float = duration_ms(
+        "budget.lease.ms",
+        10_000,
+        "How long a task's in-flight leases outlive its last word with the coordinator (it "
+        "renews them every third of this): a killed executor's leases return after this.",
+        positive=True,
+        max_ms=3_600_000,
+    )
+    timeout_s: float = duration_ms(
+        "budget.timeout.ms",
+        500,
+        "Time limit of a call to the coordinator; past it, or on any error, the task keeps "
+        "its static share for 5 s, logs it once and counts it (`budget_fallbacks`), then asks "
+        "the coordinator again.",
+        positive=True,
+        max_ms=60_000,
+    )
+    tasks: int = option(
+        "budget.tasks",
+        int_between(1, 1_000_000),
+        0,
+        "How many tasks the budget is split over without a coordinator (each keeps an even "
+        "share). By default the most tasks of the lookup that can run at once, known on a "
+        "classic SparkSession; over Spark Connect, set it when a budget is set.",
+        default_doc="(the lookup's concurrent tasks)",
+    )
+
+
+@dataclass(frozen=True)
 class LookupOptions:
     """Every option, typed and validated. Build it with :func:`parse_options`.
 
@@ -548,6 +660,7 @@ class LookupOptions:
     )
     cache: CacheSettings = group(CacheSettings)
     hedge: HedgeSettings = group(HedgeSettings)
+    budget: BudgetSettings = group(BudgetSettings)
     metrics_progress: bool = option(
         "metrics.progress",
         parse_bool,
@@ -630,16 +743,35 @@ class LookupOptions:
             )
         return dict(self.given)
 
-    def split_rate(self, tasks: int) -> LookupOptions:
+    @property
+    def split_by(self) -> str | None:
+        """The option that needs to know how many tasks run at once (:meth:`split_over`):
+        ``rate.limit.total``, or ``budget.tasks`` for a budget whose static share is not
+        given; None when neither does."""
+        if self.rate_limit_total:
+            return "rate.limit.total"
+        if self.budget.active and not self.budget.tasks:
+            return "budget.tasks"
+        return None
+
+    def split_over(self, tasks: int) -> LookupOptions:
         """These options for one of ``tasks`` tasks that may run at once: ``rate.limit.total``
-        becomes its even share of a per-task ``rate.limit`` (the smaller, if both are set)."""
-        if not self.rate_limit_total:
-            return self
-        share = self.rate_limit_total / max(1, tasks)
-        rate = min(self.rate_limit, share) if self.rate_limit else share
-        given = {k: v for k, v in self.given.items() if k != "rate.limit.total"}
-        given["rate.limit"] = repr(rate)
-        return dataclasses.replace(self, rate_limit=rate, rate_limit_total=0.0, given=given)
+        becomes its even share of a per-task ``rate.limit`` (the smaller, if both are set), and
+        a budget without ``budget.tasks`` is split over ``tasks`` when it has no coordinator."""
+        options = self
+        tasks = max(1, tasks)
+        given = dict(self.given)
+        if self.rate_limit_total:
+            share = self.rate_limit_total / tasks
+            rate = min(self.rate_limit, share) if self.rate_limit else share
+            given.pop("rate.limit.total", None)
+            given["rate.limit"] = repr(rate)
+            options = dataclasses.replace(options, rate_limit=rate, rate_limit_total=0.0)
+        if self.budget.active and not self.budget.tasks:
+            given["budget.tasks"] = str(tasks)
+            budget = dataclasses.replace(self.budget, tasks=tasks)
+            options = dataclasses.replace(options, budget=budget)
+        return dataclasses.replace(options, given=given) if options is not self else self
 
     @property
     def ordered(self) -> bool:
@@ -794,8 +926,31 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
                 "is set with cache.mode=full, which answers every key from the worker's copy "
                 "of the table: drop one of them",
             )
+    _check_budget(options.budget)
     client_class.validate_options(options.for_connector())
     return options
+
+
+def _check_budget(budget: BudgetSettings) -> None:
+    """The budget's options, checked together."""
+    if budget.url is not None:
+        budget.coordinator_class()
+        if not budget.active:
+            raise OptionError(
+                "budget.url",
+                "is set without a limit to keep: set budget.max-in-flight, budget.rate or "
+                "budget.cost-per-minute",
+            )
+    if budget.cost_column is not None and not budget.cost_per_minute:
+        raise OptionError(
+            "budget.cost.column", "needs budget.cost-per-minute (the cost units a minute allows)"
+        )
+    if budget.name and not budget.active:
+        raise OptionError(
+            "budget.name",
+            "is set without a limit: set budget.max-in-flight, "
+            "budget.rate or budget.cost-per-minute",
+        )
 
 
 def _unknown_option(name: str, connector: str, specs: tuple[OptionSpec, ...]) -> OptionError:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib.metadata import entry_points
 
 from lookup_source.connector_api import LookupClient
+from lookup_source.connector_api.budget import BUDGET_COORDINATOR_GROUP, BudgetCoordinator
 from lookup_source.connector_api.shared_cache import SHARED_CACHE_GROUP, SharedCacheStore
 from lookup_source.errors import ConnectorNotFoundError, OptionError
 
@@ -141,11 +142,11 @@ def resolve_connector(name: str) -> type[LookupClient]:
     )
 
 
-@lru_cache(maxsize=1)
-def _installed_shared_caches() -> dict[str, str]:
-    """scheme -> module:Class of the shared cache stores of installed distributions (read once:
-    every task resolves its store)."""
-    return {ep.name.lower(): ep.value for ep in entry_points(group=SHARED_CACHE_GROUP)}
+@cache
+def _installed_by_scheme(group: str) -> dict[str, str]:
+    """scheme -> module:Class of the plugins of an entry-point ``group`` (read once per group:
+    every task resolves its plugin)."""
+    return {ep.name.lower(): ep.value for ep in entry_points(group=group)}
 
 
 FIRST_PARTY_SHARED_CACHES = {
@@ -155,29 +156,71 @@ FIRST_PARTY_SHARED_CACHES = {
 }
 """The shared cache stores of this repository, by URL scheme (``cache.shared.url``)."""
 
+FIRST_PARTY_BUDGET_COORDINATORS = {
+    "redis": "asynclookup_redis.budget:RedisBudgetCoordinator",
+    "rediss": "asynclookup_redis.budget:RedisBudgetCoordinator",
+    "unix": "asynclookup_redis.budget:RedisBudgetCoordinator",
+}
+"""The budget coordinators of this repository, by URL scheme (``budget.url``)."""
 
-def resolve_shared_cache(url: str) -> type[SharedCacheStore]:
-    """The store class of a ``cache.shared.url``, by its scheme: an installed entry point of
-    ``asynclookup.shared_caches``, or a first-party one; an OptionError naming the option
-    otherwise."""
+
+def _resolve_by_scheme(
+    url: str,
+    *,
+    option: str,
+    group: str,
+    first_party: dict[str, str],
+    base: type[LookupClient],
+    what: str,
+) -> type[LookupClient]:
+    """The plugin class of the URL given as ``option``, by its scheme: an installed entry
+    point of ``group``, or a first-party one; an OptionError naming the option otherwise."""
     scheme = url.partition("://")[0].strip().lower() if "://" in url else ""
-    installed = _installed_shared_caches()
-    target = installed.get(scheme) or FIRST_PARTY_SHARED_CACHES.get(scheme)
+    installed = _installed_by_scheme(group)
+    target = installed.get(scheme) or first_party.get(scheme)
     if target is None:
-        schemes = sorted(set(installed) | set(FIRST_PARTY_SHARED_CACHES))
+        schemes = sorted(set(installed) | set(first_party))
         raise OptionError(
-            "cache.shared.url",
-            f"must be a URL of a shared cache store ({', '.join(s + '://' for s in schemes)}); "
+            option,
+            f"must be a URL of a {what} ({', '.join(s + '://' for s in schemes)}); "
             f"its scheme {scheme!r} has none"
             if scheme
             else "must be a URL such as redis://host:6379/0",
         )
     try:
-        found = _load(target, what=f"the shared cache store for {scheme}://")
+        found = _load(target, what=f"the {what} for {scheme}://")
     except ConnectorNotFoundError as exc:
-        raise OptionError(
-            "cache.shared.url", f"{exc}; install it with {install_hint('redis')}"
-        ) from None
-    if not issubclass(found, SharedCacheStore):
-        raise OptionError("cache.shared.url", f"{target} is not a SharedCacheStore")
+        raise OptionError(option, f"{exc}; install it with {install_hint('redis')}") from None
+    if not issubclass(found, base):
+        raise OptionError(option, f"{target} is not a {base.__name__}")
+    return found
+
+
+def resolve_shared_cache(url: str) -> type[SharedCacheStore]:
+    """The store class of a ``cache.shared.url``, by its scheme (entry points of
+    ``asynclookup.shared_caches``, or a first-party one)."""
+    found = _resolve_by_scheme(
+        url,
+        option="cache.shared.url",
+        group=SHARED_CACHE_GROUP,
+        first_party=FIRST_PARTY_SHARED_CACHES,
+        base=SharedCacheStore,
+        what="shared cache store",
+    )
+    assert issubclass(found, SharedCacheStore)
+    return found
+
+
+def resolve_budget_coordinator(url: str) -> type[BudgetCoordinator]:
+    """The coordinator class of a ``budget.url``, by its scheme (entry points of
+    ``asynclookup.budget_coordinators``, or a first-party one)."""
+    found = _resolve_by_scheme(
+        url,
+        option="budget.url",
+        group=BUDGET_COORDINATOR_GROUP,
+        first_party=FIRST_PARTY_BUDGET_COORDINATORS,
+        base=BudgetCoordinator,
+        what="budget coordinator",
+    )
+    assert issubclass(found, BudgetCoordinator)
     return found

@@ -6,12 +6,23 @@ Only for unit tests of the engine; every real connector is tested against a real
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from lookup_source.connector_api import ConnectorConfig, Key, LookupClient, LookupResult, Matches
+from lookup_source.connector_api import (
+    BudgetAsk,
+    BudgetCoordinator,
+    BudgetGrant,
+    BudgetLimits,
+    ConnectorConfig,
+    Key,
+    LookupClient,
+    LookupResult,
+    Matches,
+)
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.options import LookupOptions, RetrySettings
 
@@ -163,3 +174,71 @@ class FakeColumnarClient(FakeClient):
 
 def _loose(arrow_type: pa.DataType) -> pa.DataType:
     return pa.int64() if pa.types.is_integer(arrow_type) else arrow_type
+
+
+class MemoryBudgetCoordinator(BudgetCoordinator):
+    """A budget coordinator in memory, on the event loop's clock: the Redis coordinator's
+    script (``asynclookup_redis.budget``) in Python, for unit tests of the engine's side.
+    ``failing``: raise this on every call (a coordinator that is down)."""
+
+    name: ClassVar[str] = "memory-budget"
+
+    def __init__(self, config: ConnectorConfig | None = None) -> None:
+        super().__init__(config or BudgetCoordinator.config_for("memory://"))
+        self.leases: dict[str, int] = {}
+        self.expiry: dict[str, float] = {}
+        self.wanting: dict[str, float] = {}
+        self.next_slot = {"rate": 0.0, "cost": 0.0}
+        self.calls = 0
+        self.failing: BaseException | None = None
+
+    async def ask(self, budget: str, limits: BudgetLimits, ask: BudgetAsk) -> BudgetGrant:
+        self.calls += 1
+        if self.failing is not None:
+            raise self.failing
+        now = asyncio.get_running_loop().time()
+        granted, fair, contended = 0, 0, False
+        if limits.max_in_flight:
+            for holder, until in list(self.expiry.items()):
+                if until <= now:
+                    self.expiry.pop(holder)
+                    self.leases.pop(holder, None)
+            self.wanting = {h: t for h, t in self.wanting.items() if t > now}
+            self.leases.pop(ask.holder, None)
+            total = sum(self.leases.values())
+            others = [h for h in self.wanting if h != ask.holder]
+            contended = bool(others)
+            without = sum(1 for h in others if h not in self.leases)
+            fair = max(1, math.ceil(limits.max_in_flight / (len(self.leases) + 1 + without)))
+            if ask.want:
+                free = limits.max_in_flight - total - ask.hold
+                if contended:
+                    free = min(free, fair - ask.hold)
+                granted = max(0, min(ask.want, free))
+                if granted < ask.want:
+                    self.wanting[ask.holder] = now + 2.0
+                else:
+                    self.wanting.pop(ask.holder, None)
+            keep = ask.hold + granted
+            if keep:
+                self.leases[ask.holder] = keep
+                self.expiry[ask.holder] = now + limits.lease_s
+            else:
+                self.expiry.pop(ask.holder, None)
+                if not ask.want:
+                    self.wanting.pop(ask.holder, None)
+
+        def reserve(kind: str, per_s: float, units: float) -> float:
+            if per_s <= 0 or units <= 0:
+                return 0.0
+            start = max(self.next_slot[kind], now)
+            self.next_slot[kind] = start + units / per_s
+            return start - now
+
+        return BudgetGrant(
+            leases=granted,
+            fair_share=fair,
+            contended=contended,
+            requests_delay_s=reserve("rate", limits.rate, ask.requests),
+            cost_delay_s=reserve("cost", limits.cost_rate, ask.cost),
+        )

@@ -16,6 +16,9 @@ msgspec and the exception tree::
         async def lookup(self, keys):  # the record form: {key: record}
             return {k: TABLE[k] for k in keys if k in TABLE}
 
+- a budget's coordinator (:class:`BudgetCoordinator`, with :class:`BudgetLimits`,
+  :class:`BudgetAsk` and :class:`BudgetGrant`), and a shared cache tier's store
+  (:class:`SharedCacheStore`): plugins found by URL scheme;
 - :class:`LookupClient`: the base class (``lookup`` or ``lookup_arrow``, ``open``, ``close``,
   ``scan`` or ``scan_arrow``), given a :class:`ConnectorConfig` (``ConnectorOptions`` before the
   schema is known);
@@ -42,6 +45,13 @@ from lookup_source.connector_api.boundary import (
     Classifier,
     translate_error,
     translated_errors,
+)
+from lookup_source.connector_api.budget import (
+    BUDGET_COORDINATOR_GROUP,
+    BudgetAsk,
+    BudgetCoordinator,
+    BudgetGrant,
+    BudgetLimits,
 )
 from lookup_source.connector_api.client import (
     SCAN_CHUNK_ROWS,
@@ -116,11 +126,16 @@ from lookup_source.errors import (
 from lookup_source.redaction import Redactor, redact_url
 
 __all__ = [
+    "BUDGET_COORDINATOR_GROUP",
     "DECODE_ERRORS",
     "EXCERPT_CHARS",
     "INT_LIMIT",
     "SCAN_CHUNK_ROWS",
     "SHARED_CACHE_GROUP",
+    "BudgetAsk",
+    "BudgetCoordinator",
+    "BudgetGrant",
+    "BudgetLimits",
     "Classifier",
     "ConfigurationError",
     "ConnectorConfig",

@@ -15,6 +15,7 @@ from lookup_source.connector_api.keys import python_keys
 from lookup_source.engine.answers import Part
 from lookup_source.engine.keys import DistinctKeys, cast_key_column, distinct_keys
 from lookup_source.engine.spec import EngineSpec
+from lookup_source.errors import SchemaError
 
 
 class Output(Protocol):
@@ -55,6 +56,8 @@ class Job:
     """``output.mode=key-ordered``: which of its distinct keys have left with their rows."""
     nulls_released: bool = False
     """``output.mode=key-ordered``: whether its rows with a null key have left."""
+    costs: np.ndarray | None = None
+    """``budget.cost.column``: the cost of each distinct key (the largest of its rows')."""
     _python_keys: list[Any] | None = None
 
     @classmethod
@@ -68,7 +71,16 @@ class Job:
                 array = array.combine_chunks()
             key_type = spec.key_types[position] if position < len(spec.key_types) else None
             columns.append(cast_key_column(array, key_type, column))
-        return cls(number, batch, distinct_keys(columns, names), held_rows=batch.num_rows)
+        distinct = distinct_keys(columns, names)
+        cost_column = spec.options.budget.cost_column
+        costs = key_costs(batch, cost_column, distinct) if cost_column is not None else None
+        return cls(number, batch, distinct, held_rows=batch.num_rows, costs=costs)
+
+    def cost(self, positions: np.ndarray) -> float:
+        """What the distinct keys at ``positions`` cost the budget: their costs, or one each."""
+        if self.costs is None:
+            return float(len(positions))
+        return float(self.costs[positions].sum())
 
     def keys_at(self, positions: np.ndarray) -> pa.RecordBatch:
         """The distinct keys at ``positions`` (ascending), without a copy when contiguous."""
@@ -84,6 +96,44 @@ class Job:
         if self._python_keys is None:
             self._python_keys = python_keys(self.distinct.keys)
         return self._python_keys
+
+
+def key_costs(batch: pa.RecordBatch, column: str, distinct: DistinctKeys) -> np.ndarray:
+    """The cost of each distinct key: the largest ``column`` value of its rows; a SchemaError
+    naming the column for a missing or non-numeric column, or a null, negative or NaN cost on
+    a row with a key."""
+    where = "budget.cost.column"
+    if column not in batch.schema.names:
+        raise SchemaError(
+            f"{where} {column!r} is not a column of the input (it has "
+            f"{', '.join(batch.schema.names)})"
+        )
+    array = batch.column(column)
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if not (
+        pa.types.is_integer(array.type)
+        or pa.types.is_floating(array.type)
+        or pa.types.is_decimal(array.type)
+    ):
+        raise SchemaError(f"{where} {column!r} must be numeric, not {array.type}")
+    keyed = distinct.indices.is_valid()
+    rows = np.flatnonzero(keyed.to_numpy(zero_copy_only=False))
+    costs = np.zeros(len(distinct), dtype=np.float64)
+    if not len(rows):
+        return costs
+    chosen = array.take(pa.array(rows))
+    values = chosen.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(~(values >= 0))  # null (NaN here), negative or NaN
+    if len(bad):
+        row = int(rows[bad[0]])
+        raise SchemaError(
+            f"{where} {column!r} is {array[row].as_py()!r} on input row {row} of its batch: a "
+            "key's cost must be a number of at least 0 (coalesce it in the input)"
+        )
+    indices = distinct.indices.take(pa.array(rows)).to_numpy(zero_copy_only=False)
+    np.maximum.at(costs, indices.astype(np.int64), values)
+    return costs
 
 
 Subscriber = tuple[Job, np.ndarray, np.ndarray]
@@ -112,6 +162,10 @@ class Request:
         if self._keys is None:
             self._keys = self.owner.keys_at(self.positions)
         return self._keys
+
+    def cost(self, rows: np.ndarray | None = None) -> float:
+        """What its keys (or those at ``rows`` of them) cost the budget."""
+        return self.owner.cost(self.positions if rows is None else self.positions[rows])
 
     def python_keys(self) -> list[Any]:
         if self._python_keys is None:

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
 from lookup_source.engine.answers import Answer, merge
+from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.deadline import AttemptTimer, RequestDeadline
 from lookup_source.engine.hedge import Hedging, race
 from lookup_source.engine.limit import ConcurrencyLimit
@@ -34,6 +35,8 @@ class AskedKeys(Protocol):
 
     def python_keys(self) -> list[Any]: ...
 
+    def cost(self, rows: np.ndarray | None = None) -> float: ...
+
 
 class RequestExecutor:
     """Runs a task's requests to the store, each to its answer or its final failure: each
@@ -44,8 +47,10 @@ class RequestExecutor:
     hears of every answer, timeout and overload. With ``hedging``, an attempt still unanswered
     past its delay is sent once more (:func:`~lookup_source.engine.hedge.race`), when the budget
     allows, as a request like any other: it waits for a free slot (``hedge_slot``: wait for
-    one and take it, give it back) and for the rate limiter. (Flink's
-    ``RetryableResultHandlerDelegator`` with the request's own time limits.)"""
+    one and take it, give it back) and for the rate limiter. With a cluster ``budget``, each
+    attempt and hedge is admitted by it first, at the cost of the keys it asks, and holds its
+    lease until it ends. (Flink's ``RetryableResultHandlerDelegator`` with the request's own
+    time limits.)"""
 
     def __init__(
         self,
@@ -64,8 +69,10 @@ class RequestExecutor:
         hedging: Hedging | None = None,
         hedge_slot: tuple[Callable[[], Awaitable[None]], Callable[[], None]] | None = None,
         redact: Callable[[str], str] = redact_text,
+        budget: TaskBudget | None = None,
     ) -> None:
         self._client = client
+        self._budget = budget
         self._redact = redact
         self._policy = policy
         self._deadline = deadline
@@ -102,15 +109,19 @@ class RequestExecutor:
             attempt += 1
             if self._rate_limiter is not None:
                 await self._rate_limiter.acquire()
+            if self._budget is not None:
+                await self._budget.admit(asked.cost(rows))
             limit_s = deadline.limit_s(loop.time())
-            if limit_s <= 0:  # the rate limiter held the attempt past the deadline
+            if limit_s <= 0:  # the rate limiter or the budget held it past the deadline
+                if self._budget is not None:
+                    self._budget.done()
                 raise FinalFailure(deadline.error(attempt - 1), attempt - 1)
             metrics.requests += 1
             if self._hedging is not None:
                 self._hedging.budget.earn()
             started = loop.time()
             try:
-                result = await self._attempt(asked, rows, limit_s)
+                result = await self._budgeted(self._attempt(asked, rows, limit_s))
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 metrics.timeouts += 1
                 self._limit_changed(self._limit.on_overload(started, loop.time()))
@@ -152,6 +163,15 @@ class RequestExecutor:
             metrics.retries += 1
             await self._sleep(delay)
 
+    async def _budgeted(self, attempt: Awaitable[Any]) -> Any:
+        """``attempt``, admitted by the budget already: its lease given back when it ends."""
+        if self._budget is None:
+            return await attempt
+        try:
+            return await attempt
+        finally:
+            self._budget.done()
+
     def _answer(
         self,
         result: Matches | Mapping[Any, Any],
@@ -183,7 +203,8 @@ class RequestExecutor:
         """One call to the client for the keys (or the given rows of them), for at most
         ``limit_s`` seconds (hedged once, with ``hedging``)."""
         if self._hedging is not None:
-            return await self._hedged(lambda: self._call(asked, rows), limit_s)
+            cost = asked.cost(rows) if self._budget is not None else 0.0
+            return await self._hedged(lambda: self._call(asked, rows), limit_s, cost)
         if self._cheap_deadline:
             return await self.timer.within(self._call(asked, rows), limit_s)
         return await self.timer.abandoning(self._call(asked, rows), limit_s, self.abandoned)
@@ -196,7 +217,7 @@ class RequestExecutor:
         everything = asked.python_keys()
         return self._client.lookup(everything if rows is None else [everything[r] for r in rows])
 
-    async def _hedged(self, call: Callable[[], Awaitable[Any]], limit_s: float) -> Any:
+    async def _hedged(self, call: Callable[[], Awaitable[Any]], limit_s: float, cost: float) -> Any:
         hedging = self._hedging
         assert hedging is not None
         metrics = self._metrics
@@ -206,9 +227,11 @@ class RequestExecutor:
             try:
                 if self._rate_limiter is not None:
                     await self._rate_limiter.acquire()
+                if self._budget is not None:
+                    await self._budget.admit(cost)
                 metrics.hedges += 1
                 metrics.requests += 1
-                return await call()
+                return await self._budgeted(call())
             finally:
                 self._give_slot()
 

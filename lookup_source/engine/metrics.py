@@ -41,6 +41,10 @@ COUNTERS = (
     "shared_misses",
     "shared_errors",
     "shared_rejected",
+    "budget_waits",
+    "budget_wait_ms",
+    "budget_grants",
+    "budget_fallbacks",
 )
 """The fields of :class:`LookupMetrics` that add up over tasks (:meth:`LookupMetrics.merge`)."""
 
@@ -87,6 +91,18 @@ class LookupMetrics:
     """Values of the shared tier not believed — a tag that does not match (written without
     the lookup's identity, changed, or moved from another key), out of bounds, or malformed —
     each a miss, asked of the store."""
+    budget: str = ""
+    """With a budget (``budget.*``): ``coordinated (<name>)`` or ``static split over <n> tasks
+    (<name>)``."""
+    budget_waits: int = 0
+    """Requests that waited for the budget (a lease, a request slot or cost units)."""
+    budget_wait_ms: float = 0.0
+    """How long they waited, in all."""
+    budget_grants: int = 0
+    """Calls to the budget's coordinator that answered (grants, renewals, leases given back)."""
+    budget_fallbacks: int = 0
+    """Times a task fell back to its static share because the coordinator failed or was
+    slow."""
     peak_in_flight: int = 0
     peak_rss_mb: float = 0.0
     latency_max_ms: float = 0.0
@@ -131,6 +147,8 @@ class LookupMetrics:
         self.limit_history.extend(list(points) for points in other.limit_history)
         if not self.strategy:
             self.strategy, self.strategy_reason = other.strategy, other.strategy_reason
+        if not self.budget:
+            self.budget = other.budget
         if other.name and other.name not in self.name.split(", "):
             self.name = f"{self.name}, {other.name}" if self.name else other.name
         return self
@@ -219,6 +237,7 @@ class LookupMetrics:
             + self._hedge_text()
             + self._shared_text()
             + self._limit_text()
+            + self._budget_text()
             + self._strategy_text()
         )
 
@@ -234,6 +253,15 @@ class LookupMetrics:
         return (
             f", shared cache {self.shared_hits:,} hits, {self.shared_misses:,} misses, "
             f"{self.shared_errors:,} errors{rejected}"
+        )
+
+    def _budget_text(self) -> str:
+        if not self.budget:
+            return ""
+        fallbacks = f", {self.budget_fallbacks:,} fallbacks" if self.budget_fallbacks else ""
+        return (
+            f", budget {self.budget}: {self.budget_waits:,} waits "
+            f"({self.budget_wait_ms / 1000:.1f} s), {self.budget_grants:,} grants{fallbacks}"
         )
 
     def _strategy_text(self) -> str:

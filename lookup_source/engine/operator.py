@@ -34,6 +34,7 @@ import pyarrow as pa
 from lookup_source.connector_api import LookupClient
 from lookup_source.engine.answers import Answer, Part
 from lookup_source.engine.batches import Job, Request
+from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.cache_layer import CacheLayer
 from lookup_source.engine.deadline import RequestDeadline, cancel_abandoned
 from lookup_source.engine.executor import RequestExecutor
@@ -69,6 +70,7 @@ class LookupEngine:
         hedging: Hedging | None = None,
         shared: SharedTier | None = None,
         metrics: LookupMetrics | None = None,
+        budget: TaskBudget | None = None,
     ) -> None:
         options = spec.options
         self.client = client
@@ -78,6 +80,7 @@ class LookupEngine:
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._cache = cache
         self._shared = shared
+        self._budget = budget
         if hedging is None and options.hedge.after is not None:
             hedging = Hedging.of(options.hedge)
         redact = Redactor(secret_values(client.config))  # messages never quote our secrets
@@ -105,6 +108,7 @@ class LookupEngine:
             hedging=hedging,
             hedge_slot=(self._take_slot, self._give_slot),
             redact=redact,
+            budget=budget,
         )
         self._output = OutputBuilder(
             options,
@@ -200,6 +204,8 @@ class LookupEngine:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._requests.timer.close()
         await cancel_abandoned(self._requests.abandoned)
+        if self._budget is not None:  # every lease back to the coordinator
+            await self._budget.aclose()
         return not any(not future.done() for future in self._requests.abandoned)
 
     # -- scheduling ----------------------------------------------------------------------------

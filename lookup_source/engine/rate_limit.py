@@ -1,4 +1,4 @@
-"""A requests-per-second cap for one task."""
+"""A requests-per-second (or units-per-second) cap for one task."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ class RateLimiter:
     def _now(self) -> float:
         return self._clock() if self._clock else asyncio.get_running_loop().time()
 
-    async def acquire(self) -> None:
+    async def acquire(self, units: float = 1.0) -> None:
+        """Wait for the next free slot, and take ``units`` of them (a request's cost)."""
         now = self._now()
         slot = max(now, self._next)
-        self._next = slot + self.interval
+        self._next = slot + units * self.interval
         if slot > now:
             await self._sleep(slot - now)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import lookup_source.engine.gc_tuning as gc_tuning
 import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig, secret_from_env
+from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.cache_layer import task_cache
 from lookup_source.engine.hedge import Hedging, worker_hedging
 from lookup_source.engine.identity import LookupIdentity, implicit_inputs
@@ -62,6 +63,7 @@ class LookupTask:
         self._on_metrics = on_metrics
         self._engine: LookupEngine | None = None
         self._shared_lease: Lease | None = None
+        self._budget_lease: Lease | None = None
         self._closed = False
         self._gc_held = False
         factory = client_factory or spec.options.connector_class()
@@ -98,6 +100,7 @@ class LookupTask:
                 hedging=self._hedging(),
                 shared=self._shared_tier(metrics),
                 metrics=metrics,
+                budget=self._budget(metrics),
             )
         except BaseException:
             self.close(failed=True)
@@ -149,6 +152,28 @@ class LookupTask:
             max_value_bytes=settings.max_value_bytes,
         )
 
+    def _budget(self, metrics: LookupMetrics) -> TaskBudget | None:
+        """This task's part of the lookup's cluster budget, if one is set: its coordinator
+        kept by the worker like a client (none: the static split)."""
+        options = self._spec.options
+        settings = options.budget
+        if not settings.active:
+            return None
+        coordinator = None
+        if settings.url is not None:
+            coordinator_class = settings.coordinator_class()
+            self._budget_lease = lease_client(
+                coordinator_class,
+                coordinator_class.config_for(settings.url),
+                max_idle_s=options.connection_max_idle_s,
+                max_age_s=options.connection_max_age_s,
+                keep=self._lease.kept,
+                loop=self._loop,
+            )
+            coordinator = self._budget_lease.client
+        name = settings.name or self._identity.digest("budget")[:32]
+        return TaskBudget.of(settings, coordinator, name, metrics)  # type: ignore[arg-type]
+
     @property
     def metrics(self) -> LookupMetrics | None:
         return self._engine.metrics if self._engine is not None else None
@@ -187,6 +212,8 @@ class LookupTask:
         finally:
             if self._shared_lease is not None:
                 self._shared_lease.release(reusable=True)  # a failing cache is not the task's
+            if self._budget_lease is not None:
+                self._budget_lease.release(reusable=True)
             self._lease.release(reusable=sound)
             if self._gc_held:
                 self._gc_held = False

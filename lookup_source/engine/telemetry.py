@@ -93,6 +93,24 @@ INSTRUMENTS = (
         ("hit", "miss", "error", "rejected"),
     ),
     Instrument(
+        "asynclookup.budget.waits",
+        "counter",
+        "{request}",
+        "Requests that waited for their budget (budget.*): a lease, a request slot or cost.",
+    ),
+    Instrument(
+        "asynclookup.budget.grants",
+        "counter",
+        "{call}",
+        "Calls to the budget's coordinator that answered.",
+    ),
+    Instrument(
+        "asynclookup.budget.fallbacks",
+        "counter",
+        "{fallback}",
+        "Times a task fell back to its static share of the budget (the coordinator failed).",
+    ),
+    Instrument(
         "asynclookup.request.duration",
         "histogram",
         "s",
@@ -128,6 +146,9 @@ def _split(metrics: LookupMetrics) -> dict[str, dict[str, int]]:
             "error": metrics.shared_errors,
             "rejected": metrics.shared_rejected,
         },
+        "asynclookup.budget.waits": {"": metrics.budget_waits},
+        "asynclookup.budget.grants": {"": metrics.budget_grants},
+        "asynclookup.budget.fallbacks": {"": metrics.budget_fallbacks},
     }
 
 

@@ -50,23 +50,31 @@ def check_pickles(function: LookupFunction) -> None:
         ) from None
 
 
-def cluster_cores(spark: Any) -> int:
-    """The cores of the cluster (``defaultParallelism``), which ``rate.limit.total`` is split
-    over; a clear error over Spark Connect, which does not tell them."""
+_OVER_CONNECT = {
+    "rate.limit.total": "set rate.limit (per task) instead",
+    "budget.tasks": "set budget.tasks (what a budget is split over while no coordinator "
+    "answers) beside the budget",
+}
+
+
+def cluster_cores(spark: Any, needed_by: str = "rate.limit.total") -> int:
+    """The cores of the cluster (``defaultParallelism``), which ``rate.limit.total`` and a
+    budget's static share are split over; over Spark Connect, which does not tell them, a clear
+    error naming the option ``needed_by`` that asked."""
     try:
         return int(spark.sparkContext.defaultParallelism)
     except Exception as exc:  # Spark Connect: no SparkContext
         raise OptionError(
-            "rate.limit.total",
+            needed_by,
             "needs a classic SparkSession to know how many tasks run at once; over Spark "
-            "Connect, set rate.limit (per task) instead",
+            f"Connect, {_OVER_CONNECT.get(needed_by, 'set a per-task limit instead')}",
         ) from exc
 
 
-def concurrent_tasks(df: DataFrame) -> int:
+def concurrent_tasks(df: DataFrame, needed_by: str = "rate.limit.total") -> int:
     """The most tasks of a lookup over ``df`` that can run at once: its partitions, at most
-    the cores of the cluster (what ``rate.limit.total`` is split over)."""
-    cores = cluster_cores(df.sparkSession)
+    the cores of the cluster (what ``rate.limit.total`` and a budget are split over)."""
+    cores = cluster_cores(df.sparkSession, needed_by)
     try:
         partitions = int(df.rdd.getNumPartitions())
     except Exception:  # a streaming DataFrame: its micro-batches run on every core

@@ -241,9 +241,9 @@ class AsyncLookupReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         plan = self.plan
-        if plan.options.rate_limit_total:  # an even share for each of the read's tasks
+        if plan.options.split_by:  # an even share for each of the read's tasks
             count = getattr(partition, "count", 1)
-            plan = dataclasses.replace(plan, options=plan.options.split_rate(count))
+            plan = dataclasses.replace(plan, options=plan.options.split_over(count))
         output_names = [f.name for f in plan.schema.fields]
         if isinstance(partition, ScanPartition):
             key_fields = tuple(

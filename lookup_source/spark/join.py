@@ -73,8 +73,8 @@ def lookup_join(
     function = LookupFunction.of(fetch, fetch_many)
     lookup_options = lookup_options_of(options, function)
     lookup = lookup_name(name, lookup_options.connector)
-    if lookup_options.rate_limit_total:
-        lookup_options = lookup_options.split_rate(concurrent_tasks(df))
+    if lookup_options.split_by:
+        lookup_options = lookup_options.split_over(concurrent_tasks(df, lookup_options.split_by))
     plan = LookupPlan.build(lookup_options, schema)
     on_columns = resolve_on(df.schema, on, plan)
     out_schema = output_schema(df.schema, plan)

@@ -17,6 +17,7 @@ by :func:`progress_columns`): what a ``StreamingQueryListener`` reads, and what
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -61,6 +62,11 @@ HEDGE_FIELDS = ("hedges", "hedges_won")
 """Added to the progress entry of a lookup with ``hedge.after.ms`` (summed)."""
 SHARED_FIELDS = ("shared_hits", "shared_misses", "shared_errors", "shared_rejected")
 """Added to the progress entry of a lookup with ``cache.shared.url`` (summed)."""
+BUDGET_FIELDS = ("budget_waits", "budget_wait_ms", "budget_fallbacks")
+"""Added to the progress entry of a lookup with a budget (``budget.*``; summed)."""
+OPTIONAL_FIELDS = (HEDGE_FIELDS, SHARED_FIELDS, BUDGET_FIELDS)
+"""The groups a progress entry may add, in their order (the sums of their lengths differ, so
+an entry written as a JSON array tells which it holds by its length)."""
 
 _METRICS_FIELD = pa.field(METRICS_COLUMN, pa.string())
 
@@ -145,6 +151,8 @@ def progress_fields(options: Any) -> tuple[str, ...]:
         extra += HEDGE_FIELDS
     if options.cache.shared.url is not None:
         extra += SHARED_FIELDS
+    if options.budget.active:
+        extra += BUDGET_FIELDS
     return extra
 
 
@@ -165,7 +173,9 @@ def progress_columns(extra: tuple[str, ...] = ()) -> list[Any]:
     for name, quantile in QUANTILES.items():
         exact = f"percentile({_figure('ms', 'DOUBLE')}, {quantile}, {_figure('n')})"
         columns.append(F.expr(f"coalesce({exact}, 0D)").alias(name))
-    columns += [F.expr(f"coalesce(sum({_figure(name)}), 0L)").alias(name) for name in extra]
+    for name in extra:  # durations (``*_ms``) are fractional
+        kind, zero = ("DOUBLE", "0D") if name.endswith("_ms") else ("BIGINT", "0L")
+        columns.append(F.expr(f"coalesce(sum({_figure(name, kind)}), {zero})").alias(name))
     return columns
 
 
@@ -208,10 +218,9 @@ def _fields(value: Any) -> dict[str, float]:
         return dict(value)
     names = list(PROGRESS_FIELDS)  # a row written as a JSON array: its fields by its length
     extra = len(value) - len(names)
-    if extra == len(HEDGE_FIELDS) + len(SHARED_FIELDS):
-        names += [*HEDGE_FIELDS, *SHARED_FIELDS]
-    elif extra == len(HEDGE_FIELDS):
-        names += HEDGE_FIELDS
-    elif extra == len(SHARED_FIELDS):
-        names += SHARED_FIELDS
+    for chosen in itertools.product((False, True), repeat=len(OPTIONAL_FIELDS)):
+        groups = [g for g, used in zip(OPTIONAL_FIELDS, chosen) if used]
+        if sum(map(len, groups)) == extra:
+            names += [name for group in groups for name in group]
+            break
     return dict(zip(names, value))

@@ -79,8 +79,10 @@ def register_lookup_table(
                 "value columns your function returns, e.g. 'user_id long, name string'"
             )
         lookup_options = lookup_options_of(options, function)
-        if lookup_options.rate_limit_total:
-            lookup_options = lookup_options.split_rate(cluster_cores(spark))
+        if lookup_options.split_by:
+            lookup_options = lookup_options.split_over(
+                cluster_cores(spark, lookup_options.split_by)
+            )
         plan = LookupPlan.build(lookup_options, schema)
         metrics = new_accumulator(spark, name)
         table_function = lookup_table_function(plan, metrics, spark, function, name=name)
@@ -103,8 +105,8 @@ def register_lookup_table(
         if lookup_options.key_columns is None:
             raw["key.column"] = ",".join(keys)
             lookup_options = parse_options(raw)
-    if lookup_options.rate_limit_total:  # the table function's tasks: at most every core
-        lookup_options = lookup_options.split_rate(cluster_cores(spark))
+    if lookup_options.split_by:  # the table function's tasks: at most every core
+        lookup_options = lookup_options.split_over(cluster_cores(spark, lookup_options.split_by))
     plan = LookupPlan.build(lookup_options, schema)
     spark.dataSource.register(AsyncLookupDataSource)
     # partition.by-key shapes the table function's input; the view is a scan

@@ -100,9 +100,9 @@ def test_the_table_function_and_the_data_source_share_it_too(spark: Any, stamped
 
 def test_the_split_is_an_even_share_and_the_smaller_rate_wins() -> None:
     base = {"connector": "http", "url": "http://h/{key}", "rate.limit.total": "100"}
-    assert parse_options(base).split_rate(4).rate_limit == 25.0
-    both = parse_options({**base, "rate.limit": "10"}).split_rate(4)
+    assert parse_options(base).split_over(4).rate_limit == 25.0
+    both = parse_options({**base, "rate.limit": "10"}).split_over(4)
     assert both.rate_limit == 10.0 and both.rate_limit_total == 0.0
-    assert parse_options({**base, "rate.limit.total": "0"}).split_rate(4).rate_limit == 0.0
+    assert parse_options({**base, "rate.limit.total": "0"}).split_over(4).rate_limit == 0.0
     with pytest.raises(OptionError, match="rate.limit.total"):
         parse_options({**base, "rate.limit.total": "-1"})

@@ -230,7 +230,7 @@ def test_parsed_options_turn_back_into_the_strings_that_parse_into_them(
     text = options.to_strings()
     assert all(isinstance(v, str) for v in text.values())
     assert parse_options(text) == options
-    split = options.split_rate(4)  # what a surface hands on after splitting a total rate
+    split = options.split_over(4)  # what a surface hands on after splitting a total rate
     assert parse_options(split.to_strings()) == split
     assert "pw" not in repr(options)  # the text is kept out of repr (a URL may hold a password)
 

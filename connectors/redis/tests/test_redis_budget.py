@@ -1,0 +1,358 @@
+"""The cluster budget's Redis coordinator (``budget.url``), against a real redis-server: many
+holders (each one task's :class:`TaskBudget`) share one budget, on real time.
+
+What each test counts is what the budget promises: requests in flight never above
+``budget.max-in-flight``, requests in any one-second window never above ``budget.rate`` (and
+one), cost units in any window never above the budget's (and one request's), leases of a
+holder that stops calling returned after ``budget.lease.ms``, a coordinator that goes away
+(down, silent, restarted) answered by the static split and never more than one grant of
+over-admission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from asynclookup_redis.budget import RedisBudgetCoordinator, budget_keys
+
+from lookup_source.connector_api import BudgetAsk, BudgetLimits
+from lookup_source.engine.budget import StaticShare, TaskBudget
+from lookup_source.engine.metrics import LookupMetrics
+from tests.servers import RedisServer, own_redis_server
+
+
+@pytest.fixture
+def budget_name(redis_db: Any) -> Iterator[str]:
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    yield name
+    for key in budget_keys(name):
+        redis_db.delete(key)
+
+
+class Counter:
+    """Requests in flight now, the most at once, and when each was admitted."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+        self.admitted: list[tuple[float, float]] = []  # (loop time, cost)
+        self.done = 0
+
+
+def window_peak(admitted: list[tuple[float, float]], window_s: float) -> float:
+    """The most cost admitted in any window of ``window_s`` (starting at an admission)."""
+    times = sorted(admitted)
+    best = 0.0
+    end = 0
+    total = 0.0
+    for start in range(len(times)):
+        while end < len(times) and times[end][0] < times[start][0] + window_s:
+            total += times[end][1]
+            end += 1
+        best = max(best, total)
+        total -= times[start][1]
+    return best
+
+
+async def holder_work(
+    budget: TaskBudget,
+    counter: Counter,
+    requests: int,
+    *,
+    capacity: int = 10,
+    cost: float = 1.0,
+    busy_s: float = 0.005,
+) -> None:
+    """One task: ``requests`` requests of ``busy_s``, at most ``capacity`` at once."""
+    loop = asyncio.get_running_loop()
+    slots = asyncio.Semaphore(capacity)
+
+    async def one() -> None:
+        async with slots:
+            await budget.admit(cost)
+            try:
+                counter.now += 1
+                counter.peak = max(counter.peak, counter.now)
+                counter.admitted.append((loop.time(), cost))
+                await asyncio.sleep(busy_s)
+            finally:
+                counter.now -= 1
+                counter.done += 1
+                budget.done()
+
+    await asyncio.gather(*(one() for _ in range(requests)))
+
+
+def coordinator(url: str) -> RedisBudgetCoordinator:
+    return RedisBudgetCoordinator(RedisBudgetCoordinator.config_for(url))
+
+
+def task_budget(
+    name: str,
+    store: RedisBudgetCoordinator | None,
+    limits: BudgetLimits,
+    *,
+    tasks: int = 4,
+    timeout_s: float = 0.5,
+) -> TaskBudget:
+    return TaskBudget(
+        name,
+        limits,
+        StaticShare(limits, tasks),
+        LookupMetrics(tasks=1),
+        coordinator=store,
+        timeout_s=timeout_s,
+    )
+
+
+async def run_holders(
+    url: str,
+    name: str,
+    limits: BudgetLimits,
+    requests: list[int],
+    **work: Any,
+) -> tuple[Counter, list[TaskBudget], float]:
+    store = coordinator(url)
+    await store.open()
+    try:
+        budgets = [task_budget(name, store, limits) for _ in requests]
+        counter = Counter()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.gather(
+            *(holder_work(b, counter, n, **work) for b, n in zip(budgets, requests))
+        )
+        elapsed = loop.time() - started
+        for budget in budgets:
+            await budget.aclose()
+        return counter, budgets, elapsed
+    finally:
+        await store.close()
+
+
+def test_requests_in_flight_never_exceed_the_budget_across_holders(
+    redis_srv: RedisServer, budget_name: str, redis_db: Any
+) -> None:
+    limits = BudgetLimits(max_in_flight=8, lease_s=5.0)
+    counter, budgets, _ = asyncio.run(
+        run_holders(redis_srv.url, budget_name, limits, [60] * 6, capacity=10)
+    )
+    assert counter.done == 360
+    assert counter.peak == 8  # used to the full, never above
+    assert all(b.metrics.budget_grants >= 1 for b in budgets)
+    assert sum(b.metrics.budget_waits for b in budgets) > 0
+    leases, expiry = budget_keys(budget_name)[:2]
+    assert redis_db.hgetall(leases) == {} and redis_db.zcard(expiry) == 0  # all given back
+
+
+def test_rate_across_holders_holds_in_every_second_and_is_used(
+    redis_srv: RedisServer, budget_name: str
+) -> None:
+    limits = BudgetLimits(rate=200.0)
+    counter, budgets, elapsed = asyncio.run(
+        run_holders(redis_srv.url, budget_name, limits, [75, 75, 75, 75], capacity=20)
+    )
+    assert counter.done == 300
+    assert window_peak(counter.admitted, 1.0) <= 200 + 1
+    assert window_peak(counter.admitted, 0.5) <= 100 + 1
+    # 300 requests at 200/s: 1.5 s of slots; grants left unused at the end cost a little
+    assert 1.4 <= elapsed <= 2.2, elapsed
+    calls = sum(b.metrics.budget_grants for b in budgets)
+    assert calls < 300 / 3, calls  # grants, not a round trip per request
+
+
+def test_cost_per_minute_counts_each_requests_cost(
+    redis_srv: RedisServer, budget_name: str
+) -> None:
+    limits = BudgetLimits(cost_rate=6000 / 60)  # 6,000 units a minute: 100 a second
+    counter, _, elapsed = asyncio.run(
+        run_holders(redis_srv.url, budget_name, limits, [30, 30], cost=5.0, capacity=8)
+    )
+    assert counter.done == 60
+    assert window_peak(counter.admitted, 1.0) <= 100 + 5
+    assert 2.8 <= elapsed <= 4.0, elapsed  # 300 units at 100/s
+
+
+def test_a_holder_that_stops_calling_loses_its_leases_after_the_lease_time(
+    redis_srv: RedisServer, budget_name: str
+) -> None:
+    limits = BudgetLimits(max_in_flight=3, lease_s=0.6)
+
+    async def scenario() -> tuple[float, int]:
+        store = coordinator(redis_srv.url)
+        await store.open()
+        try:
+            dead = task_budget(budget_name, store, limits)
+            for _ in range(3):
+                await dead.admit()
+            assert dead._keeper is not None
+            dead._keeper.cancel()  # the worker is killed: it never calls again
+            alive = task_budget(budget_name, store, limits)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await alive.admit()
+            waited = loop.time() - started
+            alive.done()
+            await alive.aclose()
+            return waited, alive.metrics.budget_waits
+        finally:
+            await store.close()
+
+    waited, waits = asyncio.run(scenario())
+    assert 0.4 <= waited <= 1.5, waited
+    assert waits == 1
+
+
+def test_a_busy_holder_gives_back_what_exceeds_its_fair_share(
+    redis_srv: RedisServer, budget_name: str
+) -> None:
+    limits = BudgetLimits(max_in_flight=10, lease_s=5.0)
+
+    async def scenario() -> tuple[int, int, float]:
+        store = coordinator(redis_srv.url)
+        await store.open()
+        try:
+            greedy, late = (
+                task_budget(budget_name, store, limits),
+                task_budget(budget_name, store, limits),
+            )
+            counter = Counter()
+            first = asyncio.ensure_future(
+                holder_work(greedy, counter, 600, capacity=20, busy_s=0.01)
+            )
+            await asyncio.sleep(0.3)  # the greedy one holds all ten
+            assert greedy._held == 10
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            late_counter = Counter()
+            await holder_work(late, late_counter, 100, capacity=20, busy_s=0.01)
+            late_s = loop.time() - started
+            await first
+            for budget in (greedy, late):
+                await budget.aclose()
+            return counter.peak + late_counter.peak, late_counter.peak, late_s
+        finally:
+            await store.close()
+
+    _peaks, late_peak, late_s = asyncio.run(scenario())
+    assert late_peak >= 4  # it got about half, not the scraps
+    assert late_s < 1.5, late_s  # 100 requests of 10 ms at five or so at once, and a wait
+
+
+def test_the_coordinator_down_falls_back_to_the_static_share_and_logs_once(
+    budget_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.servers import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens
+    limits = BudgetLimits(max_in_flight=8, rate=400.0)
+    caplog.set_level(logging.WARNING, logger="lookup_source")
+    counter, budgets, _ = asyncio.run(run_holders(url, budget_name, limits, [40, 40]))
+    assert counter.done == 80
+    assert counter.peak <= 2 * (8 // 4)  # two tasks, each its share of four
+    assert window_peak(counter.admitted, 1.0) <= 2 * (400 / 4) + 2
+    assert all(b.metrics.budget_fallbacks == 1 for b in budgets)
+    warnings = [r for r in caplog.records if "did not answer" in r.getMessage()]
+    assert len(warnings) == 1 and budget_name in warnings[0].getMessage()
+    assert "static share (1/4" in warnings[0].getMessage()
+
+
+def test_a_silent_coordinator_falls_back_within_its_time_limit(
+    silent_port: int, budget_name: str
+) -> None:
+    url = f"redis://127.0.0.1:{silent_port}/0"
+    limits = BudgetLimits(max_in_flight=4)
+
+    async def scenario() -> tuple[float, LookupMetrics]:
+        store = coordinator(url)
+        await store.open()
+        try:
+            budget = task_budget(budget_name, store, limits, tasks=2, timeout_s=0.2)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await budget.admit()
+            waited = loop.time() - started
+            budget.done()
+            await budget.aclose()
+            return waited, budget.metrics
+        finally:
+            await store.close()
+
+    waited, metrics = asyncio.run(scenario())
+    assert 0.15 <= waited <= 1.0, waited
+    assert metrics.budget_fallbacks == 1 and metrics.budget_waits == 1
+
+
+def test_a_redis_restart_mid_run_never_admits_more_than_one_grant_too_many() -> None:
+    with own_redis_server() as server:
+        _restart_scenario(server)
+
+
+def _restart_scenario(server: RedisServer) -> None:
+    limits = BudgetLimits(max_in_flight=6, lease_s=1.5)
+    name = "restart"
+
+    async def scenario() -> tuple[Counter, list[TaskBudget]]:
+        store = coordinator(server.url)
+        await store.open()
+        try:
+            budgets = [task_budget(name, store, limits, tasks=3) for _ in range(3)]
+            counter = Counter()
+            work = asyncio.gather(
+                *(holder_work(b, counter, 400, capacity=6, busy_s=0.01) for b in budgets)
+            )
+            await asyncio.sleep(0.4)
+            peak_before = counter.peak
+            server.kill()
+            await asyncio.sleep(0.3)
+            server.start()  # empty: every lease count is gone
+            await work
+            for budget in budgets:
+                await budget.aclose()
+            assert peak_before == 6
+            return counter, budgets
+        finally:
+            await store.close()
+
+    counter, budgets = asyncio.run(scenario())
+    assert counter.done == 1200
+    fallbacks = sum(b.metrics.budget_fallbacks for b in budgets)
+    assert fallbacks >= 1  # the restart was seen
+    # the static share is 2 each; after the restart each holder says what it holds: at most
+    # one grant per holder beyond the budget, for a moment
+    assert counter.peak <= 6 + 3, counter.peak
+
+
+def test_budget_keys_share_one_hash_tag_and_expire(
+    redis_srv: RedisServer, budget_name: str, redis_db: Any
+) -> None:
+    keys = budget_keys(budget_name)
+    tags = {key[key.index("{") : key.index("}") + 1] for key in keys}
+    assert tags == {"{" + budget_name + "}"}
+    assert budget_keys("a{b}c")[0] == "asynclookup:budget:{a(b)c}:leases"
+
+    async def ask() -> None:
+        store = coordinator(redis_srv.url)
+        await store.open()
+        try:
+            limits = BudgetLimits(max_in_flight=2, rate=10.0, lease_s=1.0)
+            grant = await store.ask(budget_name, limits, BudgetAsk("h1", 0, 5, 3, 0.0))
+            assert grant.leases == 2 and grant.fair_share == 2 and not grant.contended
+            assert grant.requests_delay_s == 0.0
+            refused = await store.ask(budget_name, limits, BudgetAsk("h2", 0, 1, 1, 0.0))
+            assert refused.leases == 0
+            assert 0.25 <= refused.requests_delay_s <= 0.31  # after h1's three slots
+            again = await store.ask(budget_name, limits, BudgetAsk("h1", 2, 0, 0, 0.0))
+            assert again.contended and again.fair_share == 1  # h2 waits
+        finally:
+            await store.close()
+
+    asyncio.run(ask())
+    for key in keys[:2]:
+        ttl = redis_db.pttl(key)
+        assert 0 < ttl <= 2 * 1000 + 10_000

@@ -1,0 +1,440 @@
+"""A task's part of a cluster budget (``budget.*``): requests in flight, per second and cost,
+held across every task of every executor and job that names the budget.
+
+Each request the executor sends (a retry, a hedge) is admitted first (:meth:`TaskBudget.admit`)
+and reports its end (:meth:`TaskBudget.done`). With a coordinator (``budget.url``), a task is
+one *holder* and spends grants locally, so most requests cost no round trip:
+
+- **leases** (``budget.max-in-flight``): a request in flight holds one; the task keeps the
+  leases it was granted and reuses them, asks for more only when its requests wait (for as many
+  as wait), gives back those it no longer needs 50 ms after they fell idle, and renews the
+  rest every third of ``budget.lease.ms`` (at most every 0.5 s) — a killed worker's leases
+  lapse after that. When another holder was refused, it keeps at most its fair share (the
+  budget over its holders);
+- **request slots and cost units** (``budget.rate``, ``budget.cost-per-minute``): reserved
+  from the coordinator in grants that grow while the task uses them up (doubling, up to what
+  the budget allows in 200 ms) and shrink when it leaves some unused; each slot is due at its
+  own time, one every ``1 / rate`` seconds, and a slot not taken within 20 ms of its time is
+  dropped, never used late — so no window holds more than the budget and one request.
+
+Without a coordinator, or while it does not answer (an error, or no answer within
+``budget.timeout.ms``), each task keeps an even share of the budget over ``budget.tasks``
+(:class:`StaticShare`) — never more than its share — logs it once, counts it
+(``budget_fallbacks``) and asks the coordinator again after 5 s.
+
+The caller's event loop is the clock (a virtual one in tests)::
+
+    budget = TaskBudget.of(settings, coordinator, name, metrics)
+    await budget.admit(cost=3.0)       # a request of three keys' cost
+    try:
+        ...                            # the request
+    finally:
+        budget.done()
+    await budget.aclose()              # give every lease back
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import random
+import secrets
+import socket
+from typing import TYPE_CHECKING
+
+from lookup_source.connector_api import BudgetAsk, BudgetCoordinator, BudgetGrant, BudgetLimits
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.rate_limit import RateLimiter
+
+if TYPE_CHECKING:
+    from lookup_source.options import BudgetSettings
+
+log = logging.getLogger("lookup_source")
+
+COOL_OFF_S = 5.0
+"""How long a task keeps its static share after the coordinator failed, before asking again."""
+
+LINGER_S = 0.05
+"""Leases no longer needed are given back this long after they fell idle."""
+
+HORIZON_S = 0.2
+"""The largest grant of request slots or cost units covers this much of the budget's time."""
+
+LATE_S = 0.02
+"""A reserved slot not taken within this long of its time is dropped (never used late)."""
+
+RENEW_MAX_S = 0.5
+"""A task holding leases tells the coordinator at least this often (renewing them, and
+hearing whether others wait for leases, so it gives back what exceeds its fair share)."""
+
+RETRY_MIN_S = 0.01
+RETRY_MAX_S = 0.1
+"""A task refused leases asks again after this long (doubling, with jitter), or sooner when
+one of its own requests ends."""
+
+_warned: set[str] = set()
+"""The budgets this process has logged a fallback of (logged once)."""
+
+
+def holder_id() -> str:
+    """A holder name unique to one task's budget: host, process and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+class StaticShare:
+    """An even share of a budget over ``tasks`` tasks: at most ``max_in_flight / tasks``
+    requests in flight (at least one), ``rate / tasks`` requests and ``cost_rate / tasks``
+    cost units per second."""
+
+    def __init__(self, limits: BudgetLimits, tasks: int) -> None:
+        tasks = max(1, tasks)
+        self.tasks = tasks
+        self.in_flight = max(1, limits.max_in_flight // tasks) if limits.max_in_flight else 0
+        self.rate = RateLimiter(limits.rate / tasks) if limits.rate else None
+        self.cost = RateLimiter(limits.cost_rate / tasks) if limits.cost_rate else None
+
+
+class Reservation:
+    """Units reserved from a paced meter: ``left`` of them, the next due at ``due`` (loop
+    time), one every ``interval`` seconds."""
+
+    def __init__(self, per_s: float) -> None:
+        self.interval = 1.0 / per_s
+        self.left = 0.0
+        self.due = 0.0
+        self.size = 1.0
+        """How many units the next grant asks for (adapted to what the task uses)."""
+        self.cap = max(1.0, per_s * HORIZON_S)
+
+    def drop_late(self, now: float) -> None:
+        """Drop the units whose time passed more than :data:`LATE_S` ago."""
+        if self.left and self.due < now - LATE_S:
+            late = math.ceil((now - LATE_S - self.due) / self.interval)
+            lost = min(self.left, float(late))
+            self.left -= lost
+            self.due += lost * self.interval
+
+    def has(self, units: float) -> bool:
+        return self.left + 1e-9 >= units
+
+    def take(self, units: float) -> float:
+        """Take ``units``; when they are due (loop time)."""
+        at = self.due
+        self.due += units * self.interval
+        self.left = max(0.0, self.left - units)
+        return at
+
+    def ask(self, units: float) -> float:
+        """How many units the next grant asks for, to have ``units`` at least: grows while the
+        task uses its grants up, shrinks when it leaves some."""
+        self.size = max(1.0, self.size / 2) if self.left >= 1 else min(self.cap, self.size * 2)
+        return max(units, math.floor(self.size))
+
+    def fill(self, units: float, due: float) -> None:
+        self.left, self.due = units, due
+
+
+class TaskBudget:
+    """One task's admission to a budget (see the module)."""
+
+    def __init__(
+        self,
+        name: str,
+        limits: BudgetLimits,
+        share: StaticShare,
+        metrics: LookupMetrics,
+        *,
+        coordinator: BudgetCoordinator | None = None,
+        timeout_s: float = 0.5,
+        holder: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.limits = limits
+        self.share = share
+        self.metrics = metrics
+        self.coordinator = coordinator
+        self.timeout_s = timeout_s
+        self.holder = holder or holder_id()
+        self._rng = rng or random.Random()
+        self._slots = Reservation(limits.rate) if limits.rate else None
+        self._cost = Reservation(limits.cost_rate) if limits.cost_rate else None
+        self._held = 0  # leases granted by the coordinator
+        self._busy = 0  # requests in flight holding a lease (or a static slot)
+        self._waiting = 0  # requests waiting for one
+        self._polling = False  # one of them is asking the coordinator
+        self._next_poll = 0.0  # after a refusal, no one asks again before this (loop time)
+        self._retry_s = RETRY_MIN_S
+        self._fair = 0
+        self._contended = False
+        self._static_until = 0.0 if coordinator is not None else math.inf
+        self._lock: asyncio.Lock | None = None
+        self._released: asyncio.Event | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._closed = False
+        metrics.budget = (
+            f"coordinated ({name})"
+            if coordinator is not None
+            else f"static split over {share.tasks} tasks ({name})"
+        )
+
+    @classmethod
+    def of(
+        cls,
+        settings: BudgetSettings,
+        coordinator: BudgetCoordinator | None,
+        name: str,
+        metrics: LookupMetrics,
+    ) -> TaskBudget:
+        """The budget ``settings`` name, for one task."""
+        limits = BudgetLimits(
+            max_in_flight=settings.max_in_flight,
+            rate=settings.rate,
+            cost_rate=settings.cost_per_minute / 60.0,
+            lease_s=settings.lease_s,
+        )
+        return cls(
+            name,
+            limits,
+            StaticShare(limits, settings.tasks or 1),
+            metrics,
+            coordinator=coordinator,
+            timeout_s=settings.timeout_s,
+        )
+
+    # -- the executor's side -----------------------------------------------------------------
+
+    async def admit(self, cost: float = 1.0) -> None:
+        """Wait until the budget lets one more request of ``cost`` go, and count it in."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waited = False
+        if self.limits.max_in_flight:
+            waited = await self._lease()
+        try:
+            if self._slots is not None or self._cost is not None:
+                waited = await self._pace(cost) or waited
+        except BaseException:
+            self.done()
+            raise
+        if waited:
+            self.metrics.budget_waits += 1
+            self.metrics.budget_wait_ms += (loop.time() - started) * 1000.0
+
+    def done(self) -> None:
+        """A request admitted by :meth:`admit` ended: its lease is free."""
+        if not self.limits.max_in_flight:
+            return
+        self._busy -= 1
+        if self._released is not None:
+            self._released.set()
+
+    async def aclose(self) -> None:
+        """Give every lease back (the task is over); never raises."""
+        self._closed = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
+        if self._held and self._coordinated():
+            self._held = 0
+            try:
+                await asyncio.wait_for(self._ask(BudgetAsk(self.holder)), self.timeout_s)
+            except Exception:  # its leases lapse by themselves
+                log.debug("asynclookup: giving budget %s back failed", self.name, exc_info=True)
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def _coordinated(self) -> bool:
+        return asyncio.get_running_loop().time() >= self._static_until
+
+    def _usable(self) -> int:
+        """How many requests may hold a lease at once now."""
+        if not self._coordinated():
+            return self.share.in_flight
+        if self._contended and self._fair:
+            return min(self._held, max(self._fair, 1))
+        return self._held
+
+    async def _lease(self) -> bool:
+        """Take a lease (or a static slot); whether it had to wait."""
+        if self._busy < self._usable():
+            self._busy += 1
+            return False
+        if self._released is None:
+            self._released = asyncio.Event()
+        self._waiting += 1
+        loop = asyncio.get_running_loop()
+        try:
+            while self._busy >= self._usable():
+                now = loop.time()
+                if self._coordinated() and not self._polling and now >= self._next_poll:
+                    self._polling = True  # one waiter of the task asks at a time
+                    try:
+                        await self._sync(asking=True)
+                    finally:
+                        self._polling = False
+                    if self._busy < self._usable():
+                        self._retry_s = RETRY_MIN_S
+                        self._released.set()  # the others may fit in the grant too
+                        break
+                    pause = self._retry_s * (0.5 + self._rng.random())  # refused: back off
+                    self._retry_s = min(RETRY_MAX_S, self._retry_s * 2)
+                    self._next_poll = loop.time() + pause
+                else:
+                    pause = max(0.001, min(RETRY_MAX_S, self._next_poll - now))
+                self._released.clear()
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(self._released.wait(), pause)
+        finally:
+            self._waiting -= 1
+        self._busy += 1
+        return True
+
+    async def _sync(
+        self, *, asking: bool = False, slot: bool = False, cost: float = 0.0, renew: bool = False
+    ) -> None:
+        """One call to the coordinator: keep the leases needed (give the rest back, renewed
+        when ``renew``), ask for more when ``asking``, reserve request slots when ``slot`` and
+        cost units when ``cost`` — what is still short once it is this call's turn (one call at
+        a time)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if not self._coordinated():
+                return
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            slots, units = self._slots, self._cost
+            requests = 0
+            if slot and slots is not None:
+                slots.drop_late(now)
+                requests = 0 if slots.has(1) else int(slots.ask(1))
+            cost_units = 0.0
+            if cost and units is not None:
+                units.drop_late(now)
+                cost_units = 0.0 if units.has(cost) else units.ask(cost)
+            asking = asking and self._busy >= self._usable()  # not granted meanwhile
+            if not (requests or cost_units or asking or renew):
+                return
+            need = self._busy + self._waiting
+            cap = max(self._busy, min(self._held, self._fair)) if self._contended else self._held
+            hold = min(cap, max(self._busy, need)) if self.limits.max_in_flight else 0
+            want = max(0, need - hold) if asking else 0
+            try:
+                grant = await asyncio.wait_for(
+                    self._ask(BudgetAsk(self.holder, hold, want, requests, cost_units)),
+                    self.timeout_s,
+                )
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                self._fall_back(exc)
+                return
+            now = loop.time()
+            if self.limits.max_in_flight:
+                self._held = hold + grant.leases
+                if not grant.contended or grant.fair_share > self._fair:  # room again
+                    self._next_poll, self._retry_s = 0.0, RETRY_MIN_S
+                    if self._released is not None:
+                        self._released.set()
+                self._fair, self._contended = grant.fair_share, grant.contended
+                self._start_keeper()
+            if requests and slots is not None:
+                slots.fill(requests, now + grant.requests_delay_s)
+            if cost_units and units is not None:
+                units.fill(cost_units, now + grant.cost_delay_s)
+            self.metrics.budget_grants += 1
+
+    async def _ask(self, ask: BudgetAsk) -> BudgetGrant:
+        assert self.coordinator is not None
+        return await self.coordinator.ask(self.name, self.limits, ask)
+
+    def _fall_back(self, error: BaseException) -> None:
+        """The coordinator failed: keep the static share for a while."""
+        self._static_until = asyncio.get_running_loop().time() + COOL_OFF_S
+        self.metrics.budget_fallbacks += 1
+        if self.name not in _warned:
+            _warned.add(self.name)
+            log.warning(
+                "asynclookup: the coordinator of budget %s did not answer (%s: %s); each task "
+                "keeps its static share (1/%d of the budget) and asks it again in %.0f s",
+                self.name,
+                type(error).__name__,
+                str(error)[:200] or "no answer within budget.timeout.ms",
+                self.share.tasks,
+                COOL_OFF_S,
+            )
+        if self._released is not None:
+            self._released.set()  # waiters go by the static share now
+
+    # -- the keeper: renews the leases held, gives back the idle ones ------------------------
+
+    def _surplus(self) -> int:
+        return self._held - max(self._busy + self._waiting, 0)
+
+    def _start_keeper(self) -> None:
+        if self._keeper is None and not self._closed and self._held:
+            self._keeper = asyncio.ensure_future(self._keep())
+
+    async def _keep(self) -> None:
+        renew_s = min(self.limits.lease_s / 3, RENEW_MAX_S)
+        while not self._closed:
+            if self._released is None:
+                self._released = asyncio.Event()
+            waited = 0.0
+            while waited < renew_s and self._surplus() <= 0 and not self._over_share():
+                self._released.clear()
+                step = min(renew_s - waited, 0.25)
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(self._released.wait(), step)
+                waited += step
+            if self._surplus() > 0 and not self._over_share():
+                await asyncio.sleep(LINGER_S)  # idle: it may be needed again at once
+            if self._held and self._coordinated():
+                await self._sync(renew=True)
+
+    def _over_share(self) -> bool:
+        """Whether it holds more than its fair share while others wait."""
+        return self._contended and self._held > max(self._busy, self._fair)
+
+    # -- request slots and cost units --------------------------------------------------------
+
+    async def _pace(self, cost: float) -> bool:
+        """Wait for a request slot and ``cost`` units; whether it had to wait."""
+        if not self._coordinated():
+            return await self._pace_static(cost)
+        loop = asyncio.get_running_loop()
+        slots, units = self._slots, self._cost
+        while True:
+            now = loop.time()
+            for reservation in (slots, units):
+                if reservation is not None:
+                    reservation.drop_late(now)
+            slot_short = slots is not None and not slots.has(1)
+            cost_short = units is not None and cost > 0 and not units.has(cost)
+            if not slot_short and not cost_short:
+                break
+            await self._sync(slot=slot_short, cost=cost if cost_short else 0.0)
+            if not self._coordinated():
+                return await self._pace_static(cost)
+        at = max(
+            slots.take(1) if slots is not None else 0.0,
+            units.take(cost) if units is not None and cost > 0 else 0.0,
+        )
+        delay = at - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+            return True
+        return False
+
+    async def _pace_static(self, cost: float) -> bool:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if self.share.rate is not None:
+            await self.share.rate.acquire()
+        if self.share.cost is not None and cost > 0:
+            await self.share.cost.acquire(cost)
+        return loop.time() > started
