@@ -119,7 +119,7 @@ def table_name(prefix: str) -> str:
     return prefix.rstrip(":").lower()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def spark_work_dir() -> Iterator[None]:
     """Jobs on ``local-cluster`` leave their executors' directories under SPARK_HOME/work (the
     installed pyspark's directory; an archive unpacks there, ~1 GB for a packed env): remove

@@ -13,7 +13,7 @@ one *holder* and spends grants locally, so most requests cost no round trip:
   budget over its holders);
 - **request slots and cost units** (``budget.rate``, ``budget.cost-per-minute``): reserved
   from the coordinator in grants that grow while the task uses them up (doubling, up to what
-  the budget allows in 200 ms) and shrink when it leaves some unused; each slot is due at its
+  the budget allows in 50 ms) and shrink when it leaves some unused; each slot is due at its
   own time, one every ``1 / rate`` seconds, and a slot not taken within 20 ms of its time is
   dropped, never used late — so no window holds more than the budget and one request.
 
@@ -60,7 +60,7 @@ COOL_OFF_S = 5.0
 LINGER_S = 0.05
 """Leases no longer needed are given back this long after they fell idle."""
 
-HORIZON_S = 0.2
+HORIZON_S = 0.05
 """The largest grant of request slots or cost units covers this much of the budget's time."""
 
 LATE_S = 0.02

@@ -86,8 +86,16 @@ def main() -> None:
     )
     joined = lookup_join(events, "user_id", schema=SCHEMA, options=options)
     join_rows = sorted((r.event_id, r.user_id, r.name) for r in joined.collect())
-    by_function = lookup_join(events, "user_id", schema=SCHEMA, fetch=fetch_name)
+    budget = {  # a cluster budget, kept by the Redis (over Connect: budget.tasks given)
+        "budget.url": redis_url,
+        "budget.name": f"{prefix}deployment",
+        "budget.max-in-flight": "4",
+        "budget.tasks": "3",
+    }
+    by_function = lookup_join(events, "user_id", schema=SCHEMA, fetch=fetch_name, options=budget)
     function_rows = sorted((r.event_id, r.name) for r in by_function.collect())
+    function_metrics = lookup_metrics(by_function)
+    function_budget = [function_metrics.budget, function_metrics.budget_grants]
     read_rows = None
     if DATA_SOURCE.available():
         read = (
@@ -121,6 +129,7 @@ def main() -> None:
                 "progress": progress,
                 "join": join_rows,
                 "function": function_rows,
+                "function_budget": function_budget,
                 "read": read_rows,
                 "table": table_rows,
                 "columns": joined.columns,

@@ -57,9 +57,13 @@ def expected() -> dict[str, Any]:
     return {"join": [list(r) for r in join], "read": [[1, "user 1"], [2, "user 2"], [3, "user 3"]]}
 
 
-def check_function(rows: list[list[Any]]) -> None:
-    """The job's own async function, pickled from its __main__ to every executor."""
+def check_function(rows: list[list[Any]], budget: list[Any]) -> None:
+    """The job's own async function, pickled from its __main__ to every executor, under a
+    cluster budget its tasks kept through the Redis."""
     assert rows == [[e, f"fn {e % 1_100}" if e % 1_100 < 1_000 else None] for e in range(5_000)]
+    description, grants = budget
+    assert description.endswith("deployment)") and description.startswith("coordinated")
+    assert grants > 0
 
 
 def check_metrics(metrics: dict[str, Any]) -> None:
@@ -104,7 +108,7 @@ def test_local_cluster_matches_local(
     result = run_job("local-cluster[2,1,1024]", redis_srv.url, prefix)
     want = expected()
     assert result["join"] == want["join"]
-    check_function(result["function"])
+    check_function(result["function"], result["function_budget"])
     check_metrics(result["metrics"])  # the accumulator crossed the executors
     check_progress(result["progress"])
     if DATA_SOURCE.available():
@@ -121,7 +125,7 @@ def test_spark_connect(redis_srv: Any, prefix: str, loaded: None) -> None:
     want = expected()
     assert result["join"] == want["join"]
     assert result["columns"] == ["event_id", "user_id", "name"]  # no metrics column left
-    check_function(result["function"])
+    check_function(result["function"], result["function_budget"])
     check_metrics(result["metrics"])  # observed metrics, over Connect
     check_progress(result["progress"])
     if DATA_SOURCE.available():

@@ -338,7 +338,7 @@ def test_a_reserved_slot_not_taken_in_time_is_dropped_never_used_late() -> None:
 
 
 def test_grants_grow_while_used_up_and_shrink_when_left_unused() -> None:
-    slots = Reservation(100.0)  # at most 20 slots a grant (200 ms)
+    slots = Reservation(400.0)  # at most 20 slots a grant (50 ms)
     sizes = []
     for _ in range(6):
         sizes.append(slots.ask(1))
