@@ -92,6 +92,9 @@ class ConnectorConfig:
     batch_size: int = 500
     timeout_s: float = 10.0
     key_types: tuple[pa.DataType, ...] = ()
+    budget_in_flight: int = 0
+    """The most requests the whole cluster may have in flight for this lookup
+    (``budget.max-in-flight``; 0: no such budget): no worker needs more connections."""
 
     @property
     def display_url(self) -> str | None:

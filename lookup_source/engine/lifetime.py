@@ -93,10 +93,15 @@ def client_key(
 ) -> str:
     """The key of a kept client: a keyed digest of the factory, of the lookup's identity
     (everything that decides the answers, secrets and certificates included) and of what
-    sizes the client (capacity, batch size, timeout)."""
+    sizes the client (capacity, batch size, timeout, the budget's requests in flight)."""
     identity = identity or LookupIdentity.of(config)
     return identity.digest(
-        "client", factory_id, config.capacity, config.batch_size, config.timeout_s
+        "client",
+        factory_id,
+        config.capacity,
+        config.batch_size,
+        config.timeout_s,
+        config.budget_in_flight,
     )
 
 

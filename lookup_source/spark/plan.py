@@ -179,6 +179,7 @@ class LookupPlan:
             capacity=opts.capacity,
             batch_size=opts.batch_size,
             timeout_s=opts.timeout_s,
+            budget_in_flight=opts.budget.max_in_flight,
         )
 
     def engine_spec(

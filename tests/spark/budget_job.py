@@ -73,7 +73,7 @@ def together(*jobs: Any) -> list[Any]:
     def run(index: int, job: Any) -> None:
         try:
             results[index] = job()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(i, j)) for i, j in enumerate(jobs)]

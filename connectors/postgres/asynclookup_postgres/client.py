@@ -5,7 +5,7 @@ the password from ``postgres.password.env`` (an environment variable of the exec
 
 With ``postgres.table``, lookups run ``SELECT ... WHERE key = ANY($1::<key type>[])`` (composite
 keys: a join against ``unnest($1::t1[], $2::t2[])``), ``batch.size`` keys per query, over a pool
-of ``min(capacity, postgres.pool-size)`` connections (10 by default). Keys are compared in the
+of ``min(capacity, postgres.pool-size, budget.max-in-flight)`` connections (10 by default). Keys are compared in the
 column's own type, so the lookup stays on the index. Identifiers are quoted and values always
 bound as parameters.
 
@@ -102,6 +102,10 @@ def _terminate(connection: Any) -> None:
     connection.terminate()
 
 
+BUDGET_IDLE_CLOSE_S = 10.0
+"""Under a cluster budget, a pooled connection idle this long is closed."""
+
+
 class PostgresLookupClient(LookupClient):
     """Looks keys up in a Postgres table (or a custom query) with asyncpg."""
 
@@ -135,9 +139,11 @@ class PostgresLookupClient(LookupClient):
             "postgres.pool-size",
             parse_positive_int,
             10,
-            "Connections per client (at most `capacity`; a Python worker keeps one client per "
-            "lookup configuration, from task to task). Requests beyond it wait for a free "
-            "connection: keep Python workers x pool size under the server's max_connections.",
+            "Connections per client (at most `capacity`, and at most budget.max-in-flight when a "
+            "cluster budget is set, which also closes connections idle for 10 s; a Python "
+            "worker keeps one client per lookup configuration, from task to task). Requests "
+            "beyond it wait for a free connection: keep Python workers x pool size under the "
+            "server's max_connections, or set a budget (docs/deployment.md).",
         ),
         password_env_option("postgres"),
         *tls_option_specs("postgres", "the Postgres server"),
@@ -153,6 +159,23 @@ class PostgresLookupClient(LookupClient):
         self._pool: Any = None
         self._ready = asyncio.Lock()
         self._query = LookupQuery(config, self.value_fields, self._table, self._custom_query)
+
+    @property
+    def pool_size(self) -> int:
+        """Connections this worker's client opens at most: ``postgres.pool-size``, at most
+        ``capacity``, and at most the cluster budget's requests in flight
+        (``budget.max-in-flight``): more could never be busy at once."""
+        size = min(self.config.capacity, self._pool_size)
+        if self.config.budget_in_flight:
+            size = min(size, self.config.budget_in_flight)
+        return max(1, size)
+
+    @property
+    def idle_close_s(self) -> float:
+        """How long a connection may stay idle before the pool closes it: asyncpg's 300 s, and
+        :data:`BUDGET_IDLE_CLOSE_S` under a cluster budget, whose leases move between workers
+        (the connections of a worker that no longer holds them go back to the server)."""
+        return BUDGET_IDLE_CLOSE_S if self.config.budget_in_flight else 300.0
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -215,7 +238,8 @@ class PostgresLookupClient(LookupClient):
                 pool = await asyncpg.create_pool(
                     **self.connect_arguments(self.config.url, self.config.options),
                     min_size=0,  # no floor kept up in the background: connect on demand
-                    max_size=max(1, min(self.config.capacity, self._pool_size)),
+                    max_size=self.pool_size,
+                    max_inactive_connection_lifetime=self.idle_close_s,
                     command_timeout=None,
                 )
                 try:

@@ -573,3 +573,60 @@ def test_a_connection_left_mid_protocol_by_a_restart_is_retried() -> None:
         "cannot switch to state 12; another operation (2) is in progress"
     )
     assert isinstance(translate_error("asyncpg", classify, error), TransientError)
+
+
+def pooled_client(url: str, **options: str) -> PostgresLookupClient:
+    """A client whose query answers with the backend that ran it, after 0.1 s."""
+    query = (
+        "SELECT k AS id, pg_backend_pid()::text AS name FROM unnest($1::int[]) AS k, pg_sleep(0.1)"
+    )
+    plan = LookupPlan.build(
+        {"connector": "postgres", "url": url, "postgres.query": query, "capacity": "10", **options},
+        "id int, name string",
+    )
+    return PostgresLookupClient(plan.connector_config())
+
+
+def test_a_cluster_budget_bounds_the_pool_and_closes_idle_connections(
+    postgres_srv: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asynclookup_postgres.client as client_module
+    import asyncpg
+
+    monkeypatch.setattr(client_module, "BUDGET_IDLE_CLOSE_S", 0.5)
+    application = f"budget{uuid.uuid4().hex[:8]}"
+    url = (
+        f"{postgres_srv.url}{'&' if '?' in postgres_srv.url else '?'}application_name={application}"
+    )
+
+    async def scenario(client: PostgresLookupClient) -> tuple[int, int, int]:
+        await client.open()
+        try:
+            answers = await asyncio.gather(*(client.lookup([i]) for i in range(10)))
+            backends = {record["name"] for answer in answers for record in answer.values()}
+            busy = await count()
+            await asyncio.sleep(1.5)  # idle past the budget's 0.5 s (patched)
+            return len(backends), busy, await count()
+        finally:
+            await client.close()
+
+    async def count() -> int:
+        connection = await asyncpg.connect(postgres_srv.url)
+        try:
+            return int(
+                await connection.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                    application,
+                )
+            )
+        finally:
+            await connection.close()
+
+    budgeted = pooled_client(url, **{"budget.max-in-flight": "2"})
+    assert budgeted.pool_size == 2
+    used, open_after, open_later = asyncio.run(scenario(budgeted))
+    assert used == 2 and open_after == 2 and open_later == 0
+    unbounded = pooled_client(url)
+    assert unbounded.pool_size == 10 and unbounded.idle_close_s == 300.0
+    used, _, open_later = asyncio.run(scenario(unbounded))
+    assert used == 10 and open_later == 10  # kept for asyncpg's 300 s

@@ -356,3 +356,67 @@ def test_budget_keys_share_one_hash_tag_and_expire(
     for key in keys[:2]:
         ttl = redis_db.pttl(key)
         assert 0 < ttl <= 2 * 1000 + 10_000
+
+
+HOLDER = """
+import asyncio, sys
+from asynclookup_redis.budget import RedisBudgetCoordinator
+from lookup_source.connector_api import BudgetLimits
+from lookup_source.engine.budget import StaticShare, TaskBudget
+from lookup_source.engine.metrics import LookupMetrics
+
+async def main():
+    store = RedisBudgetCoordinator(RedisBudgetCoordinator.config_for(sys.argv[1]))
+    await store.open()
+    limits = BudgetLimits(max_in_flight=3, lease_s=1.0)
+    budget = TaskBudget(sys.argv[2], limits, StaticShare(limits, 1), LookupMetrics(),
+                        coordinator=store)
+    for _ in range(3):
+        await budget.admit()
+    print("held", flush=True)
+    await asyncio.sleep(3600)  # requests that never end, until the worker is killed
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_worker_process_leases_return_within_the_lease_time(
+    redis_srv: RedisServer, budget_name: str
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    worker = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, redis_srv.url, budget_name],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "held"
+        time.sleep(0.5)  # it renews its leases meanwhile (every third of the lease time)
+        os.kill(worker.pid, signal.SIGKILL)  # as Spark ends a Python worker
+        killed = time.monotonic()
+    finally:
+        worker.kill()
+        worker.wait(10)
+    limits = BudgetLimits(max_in_flight=3, lease_s=1.0)
+
+    async def admitted() -> float:
+        store = coordinator(redis_srv.url)
+        await store.open()
+        try:
+            budget = task_budget(budget_name, store, limits)
+            await budget.admit()
+            waited = time.monotonic() - killed
+            budget.done()
+            await budget.aclose()
+            return waited
+        finally:
+            await store.close()
+
+    waited = asyncio.run(admitted())
+    assert 0.5 <= waited <= 1.0 + 0.5, waited  # its last renewal + the lease time, at most
