@@ -6,8 +6,8 @@ the password from ``postgres.password.env`` (an environment variable of the exec
 With ``postgres.table``, lookups run ``SELECT ... WHERE key = ANY($1::<key type>[])`` (composite
 keys: a join against ``unnest($1::t1[], $2::t2[])``), ``batch.size`` keys per query, over a pool
 of ``min(capacity, postgres.pool-size, budget.max-in-flight)`` connections (10 by default). Keys
-are compared in the column's own type, so the lookup stays on the index. Identifiers are quoted and values always
-bound as parameters.
+are compared in the column's own type, so the lookup stays on the index. Identifiers are quoted
+and values always bound as parameters.
 
 Rows come back as columns: asyncpg's records are transposed and each column becomes one Arrow
 array. Which asked key a row answers is found in Arrow (integer and text keys, whose equality
