@@ -457,8 +457,9 @@ class BudgetSettings:
         parse_rate,
         0.0,
         "Most requests per second across everything that shares the budget, retries and "
-        "hedges included (0 = no limit); paced evenly, so no one-second window holds more "
-        "than this and one request.",
+        "hedges included (0 = no limit); paced evenly, a slot used within 20 ms of its time "
+        "or dropped, so no one-second window holds 2% more than this and one request (set it "
+        "2% under a quota counted strictly).",
         unit="requests/s",
         default_doc="0",
     )

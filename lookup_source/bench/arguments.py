@@ -11,7 +11,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenarios",
         default="http-1,http-5,http-20,http-batch-5,redis,redis-net,postgres,postgres-net",
         help="comma-separated: http-<ms>, http-batch-<ms>, redis, redis-net, postgres, "
-        "postgres-net, sweep, memory, stream, tail (default: %(default)s)",
+        "postgres-net, sweep, memory, stream, tail, plan, budget (default: %(default)s)",
     )
     parser.add_argument(
         "--rows", type=int, default=1_000_000, help="input rows per method (default: %(default)s)"
@@ -146,6 +146,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plan-inputs",
         default="20000,200000,2000000",
         help="plan scenario: input sizes, comma-separated (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--budget-keys",
+        type=int,
+        default=4_000,
+        help="budget scenario: keys of its skewed input (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--budget-in-flight",
+        type=int,
+        default=8,
+        help="budget scenario: requests the service allows at once (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--budget-rate",
+        type=float,
+        default=400.0,
+        help="budget scenario: requests the service allows a second (default: %(default)s)",
     )
     parser.add_argument("--no-plot", action="store_true", help="write no PNG plots")
 

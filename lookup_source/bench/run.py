@@ -21,7 +21,9 @@ at the same concurrency, capacity by capacity); ``memory`` (peak Python worker m
 ``lookup_join`` for ``--memory-rows``); ``stream`` (what a small micro-batch pays for a
 lookup beside the floor, and the connections a stream opens: :mod:`.stream`); ``plan``
 (lookups, a broadcast or a scan against Spark's JDBC reader and a join, by input size:
-:mod:`.plan`). It writes ``results.md``, ``results.json``, ``throughput.png``,
+:mod:`.plan`); ``budget`` (a service with a quota and a skewed input: ``capacity`` alone,
+``capacity`` and ``rate.limit.total`` tuned by hand, a cluster budget: :mod:`.budget`). It
+writes ``results.md``, ``results.json``, ``throughput.png``,
 ``capacity.png`` and ``plans.png`` under ``--out``.
 """
 
@@ -39,6 +41,8 @@ from dataclasses import asdict
 from typing import Any
 
 from lookup_source.bench import methods as m
+from lookup_source.bench.budget import BudgetResult, budget_report, run_budget
+from lookup_source.bench.budget import as_json as budget_json
 from lookup_source.bench.cpu import GROUPS, CpuMeter
 from lookup_source.bench.methods import Context, Method, Result
 from lookup_source.bench.plan import PlanResult, plan_report, plot_plans, run_plan
@@ -528,10 +532,12 @@ def run_bench(args: argparse.Namespace) -> int:
     results: list[Result] = []
     machine = ""
     streams: list[StreamResult] = []
-    throughput = [s for s in scenarios if s not in ("sweep", "memory", "stream", "tail", "plan")]
+    special = ("sweep", "memory", "stream", "tail", "plan", "budget")
+    throughput = [s for s in scenarios if s not in special]
     tails: list[TailResult] = []
     plans: list[PlanResult] = []
-    if throughput or {"sweep", "stream", "tail", "plan"} & set(scenarios):
+    budgets: list[BudgetResult] = []
+    if throughput or {"sweep", "stream", "tail", "plan", "budget"} & set(scenarios):
         with spark_session(args, reuse_workers=True) as spark:
             machine = _machine(spark)
             _warm_up(spark, args)
@@ -550,6 +556,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 df.unpersist()
             if "plan" in scenarios:
                 plans = run_plan(spark, args)
+            if "budget" in scenarios:
+                budgets = run_budget(spark, args)
     if "memory" in scenarios:
         with spark_session(args, reuse_workers=False) as spark:
             machine = machine or _machine(spark)
@@ -562,6 +570,8 @@ def run_bench(args: argparse.Namespace) -> int:
         text += "\n".join(["", *tail_report(tails, args)])
     if plans:
         text += "\n".join(["", *plan_report(plans, args)])
+    if budgets:
+        text += "\n".join(["", *budget_report(budgets, args)])
     with open(os.path.join(args.out, "results.md"), "w") as handle:
         handle.write(text)
     with open(os.path.join(args.out, "results.json"), "w") as handle:
@@ -573,6 +583,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 "stream": [asdict(r) for r in streams],
                 "tail": tail_json(tails),
                 "plan": plan_json(plans),
+                "budget": budget_json(budgets),
                 "targets": [
                     {"scenario": s, "target": t, "ratio": r, "met": ok}
                     for s, t, r, ok in targets(results)

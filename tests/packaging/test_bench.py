@@ -19,7 +19,7 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "lookup_source",
         "bench",
         "--scenarios",
-        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream,tail,plan",
+        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream,tail,plan,budget",
         "--rows",
         "3000",
         "--http-rows",
@@ -50,6 +50,8 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "4000",
         "--plan-inputs",
         "400,8000",
+        "--budget-keys",
+        "400",
         "--out",
         str(tmp_path),
         "--redis-url",
@@ -138,6 +140,10 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         (n, m) for n in (400, 8000) for m in ("lookup", "broadcast", "scan", "auto")
     }
     assert all(p["seconds"] > 0 and "ANSWER DIFFERS" not in p["note"] for p in runs)
+    budgets = {r["method"]: r for r in data["budget"]}
+    assert len(budgets) == 4 and all(r["rows"] == 400 for r in budgets.values())
+    assert budgets["budget.*"]["peak_in_flight"] <= 8 and budgets["budget.*"]["answered"] == 400
+    assert "### budget: a service allowing 8 in flight" in table
     jdbc = [p for p in plans if p["method"] == "Spark JDBC + join"]
     assert all(p["seconds"] > 0 or "no JDBC driver" in p["note"] for p in jdbc)
     checks = {p["checksum"] for p in runs if p["input_rows"] == 8000}
