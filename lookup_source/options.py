@@ -487,7 +487,8 @@ class BudgetSettings:
         "budget.lease.ms",
         10_000,
         "How long a task's in-flight leases outlive its last word with the coordinator (it "
-        "renews them every third of this): a killed executor's leases return after this.",
+        "renews them every third of this, at most every 0.5 s): a killed executor's leases "
+        "return after this. At least 1000, and three times budget.timeout.ms.",
         positive=True,
         max_ms=3_600_000,
     )
@@ -505,7 +506,8 @@ class BudgetSettings:
         int_between(1, 1_000_000),
         0,
         "How many tasks the budget is split over without a coordinator (each keeps an even "
-        "share). By default the most tasks of the lookup that can run at once, known on a "
+        "share, at least one request in flight): count every task of every job sharing the "
+        "budget. By default the most tasks of the lookup that can run at once, known on a "
         "classic SparkSession; over Spark Connect, set it when a budget is set.",
         default_doc="(the lookup's concurrent tasks)",
     )
@@ -927,30 +929,48 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
                 "is set with cache.mode=full, which answers every key from the worker's copy "
                 "of the table: drop one of them",
             )
-    _check_budget(options.budget)
+    _check_budget(options.budget, values)
     client_class.validate_options(options.for_connector())
     return options
 
 
-def _check_budget(budget: BudgetSettings) -> None:
-    """The budget's options, checked together."""
-    if budget.url is not None:
-        budget.coordinator_class()
-        if not budget.active:
+MIN_BUDGET_RATE = 0.01
+"""The smallest ``budget.rate`` (per second) and ``budget.cost-per-minute`` taken."""
+
+MIN_LEASE_S = 1.0
+"""The shortest ``budget.lease.ms``: the keeper renews leases every third of it."""
+
+
+def _check_budget(budget: BudgetSettings, given: Mapping[str, str]) -> None:
+    """The budget's options, checked together (``given``: the options as given)."""
+    if not budget.active:
+        named = sorted(name for name in given if name.startswith("budget."))
+        if named:
             raise OptionError(
-                "budget.url",
+                named[0],
                 "is set without a limit to keep: set budget.max-in-flight, budget.rate or "
                 "budget.cost-per-minute",
             )
+        return
+    if budget.url is not None:
+        budget.coordinator_class()
+    for name, value in (
+        ("budget.rate", budget.rate),
+        ("budget.cost-per-minute", budget.cost_per_minute),
+    ):
+        if 0 < value < MIN_BUDGET_RATE:
+            raise OptionError(name, f"must be 0 (no limit) or at least {MIN_BUDGET_RATE}")
     if budget.cost_column is not None and not budget.cost_per_minute:
         raise OptionError(
             "budget.cost.column", "needs budget.cost-per-minute (the cost units a minute allows)"
         )
-    if budget.name and not budget.active:
+    shortest = max(MIN_LEASE_S, 3 * budget.timeout_s)
+    if budget.lease_s < shortest:
         raise OptionError(
-            "budget.name",
-            "is set without a limit: set budget.max-in-flight, "
-            "budget.rate or budget.cost-per-minute",
+            "budget.lease.ms",
+            f"({round(budget.lease_s * 1000)}) must be at least {round(shortest * 1000)}: "
+            "1000, and three times budget.timeout.ms (a task renews its leases every third of "
+            "it, each call taking up to budget.timeout.ms)",
         )
 
 

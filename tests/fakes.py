@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from lookup_source.connector_api import (
     BudgetAsk,
+    BudgetConflictError,
     BudgetCoordinator,
     BudgetGrant,
     BudgetLimits,
@@ -189,6 +190,7 @@ class MemoryBudgetCoordinator(BudgetCoordinator):
         self.expiry: dict[str, float] = {}
         self.wanting: dict[str, float] = {}
         self.next_slot = {"rate": 0.0, "cost": 0.0}
+        self.limits: tuple[int, float, float] | None = None
         self.calls = 0
         self.failing: BaseException | None = None
 
@@ -196,32 +198,37 @@ class MemoryBudgetCoordinator(BudgetCoordinator):
         self.calls += 1
         if self.failing is not None:
             raise self.failing
+        mine = (limits.max_in_flight, limits.rate, limits.cost_rate)
+        if self.limits is not None and self.limits != mine:
+            raise BudgetConflictError(f"budget {budget!r} is kept with {self.limits}")
+        self.limits = mine
         now = asyncio.get_running_loop().time()
-        granted, fair, contended = 0, 0, False
+        granted, fair, contended, kept = 0, 0, False, 0
         if limits.max_in_flight:
             for holder, until in list(self.expiry.items()):
                 if until <= now:
                     self.expiry.pop(holder)
                     self.leases.pop(holder, None)
             self.wanting = {h: t for h, t in self.wanting.items() if t > now}
-            self.leases.pop(ask.holder, None)
+            had = self.leases.pop(ask.holder, None)
             total = sum(self.leases.values())
             others = [h for h in self.wanting if h != ask.holder]
             contended = bool(others)
             without = sum(1 for h in others if h not in self.leases)
             fair = max(1, math.ceil(limits.max_in_flight / (len(self.leases) + 1 + without)))
+            free_now = max(0, limits.max_in_flight - total)
+            kept = min(ask.hold, had) if had is not None else min(ask.hold, free_now)
             if ask.want:
-                free = limits.max_in_flight - total - ask.hold
+                free = limits.max_in_flight - total - kept
                 if contended:
-                    free = min(free, fair - ask.hold)
+                    free = min(free, fair - kept)
                 granted = max(0, min(ask.want, free))
                 if granted < ask.want:
                     self.wanting[ask.holder] = now + 2.0
                 else:
                     self.wanting.pop(ask.holder, None)
-            keep = ask.hold + granted
-            if keep:
-                self.leases[ask.holder] = keep
+            if kept + granted:
+                self.leases[ask.holder] = kept + granted
                 self.expiry[ask.holder] = now + limits.lease_s
             else:
                 self.expiry.pop(ask.holder, None)
@@ -241,4 +248,5 @@ class MemoryBudgetCoordinator(BudgetCoordinator):
             contended=contended,
             requests_delay_s=reserve("rate", limits.rate, ask.requests),
             cost_delay_s=reserve("cost", limits.cost_rate, ask.cost),
+            held=kept + granted,
         )

@@ -49,6 +49,7 @@ from lookup_source.connector_api.boundary import (
 from lookup_source.connector_api.budget import (
     BUDGET_COORDINATOR_GROUP,
     BudgetAsk,
+    BudgetConflictError,
     BudgetCoordinator,
     BudgetGrant,
     BudgetLimits,
@@ -133,6 +134,7 @@ __all__ = [
     "SCAN_CHUNK_ROWS",
     "SHARED_CACHE_GROUP",
     "BudgetAsk",
+    "BudgetConflictError",
     "BudgetCoordinator",
     "BudgetGrant",
     "BudgetLimits",

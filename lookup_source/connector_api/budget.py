@@ -10,7 +10,9 @@ One call does everything, atomically, on the coordinator's own clock (never a wo
 its last call, so a killed worker's leases come back), grants it more if the budget has them,
 and reserves request slots and cost units, paced evenly (a slot every ``1 / rate`` seconds):
 a slot is never given twice, so the rate cannot be exceeded by more than one request's worth,
-however many holders ask. A distribution registers its class by URL scheme::
+however many holders ask. A budget's limits are its first caller's: a call giving others is
+refused (:class:`BudgetConflictError`), so no lookup widens a budget others rely on. A
+distribution registers its class by URL scheme::
 
     [project.entry-points."asynclookup.budget_coordinators"]
     redis = "asynclookup_redis.budget:RedisBudgetCoordinator"
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lookup_source.connector_api.client import ConnectorConfig, LookupClient
+from lookup_source.errors import ConfigurationError
 
 BUDGET_COORDINATOR_GROUP = "asynclookup.budget_coordinators"
 """The entry-point group of budget coordinators, by URL scheme."""
@@ -76,6 +79,15 @@ class BudgetGrant:
     follow every ``1 / rate`` seconds."""
     cost_delay_s: float = 0.0
     """When the first reserved cost unit is due; the next ones every ``1 / cost_rate``."""
+    held: int = -1
+    """The leases the holder holds now (what it kept and was granted): less than ``hold``
+    when the budget did not know it any more (its leases lapsed) and fewer were free. -1: not
+    said (``hold`` + ``leases``)."""
+
+
+class BudgetConflictError(ConfigurationError):
+    """A budget is kept with other limits than this lookup gives, or one request costs more
+    than the budget allows in a minute: fails the task, naming the options to fix."""
 
 
 class BudgetCoordinator(LookupClient):
@@ -104,6 +116,7 @@ class BudgetCoordinator(LookupClient):
 __all__ = [
     "BUDGET_COORDINATOR_GROUP",
     "BudgetAsk",
+    "BudgetConflictError",
     "BudgetCoordinator",
     "BudgetGrant",
     "BudgetLimits",

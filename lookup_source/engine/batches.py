@@ -100,8 +100,8 @@ class Job:
 
 def key_costs(batch: pa.RecordBatch, column: str, distinct: DistinctKeys) -> np.ndarray:
     """The cost of each distinct key: the largest ``column`` value of its rows; a SchemaError
-    naming the column for a missing or non-numeric column, or a null, negative or NaN cost on
-    a row with a key."""
+    naming the column for a missing or non-numeric column, or a null, negative, NaN or
+    infinite cost on a row with a key."""
     where = "budget.cost.column"
     if column not in batch.schema.names:
         raise SchemaError(
@@ -124,12 +124,12 @@ def key_costs(batch: pa.RecordBatch, column: str, distinct: DistinctKeys) -> np.
         return costs
     chosen = array.take(pa.array(rows))
     values = chosen.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero(~(values >= 0))  # null (NaN here), negative or NaN
+    bad = np.flatnonzero(~((values >= 0) & np.isfinite(values)))  # null (NaN), < 0, inf
     if len(bad):
         row = int(rows[bad[0]])
         raise SchemaError(
             f"{where} {column!r} is {array[row].as_py()!r} on input row {row} of its batch: a "
-            "key's cost must be a number of at least 0 (coalesce it in the input)"
+            "key's cost must be a finite number of at least 0 (coalesce it in the input)"
         )
     indices = distinct.indices.take(pa.array(rows)).to_numpy(zero_copy_only=False)
     np.maximum.at(costs, indices.astype(np.int64), values)

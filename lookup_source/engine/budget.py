@@ -19,8 +19,11 @@ one *holder* and spends grants locally, so most requests cost no round trip:
 
 Without a coordinator, or while it does not answer (an error, or no answer within
 ``budget.timeout.ms``), each task keeps an even share of the budget over ``budget.tasks``
-(:class:`StaticShare`) — never more than its share — logs it once, counts it
-(``budget_fallbacks``) and asks the coordinator again after 5 s.
+(:class:`StaticShare`; at least one request in flight) — never more than its share, nor,
+while the coordinator still counts the task's leases, more than those — logs it once, counts
+it (``budget_fallbacks``) and asks the coordinator again after 5 s. A budget kept with other
+limits, or a request costing more than a minute of it, fails the task
+(:class:`BudgetConflictError`, naming the options).
 
 The caller's event loop is the clock (a virtual one in tests)::
 
@@ -45,7 +48,13 @@ import secrets
 import socket
 from typing import TYPE_CHECKING
 
-from lookup_source.connector_api import BudgetAsk, BudgetCoordinator, BudgetGrant, BudgetLimits
+from lookup_source.connector_api import (
+    BudgetAsk,
+    BudgetConflictError,
+    BudgetCoordinator,
+    BudgetGrant,
+    BudgetLimits,
+)
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.rate_limit import RateLimiter
 
@@ -171,6 +180,7 @@ class TaskBudget:
         self._fair = 0
         self._contended = False
         self._static_until = 0.0 if coordinator is not None else math.inf
+        self._live_until = -math.inf  # until when the coordinator counts our leases
         self._lock: asyncio.Lock | None = None
         self._released: asyncio.Event | None = None
         self._keeper: asyncio.Task[None] | None = None
@@ -209,6 +219,12 @@ class TaskBudget:
 
     async def admit(self, cost: float = 1.0) -> None:
         """Wait until the budget lets one more request of ``cost`` go, and count it in."""
+        if self.limits.cost_rate and cost > self.limits.cost_rate * 60:
+            raise BudgetConflictError(
+                f"budget {self.name!r}: a request of cost {cost:g} (budget.cost.column) is "
+                f"more than budget.cost-per-minute ({self.limits.cost_rate * 60:g}): it could "
+                "never be sent within the budget (fewer keys per request: batch.size)"
+            )
         loop = asyncio.get_running_loop()
         started = loop.time()
         waited = False
@@ -251,8 +267,12 @@ class TaskBudget:
         return asyncio.get_running_loop().time() >= self._static_until
 
     def _usable(self) -> int:
-        """How many requests may hold a lease at once now."""
+        """How many requests may hold a lease at once now: without the coordinator, the
+        static share — no more than the leases the coordinator still counts as ours, while it
+        does (others were granted the rest)."""
         if not self._coordinated():
+            if asyncio.get_running_loop().time() < self._live_until:
+                return max(1, min(self.share.in_flight, self._held))
             return self.share.in_flight
         if self._contended and self._fair:
             return min(self._held, max(self._fair, 1))
@@ -283,8 +303,10 @@ class TaskBudget:
                     pause = self._retry_s * (0.5 + self._rng.random())  # refused: back off
                     self._retry_s = min(RETRY_MAX_S, self._retry_s * 2)
                     self._next_poll = loop.time() + pause
+                elif self._polling or not self._coordinated():
+                    pause = RETRY_MAX_S  # woken when a request ends or a grant comes
                 else:
-                    pause = max(0.001, min(RETRY_MAX_S, self._next_poll - now))
+                    pause = min(RETRY_MAX_S, self._next_poll - now)
                 self._released.clear()
                 with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                     await asyncio.wait_for(self._released.wait(), pause)
@@ -320,8 +342,9 @@ class TaskBudget:
             if not (requests or cost_units or asking or renew):
                 return
             need = self._busy + self._waiting
-            cap = max(self._busy, min(self._held, self._fair)) if self._contended else self._held
-            hold = min(cap, max(self._busy, need)) if self.limits.max_in_flight else 0
+            cap = min(self._held, self._fair) if self._contended else self._held
+            # the leases in use are always kept; beyond them, those needed, within the cap
+            hold = max(self._busy, min(cap, need)) if self.limits.max_in_flight else 0
             want = max(0, need - hold) if asking else 0
             try:
                 grant = await asyncio.wait_for(
@@ -330,12 +353,15 @@ class TaskBudget:
                 )
             except asyncio.CancelledError:
                 raise
+            except BudgetConflictError:
+                raise  # the lookup's own mistake: fail the task, naming it
             except BaseException as exc:
                 self._fall_back(exc)
                 return
             now = loop.time()
+            self._live_until = now + self.limits.lease_s
             if self.limits.max_in_flight:
-                self._held = hold + grant.leases
+                self._held = grant.held if grant.held >= 0 else hold + grant.leases
                 if not grant.contended or grant.fair_share > self._fair:  # room again
                     self._next_poll, self._retry_s = 0.0, RETRY_MIN_S
                     if self._released is not None:
@@ -355,6 +381,7 @@ class TaskBudget:
     def _fall_back(self, error: BaseException) -> None:
         """The coordinator failed: keep the static share for a while."""
         self._static_until = asyncio.get_running_loop().time() + COOL_OFF_S
+        self._contended = False  # no word from the others until it answers again
         self.metrics.budget_fallbacks += 1
         if self.name not in _warned:
             _warned.add(self.name)
@@ -381,9 +408,13 @@ class TaskBudget:
 
     async def _keep(self) -> None:
         renew_s = min(self.limits.lease_s / 3, RENEW_MAX_S)
+        loop = asyncio.get_running_loop()
         while not self._closed:
             if self._released is None:
                 self._released = asyncio.Event()
+            if not self._coordinated():  # its static share: nothing to renew until it answers
+                await asyncio.sleep(max(0.01, min(renew_s, self._static_until - loop.time())))
+                continue
             waited = 0.0
             while waited < renew_s and self._surplus() <= 0 and not self._over_share():
                 self._released.clear()
@@ -395,6 +426,8 @@ class TaskBudget:
                 await asyncio.sleep(LINGER_S)  # idle: it may be needed again at once
             if self._held and self._coordinated():
                 await self._sync(renew=True)
+            else:
+                await asyncio.sleep(LINGER_S)  # never round the loop without yielding
 
     def _over_share(self) -> bool:
         """Whether it holds more than its fair share while others wait."""

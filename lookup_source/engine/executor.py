@@ -109,19 +109,21 @@ class RequestExecutor:
             attempt += 1
             if self._rate_limiter is not None:
                 await self._rate_limiter.acquire()
+            admission = None
             if self._budget is not None:
                 await self._budget.admit(asked.cost(rows))
+                admission = Admission(self._budget)
             limit_s = deadline.limit_s(loop.time())
             if limit_s <= 0:  # the rate limiter or the budget held it past the deadline
-                if self._budget is not None:
-                    self._budget.done()
+                if admission is not None:
+                    admission.release()
                 raise FinalFailure(deadline.error(attempt - 1), attempt - 1)
             metrics.requests += 1
             if self._hedging is not None:
                 self._hedging.budget.earn()
             started = loop.time()
             try:
-                result = await self._budgeted(self._attempt(asked, rows, limit_s))
+                result = await self._attempt(asked, rows, limit_s, admission)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 metrics.timeouts += 1
                 self._limit_changed(self._limit.on_overload(started, loop.time()))
@@ -154,6 +156,9 @@ class RequestExecutor:
                 metrics.retries += 1
                 await self._sleep(delay)
                 continue
+            finally:
+                if admission is not None:
+                    admission.release_unless_started()  # a started call gives it back itself
             if not policy.retry_error(attempt, is_retryable(error)):
                 raise FinalFailure(error, attempt)
             retry_after = getattr(error, "retry_after", None)
@@ -162,15 +167,6 @@ class RequestExecutor:
                 raise FinalFailure(deadline.error(attempt, error), attempt)
             metrics.retries += 1
             await self._sleep(delay)
-
-    async def _budgeted(self, attempt: Awaitable[Any]) -> Any:
-        """``attempt``, admitted by the budget already: its lease given back when it ends."""
-        if self._budget is None:
-            return await attempt
-        try:
-            return await attempt
-        finally:
-            self._budget.done()
 
     def _answer(
         self,
@@ -199,15 +195,22 @@ class RequestExecutor:
         asked: AskedKeys,
         rows: np.ndarray | None,
         limit_s: float,
+        admission: Admission | None = None,
     ) -> Any:
         """One call to the client for the keys (or the given rows of them), for at most
-        ``limit_s`` seconds (hedged once, with ``hedging``)."""
+        ``limit_s`` seconds (hedged once, with ``hedging``), holding ``admission``'s lease
+        until the call really ends."""
+
+        def call() -> Awaitable[Any]:
+            made = self._call(asked, rows)
+            return admission.holding(made) if admission is not None else made
+
         if self._hedging is not None:
             cost = asked.cost(rows) if self._budget is not None else 0.0
-            return await self._hedged(lambda: self._call(asked, rows), limit_s, cost)
+            return await self._hedged(lambda: self._call(asked, rows), call, limit_s, cost)
         if self._cheap_deadline:
-            return await self.timer.within(self._call(asked, rows), limit_s)
-        return await self.timer.abandoning(self._call(asked, rows), limit_s, self.abandoned)
+            return await self.timer.within(call(), limit_s)
+        return await self.timer.abandoning(call(), limit_s, self.abandoned)
 
     def _call(self, asked: AskedKeys, rows: np.ndarray | None) -> Awaitable[Any]:
         """The client's lookup of the keys (or the given rows of them), not yet awaited."""
@@ -217,22 +220,34 @@ class RequestExecutor:
         everything = asked.python_keys()
         return self._client.lookup(everything if rows is None else [everything[r] for r in rows])
 
-    async def _hedged(self, call: Callable[[], Awaitable[Any]], limit_s: float, cost: float) -> Any:
+    async def _hedged(
+        self,
+        raw: Callable[[], Awaitable[Any]],
+        call: Callable[[], Awaitable[Any]],
+        limit_s: float,
+        cost: float,
+    ) -> Any:
+        """``call()`` raced against a hedge of ``raw()`` past the delay (each holding a lease
+        of the budget of its own until it really ends)."""
         hedging = self._hedging
         assert hedging is not None
         metrics = self._metrics
 
         async def hedge() -> Any:  # its budget taken: a request like any other from here
             await self._take_slot()  # it waits for a free slot
+            admission = None
             try:
                 if self._rate_limiter is not None:
                     await self._rate_limiter.acquire()
                 if self._budget is not None:
                     await self._budget.admit(cost)
+                    admission = Admission(self._budget)
                 metrics.hedges += 1
                 metrics.requests += 1
-                return await self._budgeted(call())
+                return await (admission.holding(raw()) if admission is not None else raw())
             finally:
+                if admission is not None:
+                    admission.release_unless_started()
                 self._give_slot()
 
         def won() -> None:
@@ -275,6 +290,35 @@ class RequestExecutor:
                 for key, value in result.items()
             }
         return result
+
+
+class Admission:
+    """One attempt admitted by the budget: its lease goes back once — when its call really
+    ends (answered, failed, cancelled; an abandoned call that ignores cancellation is still in
+    flight at the store, and keeps it until it ends), or at once if the call never starts."""
+
+    def __init__(self, budget: TaskBudget) -> None:
+        self._budget = budget
+        self._started = False
+        self._released = False
+
+    async def holding(self, call: Awaitable[Any]) -> Any:
+        """``call``, holding the lease until it ends."""
+        self._started = True
+        try:
+            return await call
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._budget.done()
+
+    def release_unless_started(self) -> None:
+        """Give the lease back if the call never started (a started one gives it back)."""
+        if not self._started:
+            self.release()
 
 
 async def _no_wait() -> None:

@@ -168,6 +168,15 @@ def main() -> None:
                 "latency_s=0.005",
                 [(skewed(spark, 300, 30), shared), (skewed(spark, 90, 30, 10_000), shared)],
             )
+        elif name == "kill":  # the test kills an executor mid-phase (SIGKILL)
+            shared = budget | {"budget.name": f"kill-{RUN}", "budget.max-in-flight": "6"}
+            report[name] = phase(
+                spark,
+                service,
+                name,
+                "latency_s=0.02",
+                [(skewed(spark, 600, 100), shared), (skewed(spark, 300, 100, 10_000), shared)],
+            )
         elif name == "restart":  # the test restarts the coordinator's Redis mid-phase
             shared = budget | {
                 "budget.name": f"restart-{RUN}",

@@ -11,13 +11,15 @@ machine), where ``rate.limit.total``'s even
 split leaves most of it idle; Redis restarted mid-phase: the tasks fall back to their static
 share and resume, never more than one grant too many in flight. The job runs in a Python
 process of its own (the test session keeps its single SparkSession); its figures are printed
-with ``-s``.
+with ``-s``. An executor JVM killed mid-phase (SIGKILL, its Python workers with it): the job
+ends with every row right, and the budget is in full use again within the lease time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -31,19 +33,67 @@ from lookup_source.bench.quota import QuotaService
 from tests.servers import RedisServer, own_redis_server
 
 JOB = Path(__file__).with_name("budget_job.py")
-PHASES = ("in_flight", "rate", "skew_budget", "skew_static", "cost", "restart")
+PHASES = ("in_flight", "rate", "skew_budget", "skew_static", "cost", "kill", "restart")
+LEASE_S = 3.0
+"""The jobs' budget.lease.ms."""
 
 
-def restart_when_busy(service: QuotaService, redis: RedisServer, done: threading.Event) -> None:
-    """During the ``restart`` phase, once the jobs have sent 300 requests: kill the budget's
-    Redis, and start it again (empty) 0.5 s later."""
-    while not done.is_set():
-        if service.phase == "restart" and len(service.arrivals) >= 300:
-            redis.kill()
-            time.sleep(0.5)
-            redis.start()
-            return
-        time.sleep(0.01)
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """The processes under ``pid`` (from /proc), with their command lines."""
+    children: dict[int, list[int]] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parent = int(
+            next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+        )
+        children.setdefault(parent, []).append(int(entry.name))
+        commands[int(entry.name)] = command
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append((child, commands.get(child, "")))
+            todo.append(child)
+    return found
+
+
+class Faults:
+    """During the ``kill`` phase, once the jobs have sent 300 requests: SIGKILL one executor
+    JVM of the job (its Python workers die with it, holding leases). During the ``restart``
+    phase, at 300 requests: kill the budget's Redis, and start it again (empty) 0.5 s later."""
+
+    def __init__(self, service: QuotaService, redis: RedisServer) -> None:
+        self.service, self.redis = service, redis
+        self.job_pid = 0
+        self.killed_at = 0.0
+        self.done = threading.Event()
+
+    def watch(self) -> None:
+        killed = restarted = False
+        while not self.done.is_set() and not (killed and restarted):
+            busy = len(self.service.arrivals) >= 300
+            if self.service.phase == "kill" and busy and not killed:
+                executors = [
+                    pid
+                    for pid, command in descendants(self.job_pid)
+                    if "CoarseGrainedExecutorBackend" in command
+                ]
+                if executors:
+                    os.kill(executors[0], signal.SIGKILL)
+                    self.killed_at = time.monotonic()
+                killed = True
+            if self.service.phase == "restart" and busy and not restarted:
+                self.redis.kill()
+                time.sleep(0.5)
+                self.redis.start()
+                restarted = True
+            time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -55,29 +105,35 @@ def report(spark_work_dir: None) -> dict[str, Any]:
         "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
     }
     with own_redis_server() as redis, QuotaService(cost_of=lambda key: 1 + key % 3) as service:
-        done = threading.Event()
-        watcher = threading.Thread(target=restart_when_busy, args=(service, redis, done))
+        faults = Faults(service, redis)
+        watcher = threading.Thread(target=faults.watch)
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                str(JOB),
+                "local-cluster[2,2,1024]",
+                redis.url,
+                service.base_url,
+                *PHASES,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        faults.job_pid = job.pid
         watcher.start()
         try:
-            finished = subprocess.run(
-                [
-                    sys.executable,
-                    str(JOB),
-                    "local-cluster[2,2,1024]",
-                    redis.url,
-                    service.base_url,
-                    *PHASES,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                env=env,
-            )
+            stdout, stderr = job.communicate(timeout=600)
         finally:
-            done.set()
+            faults.done.set()
             watcher.join()
-    assert finished.returncode == 0, finished.stderr[-4000:]
-    found: dict[str, Any] = json.loads(finished.stdout.strip().splitlines()[-1])
+            job.kill()
+        recovered = [at for at, n in service.in_flight_log if at > faults.killed_at and n == 6]
+    assert job.returncode == 0, stderr[-4000:]
+    found: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    found["kill"]["killed"] = bool(faults.killed_at)
+    found["kill"]["recovered_s"] = recovered[0] - faults.killed_at if recovered else None
     for name, figures in found.items():
         print(f"{name}: {figures['seconds']:.2f} s, service {figures['service']}")
     return found
@@ -129,6 +185,18 @@ def test_cost_per_minute_holds_in_every_second(report: dict[str, Any]) -> None:
     used = (service["requests"] * 2) / (400 * service["busy_s"])  # keys cost 2 on average
     assert used >= 0.85, used
     coordinated(report["cost"])
+
+
+def test_an_executor_killed_mid_job_returns_its_leases_within_the_lease_time(
+    report: dict[str, Any],
+) -> None:
+    phase = report["kill"]
+    service = phase["service"]
+    assert phase["killed"]  # an executor JVM, and its Python workers, died mid-phase
+    assert service["requests"] >= 900 + 600  # every row right (checked in the job); tasks rerun
+    assert service["peak_in_flight"] <= 6
+    # the dead workers' leases lapse: the budget is in full use again within the lease time
+    assert phase["recovered_s"] is not None and phase["recovered_s"] <= LEASE_S + 1.5
 
 
 def test_a_redis_restart_mid_job_falls_back_and_resumes(report: dict[str, Any]) -> None:

@@ -426,3 +426,138 @@ def test_budget_settings_pickle_and_compare() -> None:
     settings = BudgetSettings(max_in_flight=3, url="redis://:pw@h:1/0")
     assert pickle.loads(pickle.dumps(settings)) == settings
     assert dataclasses.replace(settings, tasks=2).tasks == 2
+
+
+# -- what a hostile review found ------------------------------------------------------------------
+
+
+def test_an_abandoned_attempt_keeps_its_lease_until_it_really_ends() -> None:
+    """A call that ignores cancellation (a user function, asyncpg) is still in flight at the
+    store after its time limit: the retry waits for its lease."""
+
+    class Stubborn(FakeClient):
+        honours_cancellation = False
+
+        async def lookup(self, keys: Any) -> Any:
+            store = self.store
+            store.in_flight += 1
+            store.peak_in_flight = max(store.peak_in_flight, store.in_flight)
+            try:
+                try:
+                    await asyncio.sleep(0.5)
+                except asyncio.CancelledError:
+                    await asyncio.sleep(0.5)  # ignores it for a while
+                return {k: TABLE[k] for k in keys}
+            finally:
+                store.in_flight -= 1
+
+    store = FakeStore(TABLE)
+    budget = BudgetSettings(max_in_flight=1, tasks=1)
+    options = make_options(capacity=5, batch_size=1, timeout_ms=100, max_attempts=2, budget=budget)
+    spec = make_spec(options)
+    metrics: list[LookupMetrics] = []
+    with pytest.raises(Exception):  # noqa: B017 - every attempt times out; only the peak matters
+        list(
+            run_lookups(
+                [key_batch([1, 2, 3])],
+                spec,
+                make_config(spec),
+                client_factory=lambda c: Stubborn(c, store),
+                on_metrics=metrics.append,
+                loop_factory=VirtualTimeLoop,
+            )
+        )
+    assert store.peak_in_flight == 1  # never two at the store, abandoned ones included
+
+
+def test_a_coordinator_failing_while_contended_never_spins_the_loop() -> None:
+    coordinator = MemoryBudgetCoordinator()
+    limits = BudgetLimits(max_in_flight=4, lease_s=3.0)
+    metrics = LookupMetrics()
+    budget = TaskBudget("b", limits, StaticShare(limits, 2), metrics, coordinator=coordinator)
+
+    async def scenario() -> int:
+        for _ in range(4):
+            await budget.admit()
+        budget._contended, budget._fair = True, 1  # others wait: it must give leases back
+        coordinator.failing = ConnectionError("down")  # ... and the coordinator goes away
+        for _ in range(3):
+            budget.done()
+        await asyncio.sleep(12.0)  # two cool-offs
+        calls = coordinator.calls
+        budget.done()
+        await budget.aclose()
+        return calls
+
+    calls = virtual_time.run(scenario())
+    assert calls <= 10, calls  # the grants, then one try per cool-off: no spin
+    assert metrics.budget_fallbacks >= 1 and not budget._contended
+
+
+def test_without_the_coordinator_a_task_uses_no_more_than_the_leases_it_still_holds() -> None:
+    coordinator = MemoryBudgetCoordinator()
+    limits = BudgetLimits(max_in_flight=10, lease_s=3.0)
+    budget = TaskBudget(
+        "b", limits, StaticShare(limits, 2), LookupMetrics(), coordinator=coordinator
+    )
+
+    async def scenario() -> tuple[int, int]:
+        await budget.admit()
+        await budget.admit()  # holds 2 (of its static share of 5)
+        coordinator.failing = ConnectionError("down")
+        budget._released = asyncio.Event()
+        budget._static_until = asyncio.get_running_loop().time() + 5  # as _fall_back does
+        while_counted = budget._usable()
+        await asyncio.sleep(3.5)  # past the lease time: the coordinator no longer counts them
+        after = budget._usable()
+        budget.done()
+        budget.done()
+        await budget.aclose()
+        return while_counted, after
+
+    assert virtual_time.run(scenario()) == (2, 5)
+
+
+def test_a_request_costing_more_than_a_minute_of_budget_fails_naming_the_options() -> None:
+    from lookup_source.connector_api import BudgetConflictError
+
+    budget = BudgetSettings(cost_per_minute=60.0, cost_column="tokens", tasks=1)
+    options = make_options(batch_size=10, budget=budget)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([1, 2]), pa.array([50.0, 50.0]), pa.array([0, 1])], names=["k", "tokens", "row"]
+    )
+    with pytest.raises(BudgetConflictError, match="more than budget.cost-per-minute") as info:
+        run_task(options, [batch], FakeStore(TABLE))
+    assert "batch.size" in str(info.value)
+
+
+def test_an_infinite_cost_is_refused() -> None:
+    budget = BudgetSettings(cost_per_minute=60.0, cost_column="tokens", tasks=1)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([1]), pa.array([float("inf")]), pa.array([0])], names=["k", "tokens", "row"]
+    )
+    with pytest.raises(SchemaError, match="finite"):
+        run_task(make_options(budget=budget), [batch], FakeStore(TABLE))
+
+
+@pytest.mark.parametrize(
+    ("given", "option", "message"),
+    [
+        ({"budget.lease.ms": "500", "budget.rate": "1"}, "budget.lease.ms", "at least 1500"),
+        (
+            {"budget.lease.ms": "2000", "budget.timeout.ms": "1000", "budget.rate": "1"},
+            "budget.lease.ms",
+            "at least 3000",
+        ),
+        ({"budget.tasks": "4"}, "budget.tasks", "without a limit"),
+        ({"budget.lease.ms": "20000"}, "budget.lease.ms", "without a limit"),
+        ({"budget.rate": "0.001"}, "budget.rate", "at least 0.01"),
+        ({"budget.cost-per-minute": "0.001"}, "budget.cost-per-minute", "at least 0.01"),
+    ],
+)
+def test_budget_option_combinations_are_checked(
+    given: dict[str, str], option: str, message: str
+) -> None:
+    with pytest.raises(OptionError, match=option.replace(".", r"\.")) as info:
+        parse_options({**BASE, **given})
+    assert message in str(info.value)

@@ -333,8 +333,9 @@ def test_budget_keys_share_one_hash_tag_and_expire(
 ) -> None:
     keys = budget_keys(budget_name)
     tags = {key[key.index("{") : key.index("}") + 1] for key in keys}
-    assert tags == {"{" + budget_name + "}"}
-    assert budget_keys("a{b}c")[0] == "asynclookup:budget:{a(b)c}:leases"
+    assert tags == {"{" + budget_name.encode().hex() + "}"}
+    assert budget_keys("a{b}")[0] != budget_keys("a(b)")[0]  # any name is its own keys
+    assert budget_keys("ü:\n")[0] == "asynclookup:budget:{c3bc3a0a}:leases"
 
     async def ask() -> None:
         store = coordinator(redis_srv.url)
@@ -420,3 +421,74 @@ def test_a_killed_worker_process_leases_return_within_the_lease_time(
 
     waited = asyncio.run(admitted())
     assert 0.5 <= waited <= 1.0 + 0.5, waited  # its last renewal + the lease time, at most
+
+
+def ask_once(url: str, name: str, limits: BudgetLimits, ask: BudgetAsk) -> Any:
+    async def call() -> Any:
+        store = coordinator(url)
+        await store.open()
+        try:
+            return await store.ask(name, limits, ask)
+        finally:
+            await store.close()
+
+    return asyncio.run(call())
+
+
+def test_a_budget_keeps_its_first_limits_and_names_them_to_a_lookup_giving_others(
+    redis_srv: RedisServer, budget_name: str
+) -> None:
+    from lookup_source.connector_api import BudgetConflictError
+
+    mine = BudgetLimits(max_in_flight=8, rate=100.0, lease_s=1.0)
+    assert ask_once(redis_srv.url, budget_name, mine, BudgetAsk("a", 0, 8)).leases == 8
+    wider = BudgetLimits(max_in_flight=1000, rate=100.0, lease_s=1.0)
+    with pytest.raises(BudgetConflictError) as info:
+        ask_once(redis_srv.url, budget_name, wider, BudgetAsk("b", 0, 500))
+    message = str(info.value)
+    assert "budget.max-in-flight=8" in message and "budget.rate=100" in message
+    assert "this one gives 1000" in message and "another budget.name" in message
+    slower = BudgetLimits(max_in_flight=8, rate=0.01, lease_s=1.0)  # would push A's slots out
+    with pytest.raises(BudgetConflictError):
+        ask_once(redis_srv.url, budget_name, slower, BudgetAsk("b", 0, 0, 1))
+
+
+def test_one_call_reserves_at_most_a_minute_of_budget(
+    redis_srv: RedisServer, budget_name: str, redis_db: Any
+) -> None:
+    from lookup_source.connector_api import BudgetConflictError
+
+    limits = BudgetLimits(cost_rate=10.0, lease_s=1.0)  # 600 a minute
+    with pytest.raises(BudgetConflictError, match="more than a minute of the budget"):
+        ask_once(redis_srv.url, budget_name, limits, BudgetAsk("a", cost=1e9))
+    assert redis_db.get(budget_keys(budget_name)[4]) is None  # nothing reserved
+    assert ask_once(redis_srv.url, budget_name, limits, BudgetAsk("a", cost=600)).cost_delay_s == 0
+
+
+def test_a_holder_whose_leases_lapsed_keeps_only_what_is_free(
+    redis_srv: RedisServer, budget_name: str
+) -> None:
+    import time
+
+    limits = BudgetLimits(max_in_flight=4, lease_s=0.3)
+    url = redis_srv.url
+    assert ask_once(url, budget_name, limits, BudgetAsk("a", 0, 4)).held == 4
+    time.sleep(0.4)  # a's worker stood still past the lease time
+    assert ask_once(url, budget_name, limits, BudgetAsk("b", 0, 4)).held == 4
+    back = ask_once(url, budget_name, limits, BudgetAsk("a", 4, 0))  # it says it holds 4
+    assert back.held == 0  # none is free: it is told it holds none
+    stranger = ask_once(url, budget_name, limits, BudgetAsk("c", 9, 0))
+    assert stranger.held == 0  # nobody can claim leases it was never granted
+
+
+def test_values_written_by_others_never_widen_the_budget(
+    redis_srv: RedisServer, budget_name: str, redis_db: Any
+) -> None:
+    leases, expiry, _, rate_key, _, _ = budget_keys(budget_name)
+    limits = BudgetLimits(max_in_flight=4, rate=10.0, lease_s=5.0)
+    redis_db.hset(leases, mapping={"x": "-100", "y": "garbage", "z": "3"})
+    redis_db.zadd(expiry, {"x": 1e15, "y": 1e15, "z": 1e15})
+    redis_db.set(rate_key, "not a number")
+    grant = ask_once(redis_srv.url, budget_name, limits, BudgetAsk("a", 0, 10, 1))
+    assert grant.leases == 1  # 4 - 3 (z); x and y count as 0, never as room
+    assert grant.requests_delay_s == 0.0
