@@ -41,7 +41,6 @@ class QuotaService(BackgroundHttpServer):
         self.in_flight = 0
         self.peak_in_flight = 0
         self.arrivals: list[tuple[float, float]] = []  # (time.monotonic(), cost), answered ones
-        self.in_flight_log: list[tuple[float, int]] = []  # (time.monotonic(), in flight after)
         self.refused = 0
         self._recent: deque[float] = deque()
         self.phase = ""
@@ -59,7 +58,6 @@ class QuotaService(BackgroundHttpServer):
         self.max_in_flight, self.rate, self.latency_s = max_in_flight, rate, latency_s
         self.peak_in_flight = 0
         self.arrivals = []
-        self.in_flight_log = []
         self.refused = 0
         self._recent.clear()
 
@@ -102,7 +100,6 @@ class QuotaService(BackgroundHttpServer):
         cost = self.cost_of(int(key)) if self.cost_of is not None else 1.0
         self.arrivals.append((now, cost))
         self.in_flight += 1
-        self.in_flight_log.append((now, self.in_flight))
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
             await asyncio.sleep(self.latency_s)
