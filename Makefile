@@ -21,9 +21,10 @@ SPARK_NEWEST := $(lastword $(SPARK_VERSIONS))
 # the Python of each environment (OLDEST_PYTHON: the oldest PySpark with the oldest Python)
 OLDEST_PYTHON ?= $(PYTHON)
 # what the environment of each PySpark runs: every suite but packaging (unit, connector, spark,
-# reliability); packaging (wheels, image replay, cluster recipes, demo, bench, the command) runs
-# once, in `make test`
-SPARK_SUITES ?= -m "not packaging"
+# reliability); packaging (wheels, image replay, cluster recipes, demo, bench, the command) and
+# the cluster budget on local-cluster (the engine's, the same on any PySpark; each surface's
+# budget runs everywhere) run once, in `make test`
+SPARK_SUITES ?= -m "not packaging and not cluster"
 
 CONNECTORS := connectors/redis connectors/http connectors/postgres
 # a third-party connector, installed as a user would install one, so its tests run too

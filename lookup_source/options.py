@@ -539,7 +539,9 @@ class LookupOptions:
         "key.column",
         parse_column_list,
         None,
-        "Key column(s) of the schema, comma-separated for a composite key.",
+        "Key column(s) of the schema, comma-separated for a composite key. For lookup_join, "
+        "unset, with `on` naming several columns that the schema has: those columns, in "
+        "`on`'s order.",
         default_doc="first column of the schema",
     )
     capacity: int = option(
@@ -745,6 +747,11 @@ class LookupOptions:
                 "give the data source: build them with parse_options(...)",
             )
         return dict(self.given)
+
+    def with_key_columns(self, columns: tuple[str, ...]) -> LookupOptions:
+        """These options with ``key.column`` set to ``columns``."""
+        given = {**self.given, "key.column": ",".join(columns)}
+        return dataclasses.replace(self, key_columns=columns, given=given)
 
     @property
     def split_by(self) -> str | None:

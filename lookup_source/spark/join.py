@@ -19,7 +19,7 @@ from lookup_source.spark.arguments import concurrent_tasks, lookup_options_of
 from lookup_source.spark.metrics import carries_rows, lookup_name, new_accumulator, observed, track
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.progress import MetricsRows, metrics_spark_field, progress_fields
-from lookup_source.spark.shape import output_schema, resolve_on
+from lookup_source.spark.shape import keyed_by_on, output_schema, resolve_on
 from lookup_source.spark.strategy import strategy_of, table_join
 from lookup_source.spark.versions import is_connect
 
@@ -75,6 +75,7 @@ def lookup_join(
     lookup = lookup_name(name, lookup_options.connector)
     if lookup_options.split_by:
         lookup_options = lookup_options.split_over(concurrent_tasks(df, lookup_options.split_by))
+    lookup_options = keyed_by_on(lookup_options, schema, on)  # a composite key named once
     plan = LookupPlan.build(lookup_options, schema)
     on_columns = resolve_on(df.schema, on, plan)
     out_schema = output_schema(df.schema, plan)

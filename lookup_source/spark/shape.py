@@ -18,8 +18,8 @@ from pyspark.sql.types import (
 )
 
 from lookup_source.errors import SchemaError
-from lookup_source.options import ERROR_COLUMN
-from lookup_source.spark.plan import LookupPlan
+from lookup_source.options import ERROR_COLUMN, LookupOptions
+from lookup_source.spark.plan import LookupPlan, parse_schema
 
 
 @dataclass(frozen=True)
@@ -35,19 +35,45 @@ DATAFRAME = InputTerms()
 TABLE_ARGUMENT = InputTerms(on="the key argument", input="the TABLE(...) argument")
 
 
+def on_names(on: str | Sequence[str]) -> list[str]:
+    """The input columns ``on`` names: one, a list, or a comma-separated text."""
+    names = [on] if isinstance(on, str) else list(on)
+    if len(names) == 1 and "," in names[0]:
+        names = [part.strip() for part in names[0].split(",")]
+    return names
+
+
+def keyed_by_on(
+    options: LookupOptions, schema: StructType | str, on: str | Sequence[str]
+) -> LookupOptions:
+    """A composite key named once: when ``key.column`` is not set and ``on`` names several
+    columns that the lookup schema has, they are the lookup's key (in ``on``'s order)."""
+    names = on_names(on)
+    if options.key_columns is not None or len(names) < 2:
+        return options
+    columns = {field.name.lower(): field.name for field in parse_schema(schema).fields}
+    if not all(name.lower() in columns for name in names):
+        return options
+    return options.with_key_columns(tuple(columns[name.lower()] for name in names))
+
+
 def resolve_on(
     df_schema: StructType,
     on: str | Sequence[str],
     plan: LookupPlan,
     terms: InputTerms = DATAFRAME,
 ) -> list[str]:
-    names = [on] if isinstance(on, str) else list(on)
-    if len(names) == 1 and "," in names[0]:
-        names = [part.strip() for part in names[0].split(",")]
+    names = on_names(on)
     if len(names) != len(plan.key_fields):
+        hint = (
+            f": set key.column to the lookup schema's {len(names)} key columns (in {terms.on}'s "
+            f"order), or name {len(plan.key_fields)} column(s) in {terms.on}"
+            if plan.options.key_columns is None or len(names) > len(plan.key_fields)
+            else f": name the input column of each key column in {terms.on}, in key.column's order"
+        )
         raise SchemaError(
             f"{terms.on} names {len(names)} column(s) ({', '.join(names)}) but the lookup key "
-            f"has {len(plan.key_fields)} ({', '.join(plan.key_names)})"
+            f"has {len(plan.key_fields)} ({', '.join(plan.key_names)}){hint}"
         )
     by_name = {f.name.lower(): f for f in df_schema.fields}
     resolved = []

@@ -51,7 +51,7 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "--plan-inputs",
         "400,8000",
         "--budget-keys",
-        "400",
+        "200",
         "--out",
         str(tmp_path),
         "--redis-url",
@@ -141,8 +141,8 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     }
     assert all(p["seconds"] > 0 and "ANSWER DIFFERS" not in p["note"] for p in runs)
     budgets = {r["method"]: r for r in data["budget"]}
-    assert len(budgets) == 4 and all(r["rows"] == 400 for r in budgets.values())
-    assert budgets["budget.*"]["peak_in_flight"] <= 8 and budgets["budget.*"]["answered"] == 400
+    assert len(budgets) == 4 and all(r["rows"] == 200 for r in budgets.values())
+    assert budgets["budget.*"]["peak_in_flight"] <= 8 and budgets["budget.*"]["answered"] == 200
     assert "### budget: a service allowing 8 in flight" in table
     jdbc = [p for p in plans if p["method"] == "Spark JDBC + join"]
     assert all(p["seconds"] > 0 or "no JDBC driver" in p["note"] for p in jdbc)

@@ -125,6 +125,8 @@ def main() -> None:
         .config("spark.scheduler.mode", "FAIR")
         .getOrCreate()
     )
+    # a Python worker on every core first: a phase measures the budget, not workers starting
+    spark.range(16, numPartitions=8).mapInArrow(lambda batches: batches, "id long").collect()
     budget = {"budget.url": budget_url, "budget.lease.ms": "3000"}
     report: dict[str, Any] = {}
     for name in phases:
@@ -168,15 +170,6 @@ def main() -> None:
                 "latency_s=0.005",
                 [(skewed(spark, 300, 30), shared), (skewed(spark, 90, 30, 10_000), shared)],
             )
-        elif name == "kill":  # the test kills an executor mid-phase (SIGKILL)
-            shared = budget | {"budget.name": f"kill-{RUN}", "budget.max-in-flight": "6"}
-            report[name] = phase(
-                spark,
-                service,
-                name,
-                "latency_s=0.02",
-                [(skewed(spark, 600, 100), shared), (skewed(spark, 300, 100, 10_000), shared)],
-            )
         elif name == "restart":  # the test restarts the coordinator's Redis mid-phase
             shared = budget | {
                 "budget.name": f"restart-{RUN}",
@@ -188,7 +181,7 @@ def main() -> None:
                 service,
                 name,
                 "latency_s=0.02",
-                [(skewed(spark, 600, 100), shared), (skewed(spark, 300, 100, 10_000), shared)],
+                [(skewed(spark, 300, 50), shared), (skewed(spark, 150, 30, 10_000), shared)],
             )
     print(json.dumps(report))
     spark.stop()

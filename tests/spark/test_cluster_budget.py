@@ -11,12 +11,14 @@ machine), where ``rate.limit.total``'s even
 split leaves most of it idle; Redis restarted mid-phase: the tasks fall back to their static
 share and resume, never more than one grant too many in flight. The job runs in a Python
 process of its own (the test session keeps its single SparkSession); its figures are printed
-with ``-s``. An executor JVM killed mid-phase (SIGKILL, its Python workers with it): the job
-ends with every row right, and the leases its workers held return within the lease time.
+with ``-s``. An executor killed mid-job (SIGKILL, its JVM and its Python workers): the job ends
+with every row right, and the leases its workers held return within the lease time. Marked
+``cluster``: it runs once, in CI's main leg (each surface's budget runs on every PySpark).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -32,8 +34,12 @@ import pytest
 from lookup_source.bench.quota import QuotaService
 from tests.servers import RedisServer, own_redis_server
 
+pytestmark = pytest.mark.cluster
+
 JOB = Path(__file__).with_name("budget_job.py")
-PHASES = ("in_flight", "rate", "skew_budget", "skew_static", "cost", "kill", "restart")
+PHASES = ("rate", "skew_budget", "skew_static", "cost", "in_flight", "restart")
+"""In this order: the phases that measure how much of the quota is used before the executor is
+killed (its replacement's workers start cold)."""
 LEASE_S = 3.0
 """The jobs' budget.lease.ms."""
 
@@ -64,23 +70,23 @@ def descendants(pid: int) -> list[tuple[int, str]]:
 
 
 class Faults:
-    """During the ``kill`` phase, once the jobs have sent 300 requests: SIGKILL one executor
-    JVM of the job (its Python workers die with it, holding leases), then watch the budget's
-    Redis until no lease of a dead worker is left. During the ``restart`` phase, at 300
+    """During the ``in_flight`` phase, once the jobs have sent 300 requests: SIGKILL one executor
+    JVM of the job and its Python workers (holding leases), and read in the budget's
+    Redis when their leases lapse (no one renews them now). During the ``restart`` phase, at 300
     requests: kill the budget's Redis, and start it again (empty) 0.5 s later."""
 
     def __init__(self, service: QuotaService, redis: RedisServer) -> None:
         self.service, self.redis = service, redis
         self.job_pid = 0
         self.dead_leases = 0  # leases the killed executor's workers held when it died
-        self.returned_s: float | None = None  # when none of them was left
+        self.returned_s: float | None = None  # when the last of them lapses, from the kill
         self.done = threading.Event()
 
     def watch(self) -> None:
         killed = restarted = False
         while not self.done.is_set() and not (killed and restarted):
             busy = len(self.service.arrivals) >= 300
-            if self.service.phase == "kill" and busy and not killed:
+            if self.service.phase == "in_flight" and busy and not killed:
                 self._kill_an_executor()
                 killed = True
             if self.service.phase == "restart" and busy and not restarted:
@@ -100,26 +106,26 @@ class Faults:
         ]
         if not executors:
             return
-        workers = {str(pid) for pid, _ in descendants(executors[0])}
+        dying = [pid for pid, _ in descendants(executors[0])]
+        workers = {str(pid) for pid in dying}
+        for pid in [executors[0], *dying]:  # the executor's container dies: all of it at once
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         store = redis.Redis.from_url(self.redis.url)
-
-        def dead_leases() -> int:
-            held = 0
+        try:
+            seconds, micros = store.time()  # the coordinator's clock, which leases lapse by
+            now_ms = seconds * 1000 + micros / 1000
+            lapse_ms = []
             for key in store.scan_iter(match="asynclookup:budget:*:leases"):
+                expiry = key[: -len(b"leases")] + b"expiry"
                 for holder, count in store.hgetall(key).items():
                     if holder.decode().split(":")[1] in workers:  # host:pid:random
-                        held += int(count)
-            return held
-
-        os.kill(executors[0], signal.SIGKILL)
-        killed_at = time.monotonic()
-        self.dead_leases = dead_leases()
-        while time.monotonic() - killed_at < 4 * LEASE_S:
-            if not dead_leases():
-                self.returned_s = time.monotonic() - killed_at
-                break
-            time.sleep(0.05)
-        store.close()
+                        self.dead_leases += int(count)
+                        lapse_ms.append(store.zscore(expiry, holder) or now_ms)
+            if lapse_ms:  # no one renews them now: they are free again once lapsed
+                self.returned_s = max(0.0, (max(lapse_ms) - now_ms) / 1000)
+        finally:
+            store.close()
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +163,8 @@ def report(spark_work_dir: None) -> dict[str, Any]:
             job.kill()
     assert job.returncode == 0, stderr[-4000:]
     found: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
-    found["kill"]["dead_leases"] = faults.dead_leases
-    found["kill"]["returned_s"] = faults.returned_s
+    found["in_flight"]["dead_leases"] = faults.dead_leases
+    found["in_flight"]["returned_s"] = faults.returned_s
     for name, figures in found.items():
         print(f"{name}: {figures['seconds']:.2f} s, service {figures['service']}")
     return found
@@ -175,8 +181,19 @@ def test_two_jobs_never_have_more_in_flight_than_the_budget(report: dict[str, An
     service = phase["service"]
     assert service["refused"] == 0  # the service allows 6 in flight: none was ever over
     assert service["peak_in_flight"] == 6  # and the budget was used to the full
-    assert service["requests"] == 390 + 120
+    assert service["requests"] >= 390 + 120  # every row right (checked in the job)
     coordinated(phase)
+
+
+def test_an_executor_killed_mid_job_returns_its_leases_within_the_lease_time(
+    report: dict[str, Any],
+) -> None:
+    phase = report["in_flight"]
+    print(f"killed: {phase['dead_leases']} leases held, lapsing in {phase['returned_s']} s")
+    assert phase["dead_leases"] > 0  # an executor and its workers died mid-job, holding leases
+    # no one renews them now: they return to the budget within the lease time
+    assert phase["returned_s"] is not None and phase["returned_s"] <= LEASE_S + 0.05
+    assert phase["service"]["peak_in_flight"] <= 6  # the job ran on (its tasks again), within
 
 
 def test_two_jobs_keep_the_rate_in_every_second(report: dict[str, Any]) -> None:
@@ -212,23 +229,10 @@ def test_cost_per_minute_holds_in_every_second(report: dict[str, Any]) -> None:
     coordinated(report["cost"])
 
 
-def test_an_executor_killed_mid_job_returns_its_leases_within_the_lease_time(
-    report: dict[str, Any],
-) -> None:
-    phase = report["kill"]
-    service = phase["service"]
-    print(f"kill: {phase['dead_leases']} leases held by the dead, back in {phase['returned_s']} s")
-    assert phase["dead_leases"] > 0  # an executor's workers died mid-phase, holding leases
-    assert service["requests"] >= 900 + 600  # every row right (checked in the job); tasks rerun
-    assert service["peak_in_flight"] <= 6
-    # their leases returned to the budget within the lease time (and the last renewal)
-    assert phase["returned_s"] is not None and phase["returned_s"] <= LEASE_S + 0.5
-
-
 def test_a_redis_restart_mid_job_falls_back_and_resumes(report: dict[str, Any]) -> None:
     phase = report["restart"]
     service = phase["service"]
-    assert service["requests"] == 900 + 600  # every row right (checked in the job), none lost
+    assert service["requests"] == 450 + 240  # every row right (checked in the job), none lost
     assert sum(lookup["fallbacks"] for lookup in phase["lookups"]) >= 1
     # four tasks at once: at most one grant (of one lease) too many each, for a moment
     assert service["peak_in_flight"] <= 6 + 4

@@ -106,6 +106,40 @@ def test_composite_keys(spark: Any, redis_db: Any, redis_srv: RedisServer, prefi
     assert out.count() == 3
 
 
+def test_a_composite_key_named_once_in_on(
+    spark: Any, redis_db: Any, redis_srv: RedisServer, prefix: str
+) -> None:
+    """``on`` names the key's columns, the schema has them: they are the key, without
+    key.column repeating them; otherwise the message says to set key.column."""
+    redis_db.set(f"{prefix}JFK:2013:1", json.dumps({"temp": 39.0}))
+    flights = spark.createDataFrame(
+        [("JFK", 2013, 1), ("JFK", 2013, 2), ("EWR", None, 1)], "origin string, year long, day long"
+    )
+    options = {
+        "connector": "redis",
+        "url": redis_srv.url,
+        "redis.key.pattern": f"{prefix}{{origin}}:{{year}}:{{day}}",
+    }
+    out = lookup_join(
+        flights,
+        ["origin", "year", "day"],
+        schema="origin string, year long, day long, temp double",
+        options=options,
+    )
+    rows = sorted((r.origin, r.year, r.day, r.temp) for r in out.collect())
+    assert rows == [("EWR", None, 1, None), ("JFK", 2013, 1, 39.0), ("JFK", 2013, 2, None)]
+    with pytest.raises(SchemaError) as info:  # the schema names them otherwise
+        lookup_join(
+            flights,
+            ["origin", "year", "day"],
+            schema="airport string, yr long, d long, temp double",
+            options={**options, "redis.key.pattern": f"{prefix}{{key}}"},
+        )
+    message = str(info.value)
+    assert "on names 3 column(s) (origin, year, day) but the lookup key has 1 (airport)" in message
+    assert "set key.column to the lookup schema's 3 key columns" in message
+
+
 def test_error_column_keeps_every_row(
     spark: Any, redis_db: Any, options: dict, prefix: str
 ) -> None:
