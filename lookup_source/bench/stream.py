@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import shutil
 import statistics
 import tempfile
 import threading
@@ -178,6 +179,7 @@ def _run(
         progress = [p for p in query.recentProgress if p["numInputRows"] > 0][warm:total]
     finally:
         query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)  # the stream's own: nothing left behind
     durations = [float(p["durationMs"].get("addBatch", 0)) for p in progress]
     minutes = (ended - (counted_at or ended)) / 60
     return StreamResult(

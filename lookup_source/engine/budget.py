@@ -39,7 +39,6 @@ The caller's event loop is the clock (a virtual one in tests)::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import os
@@ -91,6 +90,37 @@ _warned: set[str] = set()
 def holder_id() -> str:
     """A holder name unique to one task's budget: host, process and a random part."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+class Wakeup:
+    """Coroutines that wait for a wake-up or a time limit, whichever comes first — without
+    ``asyncio.wait_for``, which on Python 3.10 may swallow a cancellation that comes as the
+    awaited event fires (a task closing would then go on waiting). A wake-up reaches those
+    waiting at that moment."""
+
+    def __init__(self) -> None:
+        self._waiting: set[asyncio.Future[None]] = set()
+
+    def wake(self) -> None:
+        for future in self._waiting:
+            if not future.done():
+                future.set_result(None)
+
+    async def wait(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._waiting.add(future)
+        timer = loop.call_later(max(0.0, timeout_s), _settle, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            self._waiting.discard(future)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class StaticShare:
@@ -182,7 +212,7 @@ class TaskBudget:
         self._static_until = 0.0 if coordinator is not None else math.inf
         self._live_until = -math.inf  # until when the coordinator counts our leases
         self._lock: asyncio.Lock | None = None
-        self._released: asyncio.Event | None = None
+        self._changed = Wakeup()  # a request ended, a grant came, the coordinator failed
         self._keeper: asyncio.Task[None] | None = None
         self._closed = False
         metrics.budget = (
@@ -245,8 +275,7 @@ class TaskBudget:
         if not self.limits.max_in_flight:
             return
         self._busy -= 1
-        if self._released is not None:
-            self._released.set()
+        self._changed.wake()
 
     async def aclose(self) -> None:
         """Give every lease back (the task is over); never raises."""
@@ -283,8 +312,6 @@ class TaskBudget:
         if self._busy < self._usable():
             self._busy += 1
             return False
-        if self._released is None:
-            self._released = asyncio.Event()
         self._waiting += 1
         loop = asyncio.get_running_loop()
         try:
@@ -298,18 +325,16 @@ class TaskBudget:
                         self._polling = False
                     if self._busy < self._usable():
                         self._retry_s = RETRY_MIN_S
-                        self._released.set()  # the others may fit in the grant too
+                        self._changed.wake()  # the others may fit in the grant too
                         break
                     pause = self._retry_s * (0.5 + self._rng.random())  # refused: back off
                     self._retry_s = min(RETRY_MAX_S, self._retry_s * 2)
                     self._next_poll = loop.time() + pause
                 elif self._polling or not self._coordinated():
                     pause = RETRY_MAX_S  # woken when a request ends or a grant comes
-                else:
-                    pause = min(RETRY_MAX_S, self._next_poll - now)
-                self._released.clear()
-                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                    await asyncio.wait_for(self._released.wait(), pause)
+                else:  # its turn to ask comes at _next_poll (never a wait below 1 ms)
+                    pause = min(RETRY_MAX_S, max(0.001, self._next_poll - now))
+                await self._changed.wait(pause)
         finally:
             self._waiting -= 1
         self._busy += 1
@@ -364,8 +389,7 @@ class TaskBudget:
                 self._held = grant.held if grant.held >= 0 else hold + grant.leases
                 if not grant.contended or grant.fair_share > self._fair:  # room again
                     self._next_poll, self._retry_s = 0.0, RETRY_MIN_S
-                    if self._released is not None:
-                        self._released.set()
+                    self._changed.wake()
                 self._fair, self._contended = grant.fair_share, grant.contended
                 self._start_keeper()
             if requests and slots is not None:
@@ -394,8 +418,7 @@ class TaskBudget:
                 self.share.tasks,
                 COOL_OFF_S,
             )
-        if self._released is not None:
-            self._released.set()  # waiters go by the static share now
+        self._changed.wake()  # waiters go by the static share now
 
     # -- the keeper: renews the leases held, gives back the idle ones ------------------------
 
@@ -410,18 +433,15 @@ class TaskBudget:
         renew_s = min(self.limits.lease_s / 3, RENEW_MAX_S)
         loop = asyncio.get_running_loop()
         while not self._closed:
-            if self._released is None:
-                self._released = asyncio.Event()
             if not self._coordinated():  # its static share: nothing to renew until it answers
                 await asyncio.sleep(max(0.01, min(renew_s, self._static_until - loop.time())))
                 continue
-            waited = 0.0
-            while waited < renew_s and self._surplus() <= 0 and not self._over_share():
-                self._released.clear()
-                step = min(renew_s - waited, 0.25)
-                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                    await asyncio.wait_for(self._released.wait(), step)
-                waited += step
+            renew_at = loop.time() + renew_s
+            while self._surplus() <= 0 and not self._over_share():
+                left = renew_at - loop.time()
+                if left < 0.001:
+                    break
+                await self._changed.wait(left)  # woken by a request's end: surplus now?
             if self._surplus() > 0 and not self._over_share():
                 await asyncio.sleep(LINGER_S)  # idle: it may be needed again at once
             if self._held and self._coordinated():

@@ -312,7 +312,8 @@ def test_a_killed_holders_leases_return_after_the_lease_time() -> None:
         await dead.admit()
         await dead.admit()
         assert dead._keeper is not None
-        dead._keeper.cancel()  # never heard of again
+        dead._closed = True  # never heard of again: its loop stops with the worker
+        dead._keeper.cancel()
         alive = TaskBudget(
             "b", limits, StaticShare(limits, 1), LookupMetrics(), coordinator=coordinator
         )
@@ -505,7 +506,6 @@ def test_without_the_coordinator_a_task_uses_no_more_than_the_leases_it_still_ho
         await budget.admit()
         await budget.admit()  # holds 2 (of its static share of 5)
         coordinator.failing = ConnectionError("down")
-        budget._released = asyncio.Event()
         budget._static_until = asyncio.get_running_loop().time() + 5  # as _fall_back does
         while_counted = budget._usable()
         await asyncio.sleep(3.5)  # past the lease time: the coordinator no longer counts them

@@ -191,7 +191,8 @@ def test_a_holder_that_stops_calling_loses_its_leases_after_the_lease_time(
             for _ in range(3):
                 await dead.admit()
             assert dead._keeper is not None
-            dead._keeper.cancel()  # the worker is killed: it never calls again
+            dead._closed = True  # the worker is killed: it never calls again
+            dead._keeper.cancel()
             alive = task_budget(budget_name, store, limits)
             loop = asyncio.get_running_loop()
             started = loop.time()
