@@ -145,6 +145,8 @@ def test_options_pickle_and_hide_secrets_in_repr() -> None:
 def test_any_unknown_name_is_rejected_by_name(name: str) -> None:
     if name in KNOWN or name == "path" or name.startswith(("redis.", "http.", "postgres.")):
         return
+    if name == "option.connector":  # a catalog table's options: the connector named there
+        return
     with pytest.raises(OptionError) as info:
         parse_options({**BASE, name: "1"})
     assert info.value.option == name
