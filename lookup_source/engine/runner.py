@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 
 import lookup_source.engine.gc_tuning as gc_tuning
 import lookup_source.engine.telemetry as telemetry
-from lookup_source.connector_api import ConnectorConfig, secret_from_env
+from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_from_env
 from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.cache_layer import task_cache
 from lookup_source.engine.hedge import Hedging, worker_hedging
@@ -62,8 +63,7 @@ class LookupTask:
         self._spec = spec
         self._on_metrics = on_metrics
         self._engine: LookupEngine | None = None
-        self._shared_lease: Lease | None = None
-        self._budget_lease: Lease | None = None
+        self._plugin_leases: list[Lease] = []  # the shared tier's store, a budget's coordinator
         self._closed = False
         self._gc_held = False
         factory = client_factory or spec.options.connector_class()
@@ -119,15 +119,7 @@ class LookupTask:
         settings = options.cache.shared
         if settings.url is None:
             return None
-        store_class = settings.store_class()
-        self._shared_lease = lease_client(
-            store_class,
-            store_class.config_for(settings.url),
-            max_idle_s=options.connection_max_idle_s,
-            max_age_s=options.connection_max_age_s,
-            keep=self._lease.kept,
-            loop=self._loop,
-        )
+        store = self._kept_plugin(settings.store_class(), settings.url)
         function = getattr(self._lease.client, "function", None)
         secret = (
             secret_from_env("cache.shared.secret.env", settings.secret_env)
@@ -142,7 +134,7 @@ class LookupTask:
             implicit=self._implicit,
         )
         return SharedTier(
-            self._shared_lease.client,  # type: ignore[arg-type]
+            store,  # type: ignore[arg-type]
             identity,
             self._spec.value_fields,
             metrics,
@@ -155,24 +147,29 @@ class LookupTask:
     def _budget(self, metrics: LookupMetrics) -> TaskBudget | None:
         """This task's part of the lookup's cluster budget, if one is set: its coordinator
         kept by the worker like a client (none: the static split)."""
-        options = self._spec.options
-        settings = options.budget
+        settings = self._spec.options.budget
         if not settings.active:
             return None
         coordinator = None
         if settings.url is not None:
-            coordinator_class = settings.coordinator_class()
-            self._budget_lease = lease_client(
-                coordinator_class,
-                coordinator_class.config_for(settings.url),
-                max_idle_s=options.connection_max_idle_s,
-                max_age_s=options.connection_max_age_s,
-                keep=self._lease.kept,
-                loop=self._loop,
-            )
-            coordinator = self._budget_lease.client
+            coordinator = self._kept_plugin(settings.coordinator_class(), settings.url)
         name = settings.name or self._identity.digest("budget")[:32]
         return TaskBudget.of(settings, coordinator, name, metrics)  # type: ignore[arg-type]
+
+    def _kept_plugin(self, plugin_class: Any, url: str) -> LookupClient:
+        """A plugin's client for ``url`` (the shared tier's store, a budget's coordinator),
+        kept by the worker like the lookup's own client, handed back when the task closes."""
+        options = self._spec.options
+        lease = lease_client(
+            plugin_class,
+            plugin_class.config_for(url),
+            max_idle_s=options.connection_max_idle_s,
+            max_age_s=options.connection_max_age_s,
+            keep=self._lease.kept,
+            loop=self._loop,
+        )
+        self._plugin_leases.append(lease)
+        return lease.client
 
     @property
     def metrics(self) -> LookupMetrics | None:
@@ -210,10 +207,8 @@ class LookupTask:
                 "asynclookup: stopping the %s lookups failed", self.config.connector, exc_info=True
             )
         finally:
-            if self._shared_lease is not None:
-                self._shared_lease.release(reusable=True)  # a failing cache is not the task's
-            if self._budget_lease is not None:
-                self._budget_lease.release(reusable=True)
+            for lease in self._plugin_leases:  # a failing cache or coordinator is not the task's
+                lease.release(reusable=True)
             self._lease.release(reusable=sound)
             if self._gc_held:
                 self._gc_held = False
