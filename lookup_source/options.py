@@ -397,6 +397,15 @@ class CacheSettings:
         0,
         "Full cache: reload the table in the background this often (0 = never).",
     )
+    worker_max_mb: int = option(
+        "cache.worker.max-mb",
+        int_between(1, 1024 * 1024),
+        1024,
+        "Memory (estimated, MiB) the caches of all lookups in one Python worker may hold "
+        "together; beyond it, the least recently used lookups' caches are dropped (a partial "
+        "cache in use alone above it keeps its most recent keys). The latest task's value "
+        "applies to the worker.",
+    )
     shared: SharedCacheSettings = group(SharedCacheSettings)
 
 

@@ -228,8 +228,8 @@ def _task_cost(store: str, options: dict[str, str], args: Any, *, keep: bool) ->
     kept client or on a client of its own."""
     import pyarrow as pa
 
-    from lookup_source.engine.lifetime import forget_worker_clients
     from lookup_source.engine.runner import run_lookups
+    from lookup_source.engine.worker import forget_worker
     from lookup_source.spark.plan import LookupPlan
 
     plan = LookupPlan.build(options, SCHEMA)
@@ -243,7 +243,7 @@ def _task_cost(store: str, options: dict[str, str], args: Any, *, keep: bool) ->
         for _ in run_lookups([batch], spec, config, keep_client=keep):
             pass
         durations.append((time.perf_counter() - started) * 1000)
-    forget_worker_clients()
+    forget_worker()
     durations = durations[10:]  # the first tasks open the kept client
     return StreamResult(
         store,

@@ -30,8 +30,6 @@ class SharedCacheStore(LookupClient):
 
     name: ClassVar[str] = "shared-cache"
     honours_cancellation: ClassVar[bool] = True
-    unavailable_until: float = 0.0
-    """Until when (``time.monotonic()``) the engine leaves this store alone, after a failure."""
 
     @staticmethod
     def config_for(url: str) -> ConnectorConfig:

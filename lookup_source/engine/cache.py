@@ -1,32 +1,77 @@
-"""The lookup caches, one per Python worker process, shared by the tasks that reuse the worker.
+"""The lookup caches a Python worker keeps for its tasks (:class:`~.worker.Worker` owns them).
 
 - :class:`PartialCache`: LRU of at most ``cache.max-rows`` keys, entries expire
   ``cache.ttl.ms`` after they were written; misses are cached too unless
   ``cache.missing-keys=false``.
 - :class:`FullCache`: the whole table, loaded through the connector's scan
   (:mod:`.table_load`), answered locally, reloaded every ``cache.reload.ms``.
+- :class:`WorkerCaches`: every cache (and hedging window) of the worker, by the lookup's
+  identity (:mod:`.identity`: everything that decides its answers, secrets included) and
+  settings, so two lookups whose answers could differ never share entries; together they hold
+  at most ``cache.worker.max-mb`` (an estimate of their memory) and
+  :data:`MAX_KEPT_LOOKUPS` entries, the least recently used lookups' dropped first.
 
-Caches are keyed by the lookup's identity (:mod:`.identity`: everything that decides its
-answers, secrets included) and their settings (:func:`worker_cache`), so two lookups whose
-answers could differ never share entries.
-Both are thread-safe; their clock (``time.monotonic``) may be given, for tests. What the engine
-sees of them is :mod:`.cache_layer`.
+All are thread-safe and read one clock, the worker's (given for tests). What the engine sees of
+them is :mod:`.cache_layer`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from lookup_source.connector_api import ConnectorConfig, Key
-from lookup_source.engine.answers import MISSING
-from lookup_source.engine.identity import LookupIdentity
+from lookup_source.connector_api import Key
+from lookup_source.engine.answers import MISSING, CachedError, CachedRows
+
+log = logging.getLogger("lookup_source")
 
 Clock = Callable[[], float]
+
+MAX_KEPT_LOOKUPS = 256
+"""Most caches and hedging windows a worker keeps (least recently used dropped first)."""
+
+DEFAULT_MAX_BYTES = 1024 * 2**20
+"""What a worker's caches may hold together unless ``cache.worker.max-mb`` says otherwise."""
+
+ENTRY_BYTES = 160
+"""What one cached key costs beyond its key and value (its map slot, tuples, floats)."""
+
+SMALL_BYTES = 4096
+"""What a cache-like object that does not measure itself (a hedging window) is counted as."""
+
+
+def object_bytes(value: Any) -> int:
+    """An estimate of the memory ``value`` holds: a key, a record, a list of records."""
+    if isinstance(value, (str, bytes)):
+        return sys.getsizeof(value)
+    if isinstance(value, tuple | list):
+        return 56 + 8 * len(value) + sum(object_bytes(item) for item in value)
+    if isinstance(value, Mapping):
+        return 232 + sum(object_bytes(k) + object_bytes(v) for k, v in value.items())
+    return 32
+
+
+def entry_bytes(key: Key, value: Any, row_bytes: dict[int, float]) -> int:
+    """An estimate of what keeping ``key -> value`` costs; ``row_bytes``: bytes per row of the
+    Arrow batches seen so far (many entries share one batch)."""
+    size = ENTRY_BYTES + object_bytes(key)
+    if value is MISSING:
+        return size
+    if isinstance(value, CachedRows):
+        batch = value.values
+        per_row = row_bytes.get(id(batch))
+        if per_row is None:
+            per_row = row_bytes[id(batch)] = batch.nbytes / max(1, batch.num_rows)
+        return size + 48 + int(per_row * value.count)
+    if isinstance(value, CachedError):
+        return size + 48 + len(value.message)
+    return size + object_bytes(value)
 
 
 class PartialCache:
@@ -36,12 +81,18 @@ class PartialCache:
         self.max_rows = max_rows
         self.ttl_s = ttl_s
         self._clock = clock
-        self._entries: OrderedDict[Key, tuple[Any, float]] = OrderedDict()
-        """key -> (value, when it expires)"""
+        self._entries: OrderedDict[Key, tuple[Any, float, int]] = OrderedDict()
+        """key -> (value, when it expires, its estimated bytes)"""
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """An estimate of the memory the entries hold."""
+        return self._bytes
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """The cached values of ``keys`` (a record or MISSING); absent keys are not cached."""
@@ -52,9 +103,10 @@ class PartialCache:
                 entry = self._entries.get(key)
                 if entry is None:
                     continue
-                value, expires = entry
+                value, expires, size = entry
                 if now >= expires:
                     del self._entries[key]
+                    self._bytes -= size
                     continue
                 self._entries.move_to_end(key)
                 found[key] = value
@@ -67,12 +119,27 @@ class PartialCache:
         if ttl_s is not None:
             ttl = min(ttl, ttl_s) if ttl else ttl_s
         expires = self._clock() + ttl if ttl else math.inf
+        row_bytes: dict[int, float] = {}
         with self._lock:
             for key, value in items:
-                self._entries[key] = (value, expires)
+                size = entry_bytes(key, value, row_bytes)
+                old = self._entries.get(key)
+                if old is not None:
+                    self._bytes -= old[2]
+                self._entries[key] = (value, expires, size)
                 self._entries.move_to_end(key)
-            while len(self._entries) > self.max_rows:
-                self._entries.popitem(last=False)
+                self._bytes += size
+            self._trim(self.max_rows, math.inf)
+
+    def trim(self, max_bytes: float) -> None:
+        """Forget the least recently used keys until the rest hold at most ``max_bytes``."""
+        with self._lock:
+            self._trim(self.max_rows, max_bytes)
+
+    def _trim(self, max_rows: int, max_bytes: float) -> None:
+        while self._entries and (len(self._entries) > max_rows or self._bytes > max_bytes):
+            _, (_, _, size) = self._entries.popitem(last=False)
+            self._bytes -= size
 
 
 class FullCache:
@@ -87,6 +154,8 @@ class FullCache:
         self._reloading = False
         self.loads = 0
         self.load_lock = threading.Lock()
+        self.nbytes = 0
+        """An estimate of the memory the table holds."""
 
     @property
     def loaded(self) -> bool:
@@ -97,8 +166,11 @@ class FullCache:
         return {key: table.get(key, MISSING) for key in keys}
 
     def install(self, table: dict[Key, Any]) -> None:
+        row_bytes: dict[int, float] = {}
+        size = sum(entry_bytes(key, value, row_bytes) for key, value in table.items())
         with self._lock:
             self._table = table
+            self.nbytes = size
             self._loaded_at = self._clock()
             self.loads += 1
             self._reloading = False
@@ -119,27 +191,76 @@ class FullCache:
             self._reloading = False
 
 
-_CACHES: dict[str, Any] = {}
-_CACHES_LOCK = threading.Lock()
+def _nbytes(kept: Any) -> int:
+    return int(getattr(kept, "nbytes", SMALL_BYTES))
 
 
-def worker_cache(
-    kind: str,
-    config: ConnectorConfig,
-    make: Callable[[], Any],
-    identity: LookupIdentity | None = None,
-) -> Any:
-    """The cache of this worker process for the lookup ``config`` (its identity, if the
-    caller has it already) and ``kind`` (its settings), created on first use."""
-    key = (identity or LookupIdentity.of(config)).digest("cache", kind)
-    with _CACHES_LOCK:
-        cache = _CACHES.get(key)
-        if cache is None:
-            cache = _CACHES[key] = make()
-        return cache
+class WorkerCaches:
+    """The caches of one worker, each under the key of its lookup and settings, in the order
+    they were last used; together at most ``max_bytes`` (estimated) and ``max_entries``."""
 
+    def __init__(
+        self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_entries: int = MAX_KEPT_LOOKUPS
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.dropped = 0
+        """Caches dropped to keep within the budget (for tests and logs)."""
+        self._entries: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
 
-def clear_worker_caches() -> None:
-    """Forget every cache of this process (for tests)."""
-    with _CACHES_LOCK:
-        _CACHES.clear()
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """An estimate of the memory the caches hold together."""
+        with self._lock:
+            return sum(_nbytes(kept) for kept in self._entries.values())
+
+    def get(self, key: str, make: Callable[[], Any]) -> Any:
+        """The cache kept under ``key``, made by ``make`` on first use; the most recently used."""
+        with self._lock:
+            kept = self._entries.get(key)
+            if kept is None:
+                kept = self._entries[key] = make()
+            self._entries.move_to_end(key)
+            self._fit()
+            return kept
+
+    def fit(self) -> None:
+        """Drop the least recently used caches until the rest fit (after one grew)."""
+        with self._lock:
+            self._fit()
+
+    def _fit(self) -> None:
+        while len(self._entries) > self.max_entries:
+            self._drop_oldest()
+        total = sum(_nbytes(kept) for kept in self._entries.values())
+        while len(self._entries) > 1 and total > self.max_bytes:
+            total -= self._drop_oldest()
+        if total <= self.max_bytes or not self._entries:
+            return
+        key, newest = next(reversed(self._entries.items()))
+        if isinstance(newest, PartialCache):  # the one in use alone is too large: its oldest keys
+            newest.trim(self.max_bytes)
+        elif key not in self._warned:  # a full cache is the table whole, or nothing
+            self._warned.add(key)
+            log.warning(
+                "asynclookup: a full cache holds about %.0f MB, more than cache.worker.max-mb "
+                "(%.0f MB) allows for every cache of this Python worker together; it is kept "
+                "while its lookup runs, every other cache is dropped: raise cache.worker.max-mb "
+                "or use cache.mode=partial",
+                total / 2**20,
+                self.max_bytes / 2**20,
+            )
+
+    def _drop_oldest(self) -> int:
+        _, kept = self._entries.popitem(last=False)
+        self.dropped += 1
+        return _nbytes(kept)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()

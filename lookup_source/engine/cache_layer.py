@@ -20,12 +20,13 @@ from lookup_source.engine.answers import (
     Part,
     cached_answer,
 )
-from lookup_source.engine.cache import FullCache, PartialCache, worker_cache
+from lookup_source.engine.cache import FullCache, PartialCache, WorkerCaches
 from lookup_source.engine.identity import LookupIdentity
 from lookup_source.engine.loop import TaskLoop
-from lookup_source.engine.table_load import load_table, reload_in_background
+from lookup_source.engine.table_load import load_table
 
 if TYPE_CHECKING:
+    from lookup_source.engine.worker import Worker
     from lookup_source.options import CacheSettings
 
 
@@ -113,14 +114,19 @@ class _Layer:
 class PartialCacheLayer(_Layer):
     """A task's view of a :class:`PartialCache`: answers come from it and go into it."""
 
-    def __init__(self, cache: PartialCache, *, cache_missing: bool) -> None:
+    def __init__(
+        self, cache: PartialCache, *, cache_missing: bool, owner: WorkerCaches | None = None
+    ) -> None:
         super().__init__(cache)
         self.cache_missing = cache_missing
+        self.owner = owner
 
     def store(self, answer: Answer, ttl_s: float | None = None) -> None:
         items = answer.cache_entries(cache_missing=self.cache_missing)
         if items:
             self.cache.put_many(items, ttl_s=ttl_s)
+            if self.owner is not None:  # the worker's caches together within their budget
+                self.owner.fit()
 
 
 def task_cache(
@@ -130,32 +136,35 @@ def task_cache(
     loop: TaskLoop,
     factory: Callable[[ConnectorConfig], LookupClient],
     value_fields: Sequence[pa.Field],
-    identity: LookupIdentity | None = None,
+    identity: LookupIdentity,
+    worker: Worker,
 ) -> CacheLayer | None:
-    """The cache a task's settings ask for, shared with the other tasks of this worker: a full
+    """The cache a task's settings ask for, kept by ``worker`` for its other tasks: a full
     cache (loaded now by ``client`` if this worker has not yet, reloaded in the background when
-    due), a partial one, or None."""
+    due), a partial one, or None. The worker's caches together keep within
+    ``cache.worker.max-mb`` (this task's setting applies from now on)."""
+    worker.caches.max_bytes = int(settings.worker_max_mb * 2**20)
+    clock = worker.clock
     if settings.mode == "full":
-        full = worker_cache(
-            f"full reload={settings.reload_s}",
-            config,
-            lambda: FullCache(settings.reload_s),
+        full = worker.cache(
             identity,
+            f"full reload={settings.reload_s}",
+            lambda: FullCache(settings.reload_s, clock=clock),
         )
         key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
         with full.load_lock:
             if not full.loaded:
                 full.install(loop.run(load_table(client, key_fields, value_fields)))
+                worker.caches.fit()
         if full.claim_reload():
-            reload_in_background(full, lambda: factory(config), key_fields, value_fields)
+            worker.reload(full, lambda: factory(config), key_fields, value_fields)
         return _Layer(full)
     if settings.max_rows > 0:
         # a lookup with other cache settings gets a cache of its own, with its settings
-        partial = worker_cache(
-            f"partial max-rows={settings.max_rows} ttl={settings.ttl_s}",
-            config,
-            lambda: PartialCache(settings.max_rows, settings.ttl_s),
+        partial = worker.cache(
             identity,
+            f"partial max-rows={settings.max_rows} ttl={settings.ttl_s}",
+            lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock),
         )
-        return PartialCacheLayer(partial, cache_missing=settings.missing_keys)
+        return PartialCacheLayer(partial, cache_missing=settings.missing_keys, owner=worker.caches)
     return None

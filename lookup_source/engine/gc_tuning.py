@@ -9,10 +9,10 @@ pandas). Measured on a per-key HTTP lookup (in one process, 20,000 GETs): 243 co
 with the default, 201 with 10,000, 195 with the collector off. Most of these objects are
 freed by reference counting long before a collection at 10,000 would look at them.
 
-:func:`hold` raises the youngest generation's threshold for as long as one of the
-worker's tasks holds it (tasks may overlap in one process: the last one out restores what it
-found); it never lowers a threshold someone set higher, and leaves a disabled collector
-alone.
+:class:`GcHold` (one per worker process, kept by :class:`~.worker.Worker`) raises the
+youngest generation's threshold for as long as one of the worker's tasks holds it (tasks may
+overlap in one process: the last one out restores what it found); it never lowers a threshold
+someone set higher, and leaves a disabled collector alone.
 """
 
 from __future__ import annotations
@@ -20,34 +20,36 @@ from __future__ import annotations
 import gc
 import threading
 
-_lock = threading.Lock()
-_holders = 0
-_found: tuple[int, ...] | None = None
-"""The thresholds the first holder found (restored by the last one), or None when untouched."""
 
+class GcHold:
+    """The raise of the collector's threshold, shared by the tasks of one process."""
 
-def hold(objects: int) -> bool:
-    """Collect the youngest generation after ``objects`` new objects until :func:`release`;
-    return whether this call holds the raise (then it must call :func:`release` once)."""
-    global _holders, _found
-    if objects <= 0:
-        return False
-    with _lock:
-        if _holders == 0:
-            current = gc.get_threshold()
-            if not gc.isenabled() or current[0] == 0 or current[0] >= objects:
-                return False
-            _found = current
-            gc.set_threshold(objects, *current[1:])
-        _holders += 1
-    return True
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._found: tuple[int, ...] | None = None
+        """The thresholds the first holder found (restored by the last one), or None."""
 
+    def hold(self, objects: int) -> bool:
+        """Collect the youngest generation after ``objects`` new objects until
+        :meth:`release`; return whether this call holds the raise (then it must call
+        :meth:`release` once)."""
+        if objects <= 0:
+            return False
+        with self._lock:
+            if self._holders == 0:
+                current = gc.get_threshold()
+                if not gc.isenabled() or current[0] == 0 or current[0] >= objects:
+                    return False
+                self._found = current
+                gc.set_threshold(objects, *current[1:])
+            self._holders += 1
+        return True
 
-def release() -> None:
-    """Give back a :func:`hold`; the last holder restores the thresholds it found."""
-    global _holders, _found
-    with _lock:
-        _holders -= 1
-        if _holders == 0 and _found is not None:
-            gc.set_threshold(*_found)
-            _found = None
+    def release(self) -> None:
+        """Give back a :meth:`hold`; the last holder restores the thresholds it found."""
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0 and self._found is not None:
+                gc.set_threshold(*self._found)
+                self._found = None

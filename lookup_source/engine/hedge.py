@@ -32,9 +32,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.cache import worker_cache
-from lookup_source.engine.identity import LookupIdentity
 from lookup_source.engine.loop import paused_for
 
 if TYPE_CHECKING:
@@ -322,19 +319,6 @@ def _consume(future: asyncio.Future[Any]) -> None:
         future.result()
 
 
-def worker_hedging(
-    config: ConnectorConfig, settings: HedgeSettings, identity: LookupIdentity | None = None
-) -> Hedging:
-    """This worker's :class:`Hedging` of the lookup ``config`` with these settings (made on
-    first use, then shared by the worker's tasks, like its caches)."""
-    return worker_cache(
-        f"hedge after={settings.after} budget={settings.budget}",
-        config,
-        lambda: Hedging.of(settings),
-        identity,
-    )
-
-
 __all__ = [
     "Gate",
     "HedgeBudget",
@@ -343,5 +327,4 @@ __all__ = [
     "Place",
     "Unlimited",
     "race",
-    "worker_hedging",
 ]

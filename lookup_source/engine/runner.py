@@ -1,5 +1,5 @@
 """Run the engine inside one Spark task, on a loop and a client that live as long as the
-worker (:mod:`.lifetime`): opened by the first task, reused by the next ones.
+worker (:mod:`.worker`): opened by the first task, reused by the next ones.
 
 Spark hands a task an iterator of Arrow batches and expects an iterator back. The loop runs
 while the engine waits for room or for answers; the requests already sent stay in flight while
@@ -17,19 +17,19 @@ from typing import Any
 
 import pyarrow as pa
 
-import lookup_source.engine.gc_tuning as gc_tuning
 import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_from_env
 from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.cache_layer import task_cache
-from lookup_source.engine.hedge import Hedging, worker_hedging
+from lookup_source.engine.hedge import Hedging
 from lookup_source.engine.identity import LookupIdentity, implicit_inputs
-from lookup_source.engine.lifetime import ClientFactory, Lease, lease_client
+from lookup_source.engine.lifetime import ClientFactory, Lease
 from lookup_source.engine.loop import LoopFactory
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.shared_cache import SharedTier
 from lookup_source.engine.spec import EngineSpec
+from lookup_source.engine.worker import Worker, current_worker
 
 log = logging.getLogger("lookup_source")
 
@@ -66,23 +66,25 @@ class LookupTask:
         self._plugin_leases: list[Lease] = []  # the shared tier's store, a budget's coordinator
         self._closed = False
         self._gc_held = False
+        self._telemetry: Any = None
         factory = client_factory or spec.options.connector_class()
-        self._implicit = implicit_inputs(factory, config)
-        self._identity = LookupIdentity.of(config, implicit=self._implicit)  # client, caches
-        self._lease: Lease = lease_client(
+        self._worker: Worker = current_worker()
+        self._identity = task_identity(spec, config, factory)
+        self._lease: Lease = self._worker.lease_client(
             factory,
             config,
+            identity=self._identity,
             max_idle_s=spec.options.connection_max_idle_s,
             max_age_s=spec.options.connection_max_age_s,
             keep=keep_client,
             loop_factory=loop_factory,
-            identity=self._identity,
         )
         self._loop = self._lease.loop
         try:
-            self._gc_held = gc_tuning.hold(spec.options.gc_threshold)
-            if spec.options.metrics_opentelemetry:
-                telemetry.prepare()
+            self._gc_held = self._worker.gc.hold(spec.options.gc_threshold)
+            self._telemetry = (
+                self._worker.telemetry() if spec.options.metrics_opentelemetry else None
+            )
             cache = task_cache(
                 spec.options.cache,
                 config,
@@ -91,6 +93,7 @@ class LookupTask:
                 factory,
                 spec.value_fields,
                 self._identity,
+                self._worker,
             )
             metrics = LookupMetrics(tasks=1)
             self._engine = LookupEngine(
@@ -111,37 +114,25 @@ class LookupTask:
         settings = self._spec.options.hedge
         if settings.after is None:
             return None
-        return worker_hedging(self.config, settings, self._identity)
+        return self._worker.hedging(self._identity, settings)
 
     def _shared_tier(self, metrics: LookupMetrics) -> SharedTier | None:
         """The shared cache tier's store, kept by the worker like a client, if asked."""
-        options = self._spec.options
-        settings = options.cache.shared
+        settings = self._spec.options.cache.shared
         if settings.url is None:
             return None
         store = self._kept_plugin(settings.store_class(), settings.url)
-        function = getattr(self._lease.client, "function", None)
-        secret = (
-            secret_from_env("cache.shared.secret.env", settings.secret_env)
-            if settings.secret_env
-            else None
-        )
-        identity = LookupIdentity.of(  # the tier's: across jobs, so a function by its state
-            self.config,
-            function=function.function if function is not None else None,
-            secret=secret,
-            scope=settings.namespace,
-            implicit=self._implicit,
-        )
         return SharedTier(
             store,  # type: ignore[arg-type]
-            identity,
+            self._identity,
             self._spec.value_fields,
             metrics,
             ttl_s=settings.ttl_s,
             timeout_s=settings.timeout_s,
             cache_missing=settings.missing_keys,
             max_value_bytes=settings.max_value_bytes,
+            health=self._worker.store_health(store),
+            clock=self._worker.clock,
         )
 
     def _budget(self, metrics: LookupMetrics) -> TaskBudget | None:
@@ -160,9 +151,11 @@ class LookupTask:
         """A plugin's client for ``url`` (the shared tier's store, a budget's coordinator),
         kept by the worker like the lookup's own client, handed back when the task closes."""
         options = self._spec.options
-        lease = lease_client(
+        config = plugin_class.config_for(url)
+        lease = self._worker.lease_client(
             plugin_class,
-            plugin_class.config_for(url),
+            config,
+            identity=LookupIdentity.of(config),  # the plugin's own: its URL and options
             max_idle_s=options.connection_max_idle_s,
             max_age_s=options.connection_max_age_s,
             keep=self._lease.kept,
@@ -212,16 +205,46 @@ class LookupTask:
             self._lease.release(reusable=sound)
             if self._gc_held:
                 self._gc_held = False
-                gc_tuning.release()
+                self._worker.gc.release()
         if self._engine is not None:
             metrics = self._engine.metrics
             metrics.peak_rss_mb = _peak_rss_mb()
             metrics.name = self._spec.name
             if self._on_metrics is not None:
                 self._on_metrics(metrics)
-            if self._spec.options.metrics_opentelemetry:
-                telemetry.record(metrics, lookup=self._spec.name, connector=self.config.connector)
+            if self._telemetry is not None:
+                telemetry.record(
+                    self._telemetry,
+                    metrics,
+                    lookup=self._spec.name,
+                    connector=self.config.connector,
+                )
             log.debug("asynclookup task metrics: %s", metrics)
+
+
+def task_identity(
+    spec: EngineSpec, config: ConnectorConfig, factory: ClientFactory
+) -> LookupIdentity:
+    """The lookup's one identity, computed once per task and used by its kept client, its
+    caches, its hedging window, the shared tier and its budget's default name: the connector's
+    configuration and what its library reads on its own. With a shared tier, also the tier's
+    secret and namespace, and a ``fetch=`` function is known by its state (the tier serves
+    several jobs, each with its own function object); without one, a function is known by its
+    token (``function.id``: per job), so a function whose object changes as it runs keeps its
+    worker's cache."""
+    shared = spec.options.cache.shared
+    if shared.url is None:
+        return LookupIdentity.of(config, implicit=implicit_inputs(factory, config))
+    secret = (
+        secret_from_env("cache.shared.secret.env", shared.secret_env) if shared.secret_env else None
+    )
+    return LookupIdentity.of(
+        config,
+        function=getattr(factory, "function", None),
+        secret=secret,
+        scope=shared.namespace,
+        implicit=implicit_inputs(factory, config),
+    )
 
 
 def _peak_rss_mb() -> float:

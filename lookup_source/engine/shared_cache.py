@@ -271,6 +271,16 @@ def _offset_field(buffer: memoryview, table: tuple[int, int], index: int) -> int
 # ---------------------------------------------------------------------------------------------
 
 
+class StoreHealth:
+    """Whether a shared tier's store may be asked: one per kept store client, kept beside it by
+    the worker (never written onto the client it borrowed) and shared by every lookup that uses
+    that store, so a store that failed is left alone by all of them for :data:`COOL_OFF_S`."""
+
+    def __init__(self) -> None:
+        self.unavailable_until = 0.0
+        """Until when (the worker's clock) the store is left alone."""
+
+
 class SharedTier:
     """A task's view of the shared cache tier: :meth:`lookup` a batch's keys, :meth:`store`
     what the store answered, :meth:`aclose` when the task closes. ``identity``: the lookup's,
@@ -287,10 +297,12 @@ class SharedTier:
         timeout_s: float,
         cache_missing: bool,
         max_value_bytes: int,
+        health: StoreHealth | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store_client = store
+        self.health = health or StoreHealth()
         self.prefix = namespace(identity)
         self.fields = list(fields)
         self.codec = ValueCodec(self.fields, identity.subkey("tier values"), max_value_bytes)
@@ -306,11 +318,11 @@ class SharedTier:
     # -- health ----------------------------------------------------------------------------------
 
     def _available(self) -> bool:
-        return self._clock() >= self.store_client.unavailable_until
+        return self._clock() >= self.health.unavailable_until
 
     def _failed(self, what: str, error: BaseException) -> None:
         self.metrics.shared_errors += 1
-        self.store_client.unavailable_until = self._clock() + COOL_OFF_S
+        self.health.unavailable_until = self._clock() + COOL_OFF_S
         log.warning(
             "asynclookup: the shared cache %s failed (%s: %s); its keys go to the store, and "
             "the shared cache is left alone for %.0f s",

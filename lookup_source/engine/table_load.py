@@ -1,11 +1,10 @@
 """The whole table in a :class:`~lookup_source.engine.cache.FullCache`: loaded through the
-connector's scan (:func:`load_table`), and reloaded in a background thread when due
-(:func:`reload_in_background`)."""
+connector's scan (:func:`load_table`), and reloaded when due (:func:`reload_table`, in a thread
+the worker tracks)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from lookup_source.connector_api.keys import encode_rows, python_keys
 from lookup_source.engine.answers import CachedError, CachedRows
 from lookup_source.engine.cache import FullCache
 from lookup_source.engine.loop import TaskLoop
-from lookup_source.engine.scan import scan_rows
+from lookup_source.engine.scan_rows import scan_rows
 from lookup_source.options import ERROR_COLUMN
 
 log = logging.getLogger("lookup_source")
@@ -63,27 +62,24 @@ async def load_table(
     return table
 
 
-def reload_in_background(
+def reload_table(
     cache: FullCache,
     factory: Callable[[], LookupClient],
     key_fields: Sequence[pa.Field],
     value_fields: Sequence[pa.Field],
 ) -> None:
-    """Reload ``cache`` in a daemon thread with its own event loop and client."""
-
-    def run() -> None:
-        with TaskLoop() as loop:
-            client = factory()
-            try:
-                loop.run(client.open())
-                cache.install(loop.run(load_table(client, key_fields, value_fields)))
-            except Exception:
-                log.warning(
-                    "asynclookup: reloading the full cache failed; keeping the old table",
-                    exc_info=True,
-                )
-                cache.release_reload()
-            finally:
-                loop.run(client.close())
-
-    threading.Thread(target=run, name="asynclookup-cache-reload", daemon=True).start()
+    """Reload ``cache`` with a loop and a client of its own (the worker runs this in a thread
+    it tracks); a failure is logged and the old table kept."""
+    with TaskLoop() as loop:
+        client = factory()
+        try:
+            loop.run(client.open())
+            cache.install(loop.run(load_table(client, key_fields, value_fields)))
+        except Exception:
+            log.warning(
+                "asynclookup: reloading the full cache failed; keeping the old table",
+                exc_info=True,
+            )
+            cache.release_reload()
+        finally:
+            loop.run(client.close())

@@ -152,8 +152,10 @@ def _split(metrics: LookupMetrics) -> dict[str, dict[str, int]]:
     }
 
 
-class _Exporter:
-    """This process's instruments and the provider they report to (made once per process)."""
+class Exporter:
+    """This process's instruments and the provider they report to (made once per process, by
+    the worker: :meth:`~lookup_source.engine.worker.Worker.telemetry`); making one fails with
+    an error naming the option when OpenTelemetry is missing or set up wrong."""
 
     def __init__(self) -> None:
         try:
@@ -268,23 +270,10 @@ def _exporter_from_environment() -> Any:
     return OTLPMetricExporter()
 
 
-_EXPORTER: tuple[int, _Exporter] | None = None
-
-
-def prepare() -> None:
-    """Make this process's instruments (when a task starts): a missing package or a wrong
-    setting fails the task before any lookup, with an error naming the option."""
-    global _EXPORTER
-    if _EXPORTER is None or _EXPORTER[0] != os.getpid():  # a forked worker makes its own
-        _EXPORTER = (os.getpid(), _Exporter())
-
-
-def record(metrics: LookupMetrics, *, lookup: str, connector: str) -> None:
+def record(exporter: Exporter, metrics: LookupMetrics, *, lookup: str, connector: str) -> None:
     """Add one task's ``metrics`` to this process's OpenTelemetry instruments, and flush."""
     attributes = {LOOKUP: lookup or "unnamed", CONNECTOR: connector}
     try:
-        prepare()
-        assert _EXPORTER is not None
-        _EXPORTER[1].record(metrics, attributes)
+        exporter.record(metrics, attributes)
     except Exception:  # metrics never fail the lookups they describe
         log.warning("asynclookup: reporting to OpenTelemetry failed", exc_info=True)

@@ -412,3 +412,58 @@ def test_without_worker_reuse_each_task_connects_and_lets_go(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.strip().splitlines()[-1]) == 3 * 2  # three jobs of two tasks
+
+
+def _worker_state(_: Any) -> Iterator[Any]:
+    """Run in a Python worker: what its :class:`Worker` keeps now."""
+    import os
+
+    import pyarrow as pa
+
+    from lookup_source.engine.worker import current_worker
+
+    worker = current_worker()
+    kept = sum(len(clients) for clients in list(worker._clients))
+    yield pa.RecordBatch.from_pydict(
+        {
+            "pid": [os.getpid()],
+            "kept": [kept],
+            "cache_bytes": [worker.caches.nbytes],
+            "max_bytes": [worker.caches.max_bytes],
+            "lookups": [len(worker.caches) + worker.caches.dropped],
+        }
+    )
+
+
+def test_fifty_lookups_in_one_session_keep_each_worker_within_its_budget(
+    spark: Any, redis_srv: RedisServer, redis_db: Any, redis_users: dict[str, str], prefix: str
+) -> None:
+    tag = f"many_{prefix.rstrip(':')}"
+    sep = "&" if "?" in redis_srv.url else "?"
+    url = f"{redis_srv.url}{sep}client_name={tag}"
+    df = spark.range(400, numPartitions=2).select((F.col("id") % 250).alias("user_id"))
+    for lookup in range(50):  # a notebook's afternoon: fifty lookups, each set differently
+        options = {
+            **redis_users,
+            "url": url,
+            "capacity": str(4 + lookup),  # a client of its own each
+            "cache.max-rows": str(1000 + lookup),  # a cache of its own each
+            "cache.worker.max-mb": "1",
+            "connection.max-idle.ms": "1500",
+        }
+        out = lookup_join(df, "user_id", schema=SCHEMA, options=options)
+        assert out.where("name IS NOT NULL").count() == 350
+    probe = spark.range(4, numPartitions=4)
+    schema = "pid long, kept long, cache_bytes long, max_bytes long, lookups long"
+    states = probe.mapInArrow(_worker_state, schema).collect()
+    assert max(s.lookups for s in states) >= 25  # the workers that ran the lookups answer
+    for state in states:
+        assert state.kept <= 16  # lifetime.MAX_KEPT_CLIENTS per thread
+        assert state.cache_bytes <= state.max_bytes
+        assert state.max_bytes == 2**20 or state.lookups == 0  # (a fresh worker: the default)
+    deadline = time.monotonic() + 15
+    while any(c.get("name") == tag for c in redis_db.client_list()):
+        assert time.monotonic() < deadline, "idle clients still connected"
+        time.sleep(0.25)  # the workers' sweepers close them, no task asking
+    states = probe.mapInArrow(_worker_state, schema).collect()
+    assert all(state.kept == 0 for state in states)

@@ -9,9 +9,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.engine.cache import MISSING, FullCache, PartialCache, clear_worker_caches
+from lookup_source.engine.cache import MISSING, FullCache, PartialCache
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import run_lookups
+from lookup_source.engine.worker import forget_worker
 from lookup_source.errors import LookupFailedError, OptionError
 from lookup_source.options import CacheSettings, parse_options
 from lookup_source.spark.plan import LookupPlan
@@ -30,7 +31,7 @@ class Clock:
 
 @pytest.fixture(autouse=True)
 def fresh_caches() -> None:
-    clear_worker_caches()
+    forget_worker()
 
 
 def run(
@@ -261,7 +262,7 @@ def test_full_cache_reports_malformed_values_and_keeps_every_match() -> None:
 
 def test_scanned_keys_that_do_not_convert_are_reported_by_the_scan() -> None:
     from lookup_source.connector_api import Matches
-    from lookup_source.engine.scan import scan_rows
+    from lookup_source.engine.scan_rows import scan_rows
 
     keys = pa.record_batch({"id": pa.array(["1", "abc", "3"])})  # Redis keys come back as text
     values = pa.record_batch({"v": pa.array(["a", "b", "c"])})
@@ -305,3 +306,78 @@ def test_task_loop_closes_an_abandoned_async_iterator() -> None:
         items.close()
         assert closed == [True]
     assert loop.closed
+
+
+def test_a_workers_caches_keep_within_their_memory_budget() -> None:
+    import sys
+
+    from lookup_source.engine.cache import WorkerCaches
+
+    def fill(cache: PartialCache, name: str) -> None:
+        cache.put_many([((name, i), {"v": name * 400}) for i in range(150)])
+
+    probe = PartialCache(10_000)
+    fill(probe, "p")
+    one = probe.nbytes  # about what 150 keys of 400-character records hold
+    assert 150 * (400 + sys.getsizeof("")) < one < 150 * 2_000
+    caches = WorkerCaches(max_bytes=int(2.5 * one))
+    made = {}
+    for name in "abcd":  # four lookups' caches
+        cache = made[name] = caches.get(name, lambda: PartialCache(10_000))
+        fill(cache, name)
+        caches.fit()
+        assert caches.nbytes <= 2.5 * one
+    assert len(caches) == 2 and caches.dropped == 2  # "a" and "b", the least recently used
+    assert caches.get("c", lambda: None) is made["c"]  # kept, and now the most recent
+    fill(caches.get("e", lambda: PartialCache(10_000)), "e")
+    caches.fit()
+    assert caches.get("c", lambda: None) is made["c"]  # "d" went: "c" was used since
+    caches.max_bytes = one // 3  # the newest alone is too large: it keeps its newest keys
+    caches.fit()
+    newest = caches.get("c", lambda: None)
+    assert len(caches) == 1 and 0 < newest.nbytes <= one // 3
+    assert newest.get_many([("c", 149)]) and not newest.get_many([("c", 0)])
+
+
+def test_a_full_cache_larger_than_the_budget_is_kept_alone_and_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from lookup_source.engine.cache import WorkerCaches
+
+    caches = WorkerCaches(max_bytes=10_000)
+    caches.get("small", lambda: PartialCache(100)).put_many([(1, {"v": 1})])
+    full = caches.get("full", lambda: FullCache(0))
+    full.install({i: {"v": "z" * 100} for i in range(500)})
+    caches.fit()
+    caches.fit()
+    assert full.nbytes > 10_000 and len(caches) == 1 and full.get_many([7])[7] == {"v": "z" * 100}
+    warnings = [r for r in caplog.records if "cache.worker.max-mb" in r.getMessage()]
+    assert len(warnings) == 1  # said once, naming the option
+
+
+def test_a_worker_keeps_at_most_so_many_lookups() -> None:
+    from lookup_source.engine.cache import WorkerCaches
+
+    caches = WorkerCaches(max_entries=3)
+    for name in "abcde":
+        caches.get(name, lambda: PartialCache(10))
+    assert len(caches) == 3 and caches.dropped == 2
+    assert caches.get("a", lambda: "new") == "new"  # "a" was dropped
+
+
+def test_fifty_lookups_in_one_worker_stay_within_the_budget() -> None:
+    from lookup_source.engine.worker import current_worker
+
+    store = FakeStore({i: {"name": "n" * 200, "n": i} for i in range(2000)})
+    for lookup in range(50):  # fifty lookups with different settings, as in a notebook
+        options = cached(max_rows=1000 + lookup, worker_max_mb=1)
+        spec = make_spec(options)
+        keys = list(range(lookup * 20, lookup * 20 + 400))
+        rows = run(spec, [key_batch(keys)], store)
+        assert [r["n"] for r in rows] == keys
+        assert current_worker().caches.nbytes <= 2**20
+    assert current_worker().caches.dropped > 0
+    again = make_spec(cached(max_rows=1049, worker_max_mb=1))  # the latest: still cached
+    asked = len(store.requests)
+    run(again, [key_batch(list(range(980, 1000)))], store)
+    assert len(store.requests) == asked

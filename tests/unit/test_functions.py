@@ -328,9 +328,9 @@ def test_composite_keys_arrive_as_tuples() -> None:
 
 
 def test_the_cache_serves_a_function_and_two_functions_never_share_it() -> None:
-    from lookup_source.engine.cache import clear_worker_caches
+    from lookup_source.engine.worker import forget_worker
 
-    clear_worker_caches()
+    forget_worker()
     first, second = Recorder(), Recorder()
     one = LookupFunction.of(fetch=first)
     other = LookupFunction.of(fetch=second)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import lookup_source.engine.gc_tuning as gc_tuning
-from lookup_source.engine.cache import clear_worker_caches
 from lookup_source.engine.runner import run_lookups
+from lookup_source.engine.worker import forget_worker
 from lookup_source.errors import OptionError
 from lookup_source.options import parse_options
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
@@ -19,7 +19,7 @@ from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_opti
 
 @pytest.fixture(autouse=True)
 def python_default() -> Iterator[None]:
-    clear_worker_caches()
+    forget_worker()
     before = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
     yield
@@ -66,25 +66,27 @@ def test_zero_leaves_the_collector_alone_and_a_higher_setting_is_kept() -> None:
 
 
 def test_a_disabled_collector_stays_disabled() -> None:
+    held = gc_tuning.GcHold()
     gc.disable()
     try:
-        assert not gc_tuning.hold(10_000)
+        assert not held.hold(10_000)
         assert gc.get_threshold()[0] == 700 and not gc.isenabled()
     finally:
         gc.enable()
 
 
 def test_overlapping_tasks_restore_only_when_the_last_ends() -> None:
-    assert gc_tuning.hold(10_000)
-    assert gc_tuning.hold(20_000)  # a second task: the first one's raise serves it
+    held = gc_tuning.GcHold()
+    assert held.hold(10_000)
+    assert held.hold(20_000)  # a second task: the first one's raise serves it
     assert gc.get_threshold()[0] == 10_000
-    gc_tuning.release()
+    held.release()
     assert gc.get_threshold()[0] == 10_000  # the other task still runs
-    gc_tuning.release()
+    held.release()
     assert gc.get_threshold() == (700, 10, 10)
-    assert gc_tuning.hold(5_000)
+    assert held.hold(5_000)
     assert gc.get_threshold()[0] == 5_000
-    gc_tuning.release()
+    held.release()
     assert gc.get_threshold()[0] == 700
 
 

@@ -298,12 +298,16 @@ def test_budget_window_and_options() -> None:
 def test_a_workers_hedging_is_never_shared_across_settings_or_lookups() -> None:
     from dataclasses import replace
 
-    from lookup_source.engine.cache import clear_worker_caches
-    from lookup_source.engine.hedge import worker_hedging
+    from lookup_source.engine.identity import LookupIdentity
+    from lookup_source.engine.worker import current_worker, forget_worker
 
-    clear_worker_caches()
+    forget_worker()
     config = make_config(make_spec(make_options()))
     other_table = replace(config, options={"fake.table": "b"})
+
+    def worker_hedging(config: Any, settings: Any) -> Any:
+        return current_worker().hedging(LookupIdentity.of(config), settings)
+
     fixed, p95 = hedged(0.05), hedged("p95")
     first = worker_hedging(config, fixed)
     assert worker_hedging(config, fixed) is first  # the next task of the same lookup
@@ -313,4 +317,4 @@ def test_a_workers_hedging_is_never_shared_across_settings_or_lookups() -> None:
     first.answered(0.5)
     first.budget.earn()
     assert len(worker_hedging(other_table, fixed).window._values.nonzero()[0]) == 0
-    clear_worker_caches()
+    forget_worker()

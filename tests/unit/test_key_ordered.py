@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookup_source.engine.cache import clear_worker_caches
 from lookup_source.engine.runner import run_lookups
+from lookup_source.engine.worker import forget_worker
 from lookup_source.errors import PermanentError
 from lookup_source.options import CacheSettings
 from lookup_source.testing.clock import VirtualTimeLoop
@@ -151,7 +151,7 @@ def test_failures_cache_hits_and_max_matches_under_key_order() -> None:
         )
     )
     config = make_config(spec)
-    clear_worker_caches()
+    forget_worker()
     for run_number in range(2):  # the second run is answered by the worker's cache
         metrics: list[Any] = []
         out = run_lookups(
@@ -173,4 +173,4 @@ def test_failures_cache_hits_and_max_matches_under_key_order() -> None:
             assert [r["k"] for r in rows].index(2) > [r["k"] for r in rows].index(9)
         else:
             assert metrics[0].cache_hits == 6  # 1, 2, 9, then 1, 2, 3 (4 failed: not cached)
-    clear_worker_caches()
+    forget_worker()

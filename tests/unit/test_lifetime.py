@@ -1,5 +1,5 @@
-"""Clients that live as long as the Python worker (lookup_source.engine.lifetime): one loop and
-one opened client per configuration, reused task after task, never across settings, replaced
+"""Clients that live as long as the Python worker (lookup_source.engine.lifetime, .worker): one
+loop and one opened client per configuration, reused task after task, never across settings, replaced
 when idle too long or after a failed task."""
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ import pytest
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine import lifetime
-from lookup_source.engine.lifetime import (
-    WorkerClients,
-    client_key,
-    factory_identity,
-    forget_worker_clients,
-    lease_client,
-    worker_clients,
-)
+from lookup_source.engine.identity import LookupIdentity
+from lookup_source.engine.lifetime import WorkerClients, client_key, factory_identity
 from lookup_source.engine.runner import run_lookups
+from lookup_source.engine.worker import Worker, current_worker, forget_worker, lease_client
 from lookup_source.errors import LookupFailedError, PermanentError
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+
+
+def key_of(factory_id: str, config: ConnectorConfig) -> str:
+    return client_key(factory_id, config, LookupIdentity.of(config))
+
 
 TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(100)}
 
@@ -43,9 +43,9 @@ class StoreFactory:
 
 @pytest.fixture(autouse=True)
 def fresh_worker() -> Iterator[None]:
-    forget_worker_clients()
+    forget_worker()
     yield
-    forget_worker_clients()
+    forget_worker()
 
 
 def run_task(spec: Any, keys: list[Any], factory: Any, *, keep: bool | None = True) -> list[Any]:
@@ -63,9 +63,9 @@ def test_one_client_serves_task_after_task_on_one_loop() -> None:
     for task in range(20):  # twenty micro-batches
         rows = run_task(spec, [task, task + 1, None, 500], factory)
         assert [r["name"] for r in rows] == [f"user-{task}", f"user-{task + 1}", None, None]
-        loops.add(id(worker_clients().loop))
+        loops.add(id(current_worker().clients().loop))
     assert store.opened == 1 and store.closed == 0
-    assert len(loops) == 1 and len(worker_clients()) == 1
+    assert len(loops) == 1 and len(current_worker().clients()) == 1
 
 
 def test_clients_are_never_shared_across_settings() -> None:
@@ -82,10 +82,10 @@ def test_clients_are_never_shared_across_settings() -> None:
         dataclasses.replace(config, value_columns=("name",), value_types=(pa.string(),)),
         dataclasses.replace(config, timeout_s=3.0),
     ]
-    keys = {client_key("x", variant) for variant in variants}
+    keys = {key_of("x", v) for v in variants}
     assert len(keys) == len(variants)
-    assert client_key("x", config) != client_key("y", config)  # another factory
-    assert client_key("x", config) == client_key("x", dataclasses.replace(config))
+    assert key_of("x", config) != key_of("y", config)  # another factory
+    assert key_of("x", config) == key_of("x", dataclasses.replace(config))
     for variant in variants:
         lease = lease_client(factory, variant, max_idle_s=60, keep=True)
         lease.release(reusable=True)
@@ -166,7 +166,7 @@ def test_a_changed_secret_or_certificate_on_the_executor_is_a_new_client(
     monkeypatch.setenv("FAKE_TOKEN", "rotated")  # the same variable, another value
     rotated = lease()
     assert rotated is not renewed and store.opened == 3
-    key = client_key("x", config)
+    key = key_of("x", config)
     assert "rotated" not in key and "renewed" not in key
 
 
@@ -181,7 +181,7 @@ def test_a_threads_clients_and_loop_are_closed_when_it_ends() -> None:
 
     def work() -> None:
         assert run_task(spec, [1, 2], factory)[1]["name"] == "user-2"
-        loops.append(worker_clients().loop)
+        loops.append(current_worker().clients().loop)
 
     thread = threading.Thread(target=work)
     thread.start()
@@ -199,7 +199,7 @@ def test_a_failed_task_closes_its_client_and_the_next_opens_a_new_one() -> None:
     store.fail_keys[7] = PermanentError("no such thing")
     with pytest.raises(LookupFailedError):
         run_task(spec, [7], factory)
-    assert store.opened == 1 and store.closed == 1 and len(worker_clients()) == 0
+    assert store.opened == 1 and store.closed == 1 and len(current_worker().clients()) == 0
     assert run_task(spec, [2], factory)[0]["name"] == "user-2"
     assert store.opened == 2 and store.closed == 1
 
@@ -251,7 +251,7 @@ def test_a_task_that_left_a_request_behind_does_not_hand_its_client_on() -> None
     rows = run_task(spec, [666, 1], Factory())
     assert [r["name"] for r in rows] == [None, "user-1"]  # the stuck key timed out
     assert store.opened == 1 and store.closed == 1  # the client in doubt was let go
-    assert len(worker_clients()) == 0
+    assert len(current_worker().clients()) == 0
 
 
 def test_without_worker_reuse_each_task_has_its_own_loop_and_client(
@@ -332,14 +332,14 @@ def test_a_forked_child_forgets_its_parents_clients(monkeypatch: pytest.MonkeyPa
     config = make_config(make_spec(make_options()))
     parent = lease_client(factory, config, max_idle_s=60, keep=True)
     parent.release(reusable=True)
-    parent_clients = worker_clients()
+    parent_clients = current_worker().clients()
     monkeypatch.setattr(lifetime.os, "getpid", lambda: parent_clients.pid + 1)
     child = lease_client(factory, config, max_idle_s=60, keep=True)
     assert child.client is not parent.client and child.loop is not parent.loop
     assert store.closed == 0  # the parent's sockets are the parent's: not closed by the child
     child.release(reusable=True)
     monkeypatch.undo()
-    assert worker_clients() is not parent_clients  # (the child's replaced the parent's)
+    assert current_worker().clients() is not parent_clients  # (the child's replaced the parent's)
 
 
 def test_the_worker_loop_survives_between_tasks_with_nothing_left_running() -> None:
@@ -351,6 +351,70 @@ def test_the_worker_loop_survives_between_tasks_with_nothing_left_running() -> N
         keys = list(range(task * 10, task * 10 + 10))
         rows = run_task(spec, keys, factory)
         assert [r["n"] for r in rows] == keys
-        loop = worker_clients().loop._loop
+        loop = current_worker().clients().loop._loop
         assert not loop.is_closed() and not loop.is_running()
         assert not [t for t in asyncio.all_tasks(loop) if not t.done()]
+
+
+def test_when_every_kept_client_is_in_use_a_task_gets_one_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lifetime, "MAX_KEPT_CLIENTS", 2)
+    clients = WorkerClients(clock=lambda: 0.0)
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    config = make_config(make_spec(make_options()))
+    held = [clients.lease(name, factory, config, 60.0) for name in "ab"]
+    extra = clients.lease("c", factory, config, 60.0)  # both kept ones busy: the cap holds
+    assert not extra.kept and extra.loop is clients.loop and len(clients) == 2
+    assert [lease.kept for lease in held] == [True, True]
+    extra.release(reusable=True)
+    assert store.opened == 3 and store.closed == 1  # the task's own, closed when it ended
+    for lease in held:
+        lease.release(reusable=True)
+    again = clients.lease("c", factory, config, 60.0)  # room again: kept
+    assert again.kept and len(clients) == 2 and store.closed == 2
+    again.release(reusable=True)
+
+
+def test_idle_clients_are_closed_without_waiting_for_the_next_task() -> None:
+    now = [0.0]
+    clients = WorkerClients(clock=lambda: now[0])
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    config = make_config(make_spec(make_options()))
+    clients.lease("a", factory, config, 5.0).release(reusable=True)
+    held = clients.lease("b", factory, config, 5.0)
+    now[0] = 10.0
+    assert clients.sweep() == 0  # a task holds a lease: its loop may be running
+    held.release(reusable=True)
+    now[0] = 12.0  # "a" idled 12 s, "b" 2 s
+    assert clients.sweep() == 1 and store.closed == 1 and len(clients) == 1
+    now[0] = 20.0
+    assert clients.sweep() == 1 and store.closed == 2 and len(clients) == 0
+    assert not clients.loop.closed  # the loop stays for the next task
+
+
+def test_the_workers_sweeper_closes_idle_clients_between_tasks() -> None:
+    import time
+
+    now = [0.0]
+    worker = Worker(clock=lambda: now[0], sweep_every_s=0.01)
+    store = FakeStore(TABLE)
+    config = make_config(make_spec(make_options()))
+    identity = LookupIdentity.of(config)
+    try:
+        lease = worker.lease_client(
+            StoreFactory(store), config, identity=identity, max_idle_s=5.0, keep=True
+        )
+        assert lease.kept
+        lease.release(reusable=True)
+        now[0] = 6.0  # past its idle limit; no task comes
+        waited = 0.0
+        while store.closed == 0 and waited < 5.0:  # (the sweeper thread's own pace)
+            time.sleep(0.01)
+            waited += 0.01
+        assert store.opened == 1 and store.closed == 1
+        assert len(worker.clients()) == 0
+    finally:
+        worker.close()

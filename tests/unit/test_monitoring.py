@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.engine import telemetry
+from lookup_source.engine.worker import current_worker, forget_worker
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import ConfigurationError, OptionError
@@ -175,7 +176,7 @@ def run_with_telemetry(name: str, keys: list[Any]) -> LookupMetrics:
 
 
 def test_opentelemetry_counts_a_tasks_lookups(reader: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(telemetry, "_EXPORTER", None)
+    forget_worker()  # a new process: its instruments made anew
     metrics = run_with_telemetry("users", [1, 2, 2, 500, 501])
     assert metrics.name == "users"
     found = points(reader)
@@ -220,7 +221,7 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
 def test_opentelemetry_missing_fails_the_task_naming_the_option(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(telemetry, "_EXPORTER", None)
+    forget_worker()  # a new process: its instruments made anew
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import opentelemetry fails
     with pytest.raises(OptionError, match=r"'metrics.opentelemetry'.*asynclookup\[opentelemetry\]"):
         run_with_telemetry("users", [1])
@@ -243,14 +244,14 @@ def test_an_exporter_asynclookup_does_not_set_up_is_named(
 def test_a_failing_export_never_fails_the_task(
     reader: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(telemetry, "_EXPORTER", None)
-    telemetry.prepare()
-    assert telemetry._EXPORTER is not None
+    forget_worker()  # a new process: its instruments made anew
+    exporter = current_worker().telemetry()
+    assert isinstance(exporter, telemetry.Exporter)
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("collector down")
 
-    monkeypatch.setattr(telemetry._EXPORTER[1], "record", broken)
+    monkeypatch.setattr(exporter, "record", broken)
     metrics = run_with_telemetry("users", [1, 2])
     assert metrics.rows == 2
     assert "reporting to OpenTelemetry failed" in caplog.text

@@ -1,0 +1,319 @@
+"""Everything that outlives a task in a Python worker, and its one owner: :class:`Worker`.
+
+Spark reuses a Python worker for task after task (``spark.python.worker.reuse``, on by default;
+such a worker has ``SPARK_REUSE_WORKER=1`` in its environment). What a task leaves there for
+the next ones is kept by the process's :class:`Worker` (:func:`current_worker`), and only there.
+This is the one place that says what lives how long:
+
+- **the event loop**: one per thread (asyncio loops are per thread), until the thread ends
+  or :meth:`Worker.close`;
+- **opened clients** (:mod:`.lifetime`): per thread and configuration, at most
+  :data:`~.lifetime.MAX_KEPT_CLIENTS` (the least recently used one no task holds is closed;
+  when every kept one is in use, a task gets a client of its own, closed when it ends); closed
+  once idle ``connection.max-idle.ms`` — by the worker's sweeper, every :data:`SWEEP_EVERY_S`,
+  even if no task comes —, replaced once ``connection.max-age.ms`` old, closed when a task
+  fails with it or the thread ends;
+- **caches and hedging windows** (:class:`~.cache.WorkerCaches`): per process, by the lookup's
+  identity and settings, all of them together within ``cache.worker.max-mb`` (estimated) and
+  :data:`~.cache.MAX_KEPT_LOOKUPS`, the least recently used lookups' dropped first;
+- **full-cache reloads**: a thread each, tracked; :meth:`Worker.close` waits for them;
+- **the collector's threshold** (:mod:`.gc_tuning`): raised while any task holds it;
+- **the OpenTelemetry exporter**: per process, made by the first task that asks;
+- **the shared tier's health** (:class:`~.shared_cache.StoreHealth`): per kept store client,
+  beside it, dropped with it.
+
+Every one of them reads the worker's one clock (:attr:`Worker.clock`; tests give a virtual
+one). Spark ends a worker with ``os._exit`` or SIGKILL: nothing here runs then, and the
+sockets close with the process. A forked child makes a :class:`Worker` of its own and never
+touches its parent's clients (they share their sockets with the parent). Without worker reuse,
+outside Spark, with ``connection.max-idle.ms=0``, for a connector class that sets
+``reusable = False``, or for a client factory that cannot be told apart from another
+(:func:`~.lifetime.factory_identity`), each task has a loop and a client of its own, closed
+when it ends::
+
+    worker = current_worker()
+    lease = worker.lease_client(RedisLookupClient, config, identity=identity, max_idle_s=120.0)
+    try:
+        lease.loop.run(lease.client.lookup_arrow(keys))
+    finally:
+        lease.release(reusable=True)     # kept for the next task (closed when not reusable)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lookup_source.connector_api import ConnectorConfig, LookupClient
+from lookup_source.engine.cache import FullCache, WorkerCaches
+from lookup_source.engine.gc_tuning import GcHold
+from lookup_source.engine.hedge import Hedging
+from lookup_source.engine.identity import LookupIdentity
+from lookup_source.engine.lifetime import (
+    ClientFactory,
+    Lease,
+    WorkerClients,
+    client_key,
+    factory_identity,
+    task_lease,
+    worker_reuse,
+)
+from lookup_source.engine.loop import LoopFactory, TaskLoop
+from lookup_source.engine.shared_cache import StoreHealth
+from lookup_source.engine.table_load import reload_table
+
+if TYPE_CHECKING:
+    from lookup_source.options import HedgeSettings
+
+log = logging.getLogger("lookup_source")
+
+Clock = Callable[[], float]
+
+SWEEP_EVERY_S = 1.0
+"""How often the worker looks for kept clients idle past their limit."""
+
+RELOAD_JOIN_S = 10.0
+"""How long :meth:`Worker.close` waits for a full-cache reload that is running."""
+
+
+class _ThreadEnd:
+    """Held by a thread's local storage only: when the thread ends, its storage goes, and
+    this closes the thread's clients and loop (:func:`weakref.finalize`)."""
+
+
+class Worker:
+    """What one Python worker process keeps from task to task; see the module's docstring."""
+
+    def __init__(self, *, clock: Clock = time.monotonic, sweep_every_s: float = SWEEP_EVERY_S):
+        self.pid = os.getpid()
+        self.clock = clock
+        """The worker's one clock: caches, kept clients, the shared tier and the sweeper."""
+        self.caches = WorkerCaches()
+        self.gc = GcHold()
+        self._sweep_every_s = sweep_every_s
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._clients: weakref.WeakSet[WorkerClients] = weakref.WeakSet()
+        self._ended: list[WorkerClients] = []
+        self._reloads: set[threading.Thread] = set()
+        self._health: weakref.WeakKeyDictionary[Any, StoreHealth] = weakref.WeakKeyDictionary()
+        self._exporter: Any = None
+        self._sweeper: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.closed = False
+
+    # -- the loop and kept clients ------------------------------------------------------------
+
+    def clients(self) -> WorkerClients:
+        """This thread's loop and kept clients, made on first use; closed when the thread
+        ends."""
+        while self._ended:
+            _close_quietly(self._ended.pop())
+        current: WorkerClients | None = getattr(self._local, "clients", None)
+        if current is None or current.loop.closed:
+            current = self._local.clients = WorkerClients(clock=self.clock)
+            self._local.end = end = _ThreadEnd()
+            weakref.finalize(end, self._thread_ended, current)
+            with self._lock:
+                self._clients.add(current)
+        return current
+
+    def lease_client(
+        self,
+        factory: ClientFactory,
+        config: ConnectorConfig,
+        *,
+        identity: LookupIdentity,
+        max_idle_s: float,
+        max_age_s: float = 0.0,
+        keep: bool | None = None,
+        loop_factory: LoopFactory | None = None,
+        loop: TaskLoop | None = None,
+    ) -> Lease:
+        """A loop and an opened client for one task: this thread's kept ones when the worker
+        serves task after task (``keep``: whether it does; by default, what Spark says) and
+        ``max_idle_s`` > 0, else a loop (``loop``, the task's own already; or one made by
+        ``loop_factory``) and a client of the task's own. A kept client older than
+        ``max_age_s`` (0: no limit) is replaced; ``identity``: the lookup's (or the plugin's)."""
+        if keep is None:
+            keep = worker_reuse() and loop_factory is None
+        reusable_class = bool(getattr(factory, "reusable", True))
+        factory_id = factory_identity(factory)
+        if keep and max_idle_s > 0 and reusable_class and factory_id is not None:
+            key = client_key(factory_id, config, identity)
+            lease = self.clients().lease(key, factory, config, max_idle_s, max_age_s)
+            self._start_sweeper()
+            return lease
+        return task_lease(factory, config, loop_factory, loop)
+
+    def sweep(self) -> int:
+        """Close the kept clients idle past their limit, in every thread that runs no task
+        now; how many were closed. The worker's sweeper calls it every
+        :data:`SWEEP_EVERY_S`."""
+        with self._lock:
+            kept = list(self._clients)
+        return sum(clients.sweep() for clients in kept if clients.pid == os.getpid())
+
+    def _start_sweeper(self) -> None:
+        if self._sweeper is not None or self._sweep_every_s <= 0:
+            return
+        with self._lock:
+            if self._sweeper is None:
+                self._sweeper = threading.Thread(
+                    target=self._sweep_forever, name="asynclookup-sweeper", daemon=True
+                )
+                self._sweeper.start()
+
+    def _sweep_forever(self) -> None:
+        while not self._stop.wait(self._sweep_every_s):
+            try:
+                self.sweep()
+            except Exception:  # the sweeper never dies of one client that fails to close
+                log.warning("asynclookup: closing idle clients failed", exc_info=True)
+
+    def _thread_ended(self, clients: WorkerClients) -> None:
+        """What a thread kept, closed as the thread ends (never in a forked child)."""
+        if clients.pid != os.getpid() or clients.loop.closed:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs here: close now
+            _close_quietly(clients)
+        else:  # seen inside a running loop, which cannot run another: the next clients() call
+            self._ended.append(clients)
+
+    # -- caches, hedging windows, reloads ------------------------------------------------------
+
+    def cache(self, identity: LookupIdentity, kind: str, make: Callable[[], Any]) -> Any:
+        """The worker's cache (or hedging window) of the lookup ``identity`` with settings
+        ``kind``, made by ``make`` on first use."""
+        return self.caches.get(identity.digest("cache", kind), make)
+
+    def hedging(self, identity: LookupIdentity, settings: HedgeSettings) -> Hedging:
+        """The worker's hedging of the lookup ``identity`` with these settings (its recent
+        latencies, its budget), shared by the worker's tasks like its caches."""
+        kind = f"hedge after={settings.after} budget={settings.budget}"
+        return self.cache(identity, kind, lambda: Hedging.of(settings))
+
+    def reload(
+        self,
+        cache: FullCache,
+        factory: Callable[[], LookupClient],
+        key_fields: Sequence[pa.Field],
+        value_fields: Sequence[pa.Field],
+    ) -> None:
+        """Reload a full ``cache`` in a thread of its own (own loop, own client), tracked."""
+
+        def run() -> None:
+            try:
+                reload_table(cache, factory, key_fields, value_fields)
+                self.caches.fit()
+            finally:
+                with self._lock:
+                    self._reloads.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, name="asynclookup-cache-reload", daemon=True)
+        with self._lock:
+            self._reloads.add(thread)
+        thread.start()
+
+    # -- the rest ----------------------------------------------------------------------------
+
+    def store_health(self, store: Any) -> StoreHealth:
+        """The health of a shared tier's ``store`` client, kept beside it, never on it."""
+        with self._lock:
+            health = self._health.get(store)
+            if health is None:
+                health = self._health[store] = StoreHealth()
+            return health
+
+    def telemetry(self) -> Any:
+        """The process's OpenTelemetry instruments (:class:`~.telemetry.Exporter`), made on
+        first use; fails naming ``metrics.opentelemetry`` when they cannot be made."""
+        if self._exporter is None:
+            from lookup_source.engine.telemetry import Exporter
+
+            with self._lock:
+                if self._exporter is None:
+                    self._exporter = Exporter()
+        return self._exporter
+
+    def close(self) -> None:
+        """Close what the worker keeps that no task holds (every thread's clients, its
+        caches), wait for the reloads that run; the next :func:`current_worker` makes a new
+        worker."""
+        self.closed = True
+        self._stop.set()
+        with self._lock:
+            kept = list(self._clients)
+            reloads = list(self._reloads)
+        for clients in kept:
+            if clients.pid == os.getpid():
+                _close_quietly(clients, everything=False)
+        for thread in reloads:
+            thread.join(RELOAD_JOIN_S)
+        self.caches.clear()
+
+
+def _close_quietly(clients: WorkerClients, *, everything: bool = True) -> None:
+    try:
+        clients.close(everything=everything)
+    except Exception:  # a thread's end must not fail on a client that fails to close
+        log.warning("asynclookup: closing a thread's clients failed", exc_info=True)
+
+
+_current: Worker | None = None
+_current_lock = threading.Lock()
+
+
+def current_worker() -> Worker:
+    """This process's :class:`Worker`, made on first use (anew in a forked child)."""
+    global _current
+    worker = _current
+    if worker is not None and worker.pid == os.getpid() and not worker.closed:
+        return worker
+    with _current_lock:
+        if _current is None or _current.pid != os.getpid() or _current.closed:
+            _current = Worker()
+        return _current
+
+
+def forget_worker() -> None:
+    """Close this process's worker (for tests and the bench); the next task starts afresh."""
+    global _current
+    with _current_lock:
+        worker, _current = _current, None
+    if worker is not None and worker.pid == os.getpid():
+        worker.close()
+
+
+def lease_client(
+    factory: ClientFactory,
+    config: ConnectorConfig,
+    *,
+    identity: LookupIdentity | None = None,
+    **settings: Any,
+) -> Lease:
+    """:meth:`Worker.lease_client` of this process's worker; ``identity``: the lookup's, if the
+    caller has it (else computed from ``config``, as for a plugin's client)."""
+    if identity is None:
+        from lookup_source.engine.identity import implicit_inputs
+
+        identity = LookupIdentity.of(config, implicit=implicit_inputs(factory, config))
+    return current_worker().lease_client(factory, config, identity=identity, **settings)
+
+
+__all__ = [
+    "Worker",
+    "current_worker",
+    "forget_worker",
+    "lease_client",
+]
