@@ -1,6 +1,6 @@
-"""Clients that live as long as the Python worker (lookup_source.engine.lifetime, .worker): one
-loop and one opened client per configuration, reused task after task, never across settings, replaced
-when idle too long or after a failed task."""
+"""Clients that live as long as the Python worker (lookup_source.engine.lifetime, .worker):
+one loop and one opened client per configuration, reused task after task, never across
+settings, replaced when idle too long or after a failed task, closed by the sweeper once idle."""
 
 from __future__ import annotations
 
