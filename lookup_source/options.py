@@ -881,23 +881,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
     Raises :class:`~lookup_source.errors.OptionError` naming the first unknown, missing or
     malformed option, with the nearest valid name when one is close.
     """
-    values: dict[str, str] = {}
-    # A catalog table (CREATE TABLE ... USING asynclookup OPTIONS (...)) hands its options over
-    # as "option.<name>", beside table properties (provider, owner...) that are not ours; its
-    # connector is always among them. (Any other "option.x" is an unknown option, named.)
-    from_catalog = any(str(key).strip().lower() == "option.connector" for key in raw)
-    for key, value in raw.items():
-        name = str(key).strip().lower()
-        if from_catalog:
-            if not name.startswith("option."):
-                continue
-            name = name[len("option.") :]
-        if name in _SPARK_ADDED_OPTIONS:
-            continue
-        if value is None:
-            raise OptionError(name, "has no value")
-        values[name] = value if isinstance(value, str) else option_text(value)
-
+    values = _option_texts(raw)
     if "connector" not in values:
         raise OptionError("connector", "is required: redis, http, postgres or package.module:Class")
     connector_name = parse_required_text(values["connector"]).strip()
@@ -929,6 +913,35 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
         parsed["batch.size"] = client_class.batch_size_default(connector_values)
     options: LookupOptions = _build(LookupOptions, parsed)
     options = dataclasses.replace(options, connector_options=connector_values, given=values)
+    _check_together(options, values)
+    client_class.validate_options(options.for_connector())
+    return options
+
+
+def _option_texts(raw: Mapping[str, str]) -> dict[str, str]:
+    """The options as lower-case names and texts. A catalog table (CREATE TABLE ... USING
+    asynclookup OPTIONS (...)) hands its options over as "option.<name>", beside table
+    properties (provider, owner...) that are not ours; its connector is always among them.
+    (Any other "option.x" is an unknown option, named.)"""
+    values: dict[str, str] = {}
+    from_catalog = any(str(key).strip().lower() == "option.connector" for key in raw)
+    for key, value in raw.items():
+        name = str(key).strip().lower()
+        if from_catalog:
+            if not name.startswith("option."):
+                continue
+            name = name[len("option.") :]
+        if name in _SPARK_ADDED_OPTIONS:
+            continue
+        if value is None:
+            raise OptionError(name, "has no value")
+        values[name] = value if isinstance(value, str) else option_text(value)
+    return values
+
+
+def _check_together(options: LookupOptions, values: Mapping[str, str]) -> None:
+    """What options say together: retry delays in order, a shared tier only beside a partial
+    cache (and its store's scheme known), a budget's options consistent."""
     retry = options.retry
     if retry.max_delay_s < retry.initial_delay_s:
         raise OptionError(
@@ -946,8 +959,6 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
                 "of the table: drop one of them",
             )
     _check_budget(options.budget, values)
-    client_class.validate_options(options.for_connector())
-    return options
 
 
 MIN_BUDGET_RATE = 0.01

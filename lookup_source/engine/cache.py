@@ -28,10 +28,10 @@ from typing import Any
 
 from lookup_source.connector_api import Key
 from lookup_source.engine.answers import MISSING, CachedError, CachedRows
+from lookup_source.engine.loop import Clock
 
 log = logging.getLogger("lookup_source")
 
-Clock = Callable[[], float]
 
 MAX_KEPT_LOOKUPS = 256
 """Most caches and hedging windows a worker keeps (least recently used dropped first)."""

@@ -1,17 +1,17 @@
 """What the engine sees of a cache (:class:`CacheLayer`): what it knows of a batch's keys and
-what to keep of an answer; :func:`task_cache` sets up the one a task's options ask for, shared
-with the other tasks of the worker (:mod:`.cache`)."""
+what to keep of an answer (the worker sets up the one a task's options ask for:
+:meth:`~lookup_source.engine.worker.Worker.task_cache`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connector_api import ConnectorConfig, Key, LookupClient
+from lookup_source.connector_api import Key
 from lookup_source.engine.answers import (
     MISSING,
     Answer,
@@ -20,14 +20,7 @@ from lookup_source.engine.answers import (
     Part,
     cached_answer,
 )
-from lookup_source.engine.cache import FullCache, PartialCache, WorkerCaches
-from lookup_source.engine.identity import LookupIdentity
-from lookup_source.engine.loop import TaskLoop
-from lookup_source.engine.table_load import load_table
-
-if TYPE_CHECKING:
-    from lookup_source.engine.worker import Worker
-    from lookup_source.options import CacheSettings
+from lookup_source.engine.cache import PartialCache, WorkerCaches
 
 
 @dataclass
@@ -96,8 +89,9 @@ def known_answer(
     return answer
 
 
-class _Layer:
-    """Answers a batch's keys from ``cache`` (anything with ``get_many``)."""
+class ReadingLayer:
+    """Answers a batch's keys from ``cache`` (a :class:`FullCache`, or anything with
+    ``get_many``); keeps nothing (a full cache is loaded by scans only)."""
 
     def __init__(self, cache: Any) -> None:
         self.cache = cache
@@ -111,7 +105,7 @@ class _Layer:
         """Nothing: a full cache is loaded by scans only."""
 
 
-class PartialCacheLayer(_Layer):
+class PartialCacheLayer(ReadingLayer):
     """A task's view of a :class:`PartialCache`: answers come from it and go into it."""
 
     def __init__(
@@ -127,44 +121,3 @@ class PartialCacheLayer(_Layer):
             self.cache.put_many(items, ttl_s=ttl_s)
             if self.owner is not None:  # the worker's caches together within their budget
                 self.owner.fit()
-
-
-def task_cache(
-    settings: CacheSettings,
-    config: ConnectorConfig,
-    client: LookupClient,
-    loop: TaskLoop,
-    factory: Callable[[ConnectorConfig], LookupClient],
-    value_fields: Sequence[pa.Field],
-    identity: LookupIdentity,
-    worker: Worker,
-) -> CacheLayer | None:
-    """The cache a task's settings ask for, kept by ``worker`` for its other tasks: a full
-    cache (loaded now by ``client`` if this worker has not yet, reloaded in the background when
-    due), a partial one, or None. The worker's caches together keep within
-    ``cache.worker.max-mb`` (this task's setting applies from now on)."""
-    worker.caches.max_bytes = int(settings.worker_max_mb * 2**20)
-    clock = worker.clock
-    if settings.mode == "full":
-        full = worker.cache(
-            identity,
-            f"full reload={settings.reload_s}",
-            lambda: FullCache(settings.reload_s, clock=clock),
-        )
-        key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
-        with full.load_lock:
-            if not full.loaded:
-                full.install(loop.run(load_table(client, key_fields, value_fields)))
-                worker.caches.fit()
-        if full.claim_reload():
-            worker.reload(full, lambda: factory(config), key_fields, value_fields)
-        return _Layer(full)
-    if settings.max_rows > 0:
-        # a lookup with other cache settings gets a cache of its own, with its settings
-        partial = worker.cache(
-            identity,
-            f"partial max-rows={settings.max_rows} ttl={settings.ttl_s}",
-            lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock),
-        )
-        return PartialCacheLayer(partial, cache_missing=settings.missing_keys, owner=worker.caches)
-    return None

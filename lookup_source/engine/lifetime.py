@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
 from lookup_source.engine.identity import LookupIdentity
-from lookup_source.engine.loop import LoopFactory, TaskLoop
+from lookup_source.engine.loop import Clock, LoopFactory, TaskLoop
 
 log = logging.getLogger("lookup_source")
 
@@ -42,8 +42,6 @@ closed."""
 
 CLOSE_TIMEOUT_S = 10.0
 """How long closing a kept client may take before it is abandoned."""
-
-Clock = Callable[[], float]
 
 
 def worker_reuse() -> bool:

@@ -20,6 +20,11 @@ from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
+Clock = Callable[[], float]
+"""What reads the time, in seconds: the worker's one clock (``time.monotonic`` unless a test
+gives a virtual one), handed by :class:`~lookup_source.engine.worker.Worker` to every cache,
+client keeper and shared tier of the worker; the engine reads its loop's (:meth:`TaskLoop.time`)."""
+
 
 class _Closable(Protocol):
     async def open(self) -> None: ...

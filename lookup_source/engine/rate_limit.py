@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from lookup_source.engine.loop import Clock
+
 
 class RateLimiter:
     """Spaces requests at least ``1 / rate`` seconds apart (a token bucket holding one token).
@@ -18,7 +20,7 @@ class RateLimiter:
         self,
         rate: float,
         *,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         if rate <= 0:

@@ -20,7 +20,6 @@ import pyarrow as pa
 import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_from_env
 from lookup_source.engine.budget import TaskBudget
-from lookup_source.engine.cache_layer import task_cache
 from lookup_source.engine.hedge import Hedging
 from lookup_source.engine.identity import LookupIdentity, implicit_inputs
 from lookup_source.engine.lifetime import ClientFactory, Lease
@@ -85,7 +84,7 @@ class LookupTask:
             self._telemetry = (
                 self._worker.telemetry() if spec.options.metrics_opentelemetry else None
             )
-            cache = task_cache(
+            cache = self._worker.task_cache(
                 spec.options.cache,
                 config,
                 self._lease.client,
@@ -93,7 +92,6 @@ class LookupTask:
                 factory,
                 spec.value_fields,
                 self._identity,
-                self._worker,
             )
             metrics = LookupMetrics(tasks=1)
             self._engine = LookupEngine(

@@ -39,7 +39,7 @@ import json
 import logging
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,7 @@ from lookup_source.engine.answers import (
 )
 from lookup_source.engine.cache_layer import CacheAnswer, known_answer
 from lookup_source.engine.identity import LookupIdentity
+from lookup_source.engine.loop import Clock
 from lookup_source.engine.metrics import LookupMetrics
 
 FORMAT = 2
@@ -298,8 +299,8 @@ class SharedTier:
         cache_missing: bool,
         max_value_bytes: int,
         health: StoreHealth | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
     ) -> None:
         self.store_client = store
         self.health = health or StoreHealth()

@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
-from lookup_source.engine.cache import FullCache, WorkerCaches
+from lookup_source.engine.cache import FullCache, PartialCache, WorkerCaches
+from lookup_source.engine.cache_layer import CacheLayer, PartialCacheLayer, ReadingLayer
 from lookup_source.engine.gc_tuning import GcHold
 from lookup_source.engine.hedge import Hedging
 from lookup_source.engine.identity import LookupIdentity
@@ -66,16 +67,15 @@ from lookup_source.engine.lifetime import (
     task_lease,
     worker_reuse,
 )
-from lookup_source.engine.loop import LoopFactory, TaskLoop
+from lookup_source.engine.loop import Clock, LoopFactory, TaskLoop
 from lookup_source.engine.shared_cache import StoreHealth
-from lookup_source.engine.table_load import reload_table
+from lookup_source.engine.table_load import load_table, reload_table
 
 if TYPE_CHECKING:
-    from lookup_source.options import HedgeSettings
+    from lookup_source.options import CacheSettings, HedgeSettings
 
 log = logging.getLogger("lookup_source")
 
-Clock = Callable[[], float]
 
 SWEEP_EVERY_S = 1.0
 """How often the worker looks for kept clients idle past their limit."""
@@ -196,6 +196,48 @@ class Worker:
         """The worker's cache (or hedging window) of the lookup ``identity`` with settings
         ``kind``, made by ``make`` on first use."""
         return self.caches.get(identity.digest("cache", kind), make)
+
+    def task_cache(
+        self,
+        settings: CacheSettings,
+        config: ConnectorConfig,
+        client: LookupClient,
+        loop: TaskLoop,
+        factory: ClientFactory,
+        value_fields: Sequence[pa.Field],
+        identity: LookupIdentity,
+    ) -> CacheLayer | None:
+        """The cache a task's settings ask for, kept for the worker's other tasks: a full
+        cache (loaded now by ``client`` if this worker has not yet, reloaded in the background
+        when due), a partial one, or None. The worker's caches together keep within
+        ``cache.worker.max-mb`` (this task's setting applies from now on)."""
+        self.caches.max_bytes = int(settings.worker_max_mb * 2**20)
+        clock = self.clock
+        if settings.mode == "full":
+            full = self.cache(
+                identity,
+                f"full reload={settings.reload_s}",
+                lambda: FullCache(settings.reload_s, clock=clock),
+            )
+            key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
+            with full.load_lock:
+                if not full.loaded:
+                    full.install(loop.run(load_table(client, key_fields, value_fields)))
+                    self.caches.fit()
+            if full.claim_reload():
+                self.reload(full, lambda: factory(config), key_fields, value_fields)
+            return ReadingLayer(full)
+        if settings.max_rows > 0:
+            # a lookup with other cache settings gets a cache of its own, with its settings
+            partial = self.cache(
+                identity,
+                f"partial max-rows={settings.max_rows} ttl={settings.ttl_s}",
+                lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock),
+            )
+            return PartialCacheLayer(
+                partial, cache_missing=settings.missing_keys, owner=self.caches
+            )
+        return None
 
     def hedging(self, identity: LookupIdentity, settings: HedgeSettings) -> Hedging:
         """The worker's hedging of the lookup ``identity`` with these settings (its recent

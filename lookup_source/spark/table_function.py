@@ -43,6 +43,40 @@ def _constant(argument: AnalyzeArgument | None, what: str, default: str | None =
     return argument.value
 
 
+def _analyze(
+    plan: LookupPlan,
+    buckets: int,
+    table: AnalyzeArgument,
+    keys: AnalyzeArgument | None,
+    how: AnalyzeArgument | None,
+) -> LookupAnalyzeResult:
+    """The lookup table function's ``analyze``: its output schema (``TABLE(t)``'s columns, then
+    the value columns), the key columns and the join, checked; with ``partition.by-key``, the
+    bucket of the key Spark partitions ``TABLE(t)`` by."""
+    if not table.isTable or not isinstance(table.dataType, StructType):
+        raise SchemaError(
+            "the first argument of a lookup table function is a table: "
+            "TABLE(events) or TABLE(SELECT ...)"
+        )
+    on_text = _constant(keys, "the key column(s) of the table, e.g. 'user_id'")
+    join = _constant(how, "how ('left' or 'inner')", "left").lower()
+    if join not in ("left", "inner"):
+        raise SchemaError(f"how must be 'left' or 'inner', got {join!r}")
+    on = tuple(resolve_on(table.dataType, on_text, plan, TABLE_ARGUMENT))
+    # partition.by-key: Spark hash-partitions TABLE(t) by a bucket of the key. Not by the key
+    # itself: PySpark starts a new instance of the function (a new client) for each distinct
+    # value of what it partitions by; a bucket per shuffle partition keeps that to about one
+    # instance per task.
+    bucket = f"pmod(hash({', '.join(map(_quoted, on))}), {buckets})"
+    return LookupAnalyzeResult(
+        schema=output_schema(table.dataType, plan, TABLE_ARGUMENT),
+        partitionBy=(PartitioningColumn(bucket),) if plan.options.partition_by_key else (),
+        on=on,
+        how=join,
+        input_schema=table.dataType,
+    )
+
+
 def lookup_table_function(
     plan: LookupPlan,
     metrics: Any = None,
@@ -62,29 +96,7 @@ def lookup_table_function(
             keys: AnalyzeArgument | None = None,
             how: AnalyzeArgument | None = None,
         ) -> AnalyzeResult:
-            if not table.isTable or not isinstance(table.dataType, StructType):
-                raise SchemaError(
-                    "the first argument of a lookup table function is a table: "
-                    "TABLE(events) or TABLE(SELECT ...)"
-                )
-            on_text = _constant(keys, "the key column(s) of the table, e.g. 'user_id'")
-            join = _constant(how, "how ('left' or 'inner')", "left").lower()
-            if join not in ("left", "inner"):
-                raise SchemaError(f"how must be 'left' or 'inner', got {join!r}")
-            on = tuple(resolve_on(table.dataType, on_text, plan, TABLE_ARGUMENT))
-            # partition.by-key: Spark hash-partitions TABLE(t) by a bucket of the key. Not by
-            # the key itself: PySpark starts a new instance of the function (a new client) for
-            # each distinct value of what it partitions by; a bucket per shuffle partition
-            # keeps that to about one instance per task.
-            by_key = plan.options.partition_by_key
-            bucket = f"pmod(hash({', '.join(map(_quoted, on))}), {buckets})"
-            return LookupAnalyzeResult(
-                schema=output_schema(table.dataType, plan, TABLE_ARGUMENT),
-                partitionBy=(PartitioningColumn(bucket),) if by_key else (),
-                on=on,
-                how=join,
-                input_schema=table.dataType,
-            )
+            return _analyze(plan, buckets, table, keys, how)
 
         def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
             self.spec = plan.engine_spec(
