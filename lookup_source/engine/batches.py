@@ -44,18 +44,13 @@ class Job:
     """Error rows of its keys whose request failed (``on.error=null|column``)."""
     pending: int = 0
     done: bool = False
+    """Set by the output queue (:mod:`.queue`), which owns its progress."""
     output: Output | None = None
     held_rows: int = 0
     """Rows this batch holds in the engine's buffer: its input rows, then its matches."""
     keys_with_bad_values: int = 0
     """Of its distinct keys, how many failed on their answer: a value that does not fit its
     column, more matches than ``lookup.max-matches`` (counted when its output is built)."""
-    answered: np.ndarray | None = None
-    """``output.mode=key-ordered``: which of its distinct keys have their answer."""
-    released: np.ndarray | None = None
-    """``output.mode=key-ordered``: which of its distinct keys have left with their rows."""
-    nulls_released: bool = False
-    """``output.mode=key-ordered``: whether its rows with a null key have left."""
     costs: np.ndarray | None = None
     """``budget.cost.column``: the cost of each distinct key (the largest of its rows')."""
     _python_keys: list[Any] | None = None

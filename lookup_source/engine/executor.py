@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,8 +21,12 @@ from lookup_source.engine.limit import ConcurrencyLimit
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
+from lookup_source.engine.slots import RequestSlots
 from lookup_source.errors import OverloadedError, RecordError
 from lookup_source.redaction import redact_text
+
+if TYPE_CHECKING:
+    from lookup_source.options import LookupOptions
 
 
 class AskedKeys(Protocol):
@@ -38,19 +42,78 @@ class AskedKeys(Protocol):
     def cost(self, rows: np.ndarray | None = None) -> float: ...
 
 
+class Pacing:
+    """What an attempt (or a hedge) waits for before it is sent: the task's rate limiter
+    (``rate.limit``), then the cluster budget's admission at the cost of the keys it asks,
+    whose lease it holds until its call ends (:class:`Admission`)."""
+
+    def __init__(self, rate_limiter: RateLimiter | None, budget: TaskBudget | None) -> None:
+        self.rate_limiter = rate_limiter
+        self.budget = budget
+
+    async def admit(self, asked: AskedKeys, rows: np.ndarray | None) -> Admission | None:
+        """Wait until the keys ``asked`` (those at ``rows``, or all) may be sent."""
+        if self.rate_limiter is not None:
+            await self.rate_limiter.acquire()
+        if self.budget is None:
+            return None
+        await self.budget.admit(asked.cost(rows))
+        return Admission(self.budget)
+
+
+class Feedback:
+    """What hears how each attempt went: the metrics (requests, latencies, timeouts), the
+    concurrency limit (an adaptive one hears every answer; any, every timeout and overload,
+    through ``limit_changed``) and the hedging (every request earns its budget; an answer's
+    latency joins its window)."""
+
+    def __init__(
+        self,
+        metrics: LookupMetrics,
+        limit: ConcurrencyLimit,
+        limit_changed: Callable[[bool], None],
+        in_flight: Callable[[], int],
+        hedging: Hedging | None,
+    ) -> None:
+        self._metrics = metrics
+        self._limit = limit
+        self._limit_changed = limit_changed
+        self._in_flight = in_flight
+        self._hedging = hedging
+
+    def sent(self) -> None:
+        self._metrics.requests += 1
+        if self._hedging is not None:
+            self._hedging.budget.earn()
+
+    def answered(self, started: float, now: float) -> None:
+        self._metrics.record_latency(now - started)
+        if self._hedging is not None:
+            self._hedging.answered(now - started)
+        if self._limit.adaptive:
+            self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
+
+    def timed_out(self, started: float, now: float) -> None:
+        self._metrics.timeouts += 1
+        self._limit_changed(self._limit.on_overload(started, now))
+
+    def failed(self, error: BaseException, started: float, now: float) -> None:
+        if isinstance(error, OverloadedError):
+            self._limit_changed(self._limit.on_overload(started, now))
+
+
 class RequestExecutor:
-    """Runs a task's requests to the store, each to its answer or its final failure: each
-    attempt waits for the rate limiter, runs under its time limit (``timeout.ms``, less near
-    ``deadline.ms``), is counted in the metrics and checked; a failed attempt is retried as the
-    :class:`~lookup_source.engine.retry.RetryPolicy` says, after its backoff (or the store's
-    ``retry_after``), and so are missing keys under ``retry.on-miss``; the concurrency limit
-    hears of every answer, timeout and overload. With ``hedging``, an attempt still unanswered
-    past its delay is sent once more (:func:`~lookup_source.engine.hedge.race`), when the budget
-    allows, as a request like any other: it waits for a free slot (``hedge_slot``: wait for
-    one and take it, give it back) and for the rate limiter. With a cluster ``budget``, each
-    attempt and hedge is admitted by it first, at the cost of the keys it asks, and holds its
-    lease until it ends. (Flink's ``RetryableResultHandlerDelegator`` with the request's own
-    time limits.)"""
+    """Runs a task's requests to the store, each to its answer or its final failure: the retry
+    loop (Flink's ``RetryableResultHandlerDelegator``), each attempt under its time limit
+    (``timeout.ms``, less near ``deadline.ms``), retried as the
+    :class:`~lookup_source.engine.retry.RetryPolicy` says after its backoff (or the store's
+    ``retry_after``), and so are missing keys under ``retry.on-miss``. Around each call, small
+    wrappers: :class:`Pacing` (the rate limiter and the cluster budget, before it is sent),
+    :class:`Feedback` (metrics, the concurrency limit, hedging's window, after), and with
+    ``hedging``, :func:`~lookup_source.engine.hedge.race`: an attempt still unanswered past its
+    delay is sent once more when the hedge budget allows, as a request like any other — it
+    waits for a free slot (``hedge_slot``: wait for one and take it, give it back) and for its
+    pacing."""
 
     def __init__(
         self,
@@ -58,30 +121,24 @@ class RequestExecutor:
         policy: RetryPolicy,
         *,
         deadline: Callable[[float], RequestDeadline],
-        limit: ConcurrencyLimit,
-        limit_changed: Callable[[bool], None],
-        in_flight: Callable[[], int],
+        pacing: Pacing,
+        feedback: Feedback,
         metrics: LookupMetrics,
         fields: list[pa.Field],
-        rate_limiter: RateLimiter | None = None,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         hedging: Hedging | None = None,
         hedge_slot: tuple[Callable[[], Awaitable[None]], Callable[[], None]] | None = None,
         redact: Callable[[str], str] = redact_text,
-        budget: TaskBudget | None = None,
     ) -> None:
         self._client = client
-        self._budget = budget
         self._redact = redact
         self._policy = policy
         self._deadline = deadline
-        self._limit = limit
-        self._limit_changed = limit_changed
-        self._in_flight = in_flight
+        self._pacing = pacing
+        self._feedback = feedback
         self._metrics = metrics
         self._fields = fields
-        self._rate_limiter = rate_limiter
         self._sleep = sleep
         self._rng = rng
         self._hedging = hedging
@@ -93,67 +150,80 @@ class RequestExecutor:
         self.timer = AttemptTimer()
         """The time limits of the attempts in flight."""
 
+    @classmethod
+    def of(
+        cls,
+        client: LookupClient,
+        options: LookupOptions,
+        slots: RequestSlots,
+        metrics: LookupMetrics,
+        fields: list[pa.Field],
+        *,
+        hedging: Hedging | None = None,
+        budget: TaskBudget | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+        redact: Callable[[str], str] = redact_text,
+    ) -> RequestExecutor:
+        """The executor a task's ``options`` describe (retry, time limits, ``rate.limit``),
+        its requests counted in ``slots``; with ``hedging`` and a cluster ``budget``."""
+        rate_limiter = RateLimiter(options.rate_limit, sleep=sleep) if options.rate_limit else None
+        return cls(
+            client,
+            RetryPolicy(options.retry),
+            deadline=RequestDeadline.factory(options.timeout_s, options.deadline_s),
+            pacing=Pacing(rate_limiter, budget),
+            feedback=Feedback(
+                metrics, slots.limit, slots.limit_changed, lambda: slots.in_flight, hedging
+            ),
+            metrics=metrics,
+            fields=fields,
+            sleep=sleep,
+            rng=rng,
+            hedging=hedging,
+            hedge_slot=(slots.take_for_hedge, slots.release),
+            redact=redact,
+        )
+
     async def run(self, asked: AskedKeys) -> Answer:
         """The answer for the keys ``asked``, or :class:`FinalFailure`."""
         loop = asyncio.get_running_loop()
         policy = self._policy
-        metrics = self._metrics
-        size = asked.size
-        python_keys = asked.python_keys
+        feedback = self._feedback
         answers: list[Answer] = []
-        found: np.ndarray | None = None  # under retry.on-miss: the keys found so far
         rows: np.ndarray | None = None  # None: every key of the request
         attempt = 0
         deadline = self._deadline(loop.time())
         while True:
             attempt += 1
-            if self._rate_limiter is not None:
-                await self._rate_limiter.acquire()
-            admission = None
-            if self._budget is not None:
-                await self._budget.admit(asked.cost(rows))
-                admission = Admission(self._budget)
+            admission = await self._pacing.admit(asked, rows)
             limit_s = deadline.limit_s(loop.time())
             if limit_s <= 0:  # the rate limiter or the budget held it past the deadline
                 if admission is not None:
                     admission.release()
                 raise FinalFailure(deadline.error(attempt - 1), attempt - 1)
-            metrics.requests += 1
-            if self._hedging is not None:
-                self._hedging.budget.earn()
+            feedback.sent()
             started = loop.time()
             try:
                 result = await self._attempt(asked, rows, limit_s, admission)
             except (asyncio.TimeoutError, TimeoutError) as exc:
-                metrics.timeouts += 1
-                self._limit_changed(self._limit.on_overload(started, loop.time()))
+                feedback.timed_out(started, loop.time())
                 error: BaseException = deadline.timeout_error(exc, limit_s, attempt)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                feedback.failed(exc, started, loop.time())
                 error = exc
-                if isinstance(exc, OverloadedError):
-                    self._limit_changed(self._limit.on_overload(started, loop.time()))
             else:
-                now = loop.time()
-                metrics.record_latency(now - started)
-                if self._hedging is not None:
-                    self._hedging.answered(now - started)
-                if self._limit.adaptive:
-                    self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
-                answer = self._answer(self._checked(result), size, python_keys, rows)
+                feedback.answered(started, loop.time())
+                answer = self._answer(self._checked(result), asked.size, asked.python_keys, rows)
                 if not policy.retry_on_miss and rows is None:  # the common case: one answer
                     return answer
                 answers.append(answer)
-                found = answer.found() if found is None else found | answer.found()
-                missing = np.flatnonzero(~found)
-                delay = policy.delay_s(attempt, rng=self._rng)
-                if not policy.retry_missing(attempt, len(missing)) or not deadline.allows(
-                    loop.time() + delay
-                ):
+                rows, delay = self._still_missing(answers, attempt, deadline, loop.time())
+                if rows is None:
                     return merge(answers, self._fields)
-                rows = missing  # late dimension rows: ask again for the missing keys only
-                metrics.retries += 1
+                self._metrics.retries += 1  # late dimension rows: the missing keys again
                 await self._sleep(delay)
                 continue
             finally:
@@ -165,8 +235,25 @@ class RequestExecutor:
             delay = policy.delay_s(attempt, retry_after_s=retry_after, rng=self._rng)
             if not deadline.allows(loop.time() + delay):
                 raise FinalFailure(deadline.error(attempt, error), attempt)
-            metrics.retries += 1
+            self._metrics.retries += 1
             await self._sleep(delay)
+
+    def _still_missing(
+        self, answers: list[Answer], attempt: int, deadline: RequestDeadline, now: float
+    ) -> tuple[np.ndarray | None, float]:
+        """``retry.on-miss``: the rows of the keys no answer found yet and the delay before
+        asking them again, or None when they are not asked again (none left, no attempt
+        left, or past the deadline)."""
+        found = answers[0].found()
+        for answer in answers[1:]:
+            found = found | answer.found()
+        missing = np.flatnonzero(~found)
+        delay = self._policy.delay_s(attempt, rng=self._rng)
+        if not self._policy.retry_missing(attempt, len(missing)) or not deadline.allows(
+            now + delay
+        ):
+            return None, delay
+        return missing, delay
 
     def _answer(
         self,
@@ -206,8 +293,7 @@ class RequestExecutor:
             return admission.holding(made) if admission is not None else made
 
         if self._hedging is not None:
-            cost = asked.cost(rows) if self._budget is not None else 0.0
-            return await self._hedged(lambda: self._call(asked, rows), call, limit_s, cost)
+            return await self._hedged(lambda: self._call(asked, rows), call, limit_s, asked, rows)
         if self._cheap_deadline:
             return await self.timer.within(call(), limit_s)
         return await self.timer.abandoning(call(), limit_s, self.abandoned)
@@ -225,7 +311,8 @@ class RequestExecutor:
         raw: Callable[[], Awaitable[Any]],
         call: Callable[[], Awaitable[Any]],
         limit_s: float,
-        cost: float,
+        asked: AskedKeys,
+        rows: np.ndarray | None,
     ) -> Any:
         """``call()`` raced against a hedge of ``raw()`` past the delay (each holding a lease
         of the budget of its own until it really ends)."""
@@ -237,11 +324,7 @@ class RequestExecutor:
             await self._take_slot()  # it waits for a free slot
             admission = None
             try:
-                if self._rate_limiter is not None:
-                    await self._rate_limiter.acquire()
-                if self._budget is not None:
-                    await self._budget.admit(cost)
-                    admission = Admission(self._budget)
+                admission = await self._pacing.admit(asked, rows)
                 metrics.hedges += 1
                 metrics.requests += 1
                 return await (admission.holding(raw()) if admission is not None else raw())

@@ -141,3 +141,11 @@ class AdaptiveLimit:
 
 
 ConcurrencyLimit = FixedLimit | AdaptiveLimit
+
+
+def limit_of(capacity: int, *, adaptive: bool, tolerance: float) -> ConcurrencyLimit:
+    """The limit ``capacity`` and ``capacity.adaptive`` (with its latency ``tolerance``)
+    ask for."""
+    if adaptive:
+        return AdaptiveLimit(capacity, tolerance=tolerance)
+    return FixedLimit(capacity)

@@ -3,7 +3,9 @@
 Flink's ``OrderedStreamElementQueue`` / ``UnorderedStreamElementQueue``, for Arrow batches, and
 its key-ordered mode (FLIP-519): the engine puts each input batch in the queue when it arrives,
 tells it which of the batch's keys have their answer, and marks it complete when all its lookups
-are done; the queue says what may leave now (:meth:`OutputQueue.pop_ready`).
+are done; the queue says what may leave now (:meth:`OutputQueue.pop_ready`). The queue owns each
+entry's progress (whether it is done, which keys have their answer and which rows have left)
+and decides when its output is built: at completion for a whole batch, on release for rows.
 
 - :class:`OrderedQueue`: whole batches, in arrival order;
 - :class:`UnorderedQueue`: whole batches, as they complete;
@@ -14,6 +16,7 @@ are done; the queue says what may leave now (:meth:`OutputQueue.pop_ready`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,12 +41,14 @@ class Release:
     last: bool = True
 
 
-class OutputQueue:
-    """The interface: ``put`` on arrival, ``answered`` as keys get answers, ``complete`` when
-    all are done, ``pop_ready`` to emit."""
+Targets = Callable[[], Iterable[tuple["Job", np.ndarray]]]
+"""The batches a request answered and, for each, the positions of its keys there."""
 
-    partial = False
-    """Whether batches leave in parts (then the engine builds each part's output on release)."""
+
+class OutputQueue:
+    """The interface: ``put`` on arrival; ``answered_but`` and ``request_done`` as keys get
+    answers; ``complete`` when all are done; ``pop_ready`` to emit. This base emits whole
+    batches, their output built when they complete."""
 
     def __init__(self) -> None:
         self._entries: deque[Job] = deque()
@@ -51,11 +56,23 @@ class OutputQueue:
     def put(self, job: Job) -> None:
         self._entries.append(job)
 
-    def answered(self, job: Job, positions: np.ndarray) -> None:
-        """The keys of ``job`` at ``positions`` (among its distinct keys) have their answer."""
+    def answered_but(self, job: Job, asked: np.ndarray | None, still: np.ndarray) -> None:
+        """Of the keys of ``job`` at ``asked`` (positions among its distinct keys; None: all
+        of them), all but those at ``still`` have their answer (from a cache, the tier)."""
 
-    def complete(self, job: Job) -> None:
-        """``job`` is done (``job.done`` is already true)."""
+    def request_done(self, targets: Targets) -> None:
+        """A request ended (answered or failed): its keys in every batch it served have their
+        answer (``targets``, called only by a queue that needs them)."""
+
+    def complete(self, job: Job, build_output: Callable[[Job], bool]) -> None:
+        """All of ``job``'s lookups are done: its output is built now (``build_output``:
+        False when that failed the task, and the batch stays undone)."""
+        if build_output(job):
+            job.done = True
+            self._finished(job)
+
+    def _finished(self, job: Job) -> None:
+        """``job`` is done, its output built."""
 
     def pop_ready(self) -> list[Release]:
         raise NotImplementedError
@@ -92,44 +109,80 @@ class UnorderedQueue(OutputQueue):
 
     def __init__(self) -> None:
         super().__init__()
-        self._finished: deque[Job] = deque()
+        self._done: deque[Job] = deque()
 
-    def complete(self, job: Job) -> None:
-        self._finished.append(job)
+    def _finished(self, job: Job) -> None:
+        self._done.append(job)
 
     def pop_ready(self) -> list[Release]:
-        ready = list(self._finished)
-        self._finished.clear()
+        ready = list(self._done)
+        self._done.clear()
         for job in ready:
             self._entries.remove(job)
         return [Release(job) for job in ready]
 
     def has_ready(self) -> bool:
-        return bool(self._finished)
+        return bool(self._done)
+
+
+@dataclass(eq=False)
+class _Progress:
+    """How far a batch is under ``key-ordered``: which of its distinct keys have their answer,
+    which have left with their rows, whether its rows with a null key have left."""
+
+    answered: np.ndarray
+    released: np.ndarray
+    nulls_released: bool
 
 
 class KeyOrderedQueue(OutputQueue):
     """Rows leave as soon as their key has its answer, in arrival order among those that leave
     together; a row whose key an earlier batch still waits for waits too. So the rows of one key
-    keep their order, and a slow key holds back its own rows only."""
-
-    partial = True
+    keep their order, and a slow key holds back its own rows only. Their output is built as
+    they leave."""
 
     def __init__(self) -> None:
         super().__init__()
         self._changed = False
+        self._progress: dict[int, _Progress] = {}
 
     def put(self, job: Job) -> None:
         super().put(job)
         size = len(job.distinct)
-        job.answered = np.zeros(size, dtype=bool)
-        job.released = np.zeros(size, dtype=bool)
-        job.nulls_released = job.distinct.indices.null_count == 0
+        self._progress[job.number] = _Progress(
+            np.zeros(size, dtype=bool),
+            np.zeros(size, dtype=bool),
+            job.distinct.indices.null_count == 0,
+        )
         self._changed = True
 
     def answered(self, job: Job, positions: np.ndarray) -> None:
-        assert job.answered is not None
-        job.answered[positions] = True
+        """The keys of ``job`` at ``positions`` have their answer."""
+        progress = self._progress.get(job.number)
+        if progress is not None:
+            progress.answered[positions] = True
+            self._changed = True
+
+    def answered_but(self, job: Job, asked: np.ndarray | None, still: np.ndarray) -> None:
+        size = len(job.distinct)
+        if asked is None:
+            if len(still) == size:
+                return
+            known = np.ones(size, dtype=bool)
+        else:
+            if len(still) == len(asked):
+                return
+            known = np.zeros(size, dtype=bool)
+            known[asked] = True
+        known[still] = False
+        self.answered(job, np.flatnonzero(known))
+
+    def request_done(self, targets: Targets) -> None:
+        for job, positions in targets():
+            self.answered(job, positions)
+
+    def complete(self, job: Job, build_output: Callable[[Job], bool]) -> None:
+        job.done = True  # its rows leave (and are built) as their keys are answered
         self._changed = True
 
     def has_ready(self) -> bool:
@@ -140,23 +193,24 @@ class KeyOrderedQueue(OutputQueue):
         ready: list[Release] = []
         waiting: list[pa.RecordBatch] = []  # keys that earlier batches still hold
         for job in list(self._entries):
-            assert job.answered is not None and job.released is not None
-            candidates = np.flatnonzero(job.answered & ~job.released)
+            progress = self._progress[job.number]
+            candidates = np.flatnonzero(progress.answered & ~progress.released)
             if waiting and len(candidates):
                 keys = job.distinct.keys.take(pa.array(candidates))
                 held = pa.Table.from_batches(waiting).combine_chunks()
                 blocked = match_rows(list(keys.columns), list(held.columns)) >= 0
                 candidates = candidates[~blocked]
-            nulls = not job.nulls_released
-            job.released[candidates] = True
-            job.nulls_released = True
-            left = np.flatnonzero(~job.released)
+            nulls = not progress.nulls_released
+            progress.released[candidates] = True
+            progress.nulls_released = True
+            left = np.flatnonzero(~progress.released)
             if len(candidates) or nulls:
                 ready.append(Release(job, candidates, nulls, last=not len(left)))
             if len(left):
                 waiting.append(job.distinct.keys.take(pa.array(left)))
             else:
                 self._entries.remove(job)
+                del self._progress[job.number]
         return ready
 
 

@@ -138,7 +138,7 @@ def test_the_buffer_counts_held_matches() -> None:
         for key in range(2, 6):
             await engine.submit(key_batch([key]))
         await asyncio.sleep(0.1)  # keys 2 to 5 are answered; key 1 is not yet
-        held = engine._buffered_rows
+        held = engine.buffered_rows
         outputs = await first + await engine.finish()
         rows = sum(b.num_rows for output in outputs for b in output)
         return held, rows

@@ -1,0 +1,81 @@
+"""What a task knows of a batch's keys before asking the store (:class:`KnownAnswers`): the
+worker's cache (:mod:`.cache_layer`), then the shared cache tier (:mod:`.shared_cache`); and what
+they keep of the store's answers. Each answer found is placed at its batch's key positions, and
+the output queue hears which keys have theirs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lookup_source.engine.answers import Answer, Part
+from lookup_source.engine.batches import Job
+from lookup_source.engine.cache_layer import CacheLayer
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.queue import OutputQueue
+from lookup_source.engine.shared_cache import SharedTier
+
+
+class KnownAnswers:
+    """A task's cache and shared tier (either may be None), with its metrics and queue."""
+
+    def __init__(
+        self,
+        cache: CacheLayer | None,
+        shared: SharedTier | None,
+        fields: Sequence[pa.Field],
+        metrics: LookupMetrics,
+        queue: OutputQueue,
+    ) -> None:
+        self.cache = cache
+        self.shared = shared
+        self._fields = list(fields)
+        self._metrics = metrics
+        self._queue = queue
+
+    def from_cache(self, job: Job) -> np.ndarray:
+        """Answer what the cache knows; return the positions of the keys still to fetch."""
+        if self.cache is None or not len(job.distinct):
+            return np.arange(len(job.distinct), dtype=np.int64)
+        known = self.cache.lookup(job.python_keys(), self._fields)
+        job.parts.extend(known.parts)
+        self._metrics.cache_hits += known.hits
+        self._metrics.cache_misses += known.misses
+        self._metrics.missing_keys += known.missing
+        self._queue.answered_but(job, None, known.wanted)
+        return known.wanted
+
+    async def from_shared(self, job: Job, wanted: np.ndarray) -> np.ndarray:
+        """Answer what the shared tier knows of the keys at ``wanted`` (also kept in the
+        worker's cache); return the positions still to fetch. The batch is not complete while
+        the tier is asked."""
+        if self.shared is None or not len(wanted):
+            return wanted
+        job.pending += 1
+        try:
+            everything = job.python_keys()
+            known = await self.shared.lookup([everything[p] for p in wanted.tolist()])
+        finally:
+            job.pending -= 1
+        for part in known.parts:
+            job.parts.append(Part(wanted[part.positions], part.answer))
+            if self.cache is not None:
+                self.cache.store(part.answer, ttl_s=known.ttl_s)  # its time left
+        self._metrics.missing_keys += known.missing
+        still = wanted[known.wanted]
+        self._queue.answered_but(job, wanted, still)
+        return still
+
+    def keep(self, answer: Answer) -> None:
+        """Keep what the cache and the tier should know of the store's ``answer``."""
+        if self.cache is not None:
+            self.cache.store(answer)
+        if self.shared is not None:
+            self.shared.store(answer)
+
+    async def aclose(self, *, flush: bool) -> None:
+        """The tier's last writes (``flush``: unless the task failed)."""
+        if self.shared is not None:
+            await self.shared.aclose(flush=flush)
