@@ -1,13 +1,14 @@
-"""What a request returns, in one form the engine handles everywhere: :class:`Answer`.
+"""What a request returns: an :class:`Answer`, one type per form, each with its value schema.
 
 An answer holds, for each key a request asked (rows ``0 .. size - 1``), its matches — from a
-columnar client as :class:`~lookup_source.connector_api.Matches`, from a client in the record
-form as the records it returned. The engine never tells the two apart: it asks an answer which
-keys it found (:meth:`Answer.found`), the part of it that a later batch sharing the request
-waits for (:meth:`Answer.take`), what the cache should keep (:meth:`Answer.cache_entries`), and
-merges the answers of a request's attempts (:func:`merge`). A batch gathers its answers as
-:class:`Part` objects, placed at its own key positions, and :func:`gather` makes them one
-:class:`Matches`, its error messages naming their keys.
+columnar client as :class:`~lookup_source.connector_api.Matches` (:class:`ColumnarAnswer`),
+from a client in the record form as the records it returned (:class:`RecordAnswer`). The engine
+never tells the two apart: it asks an answer which keys it found (:meth:`Answer.found`), the
+part of it that a later batch sharing the request waits for (:meth:`Answer.take`), what the
+cache should keep (:meth:`Answer.cache_entries`), its matches whole (:meth:`Answer.to_matches`),
+and merges the answers of a request's attempts (:func:`merge`); each form answers for itself.
+A batch gathers its answers as :class:`Part` objects, placed at its own key positions, and
+:func:`gather` makes them one :class:`Matches`, its error messages naming their keys.
 
 Records are converted into Arrow in one place, :func:`gather`, all the record answers of a
 batch together: one GET's record alone would cost more to convert than to fetch.
@@ -16,7 +17,7 @@ batch together: one GET's record alone would cost more to convert than to fetch.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,6 +29,9 @@ from lookup_source.connector_api.values import conform_matches, records_to_match
 MISSING: Any = object()
 """Cached marker of a key the store does not have."""
 
+Fields = Sequence[pa.Field]
+"""A value schema: the declared value columns."""
+
 KeySource = Callable[[], Sequence[Key]]
 """The asked keys as Python values, made when first needed (a message names its key)."""
 
@@ -38,76 +42,46 @@ def absent(value: Any) -> bool:
 
 
 class Answer:
-    """The matches of the keys one request asked (see the module).
+    """The matches of the keys one request asked (see the module), in one of two forms:
+    :class:`ColumnarAnswer` (a columnar client's :class:`Matches`, one row per match) or
+    :class:`RecordAnswer` (per asked row, what a record-form client returned). Each form
+    carries its value schema (``fields``) and answers every question itself, so no caller
+    tells them apart. ``keys``: the asked keys as Python values, or a function that makes them
+    when first needed."""
 
-    ``matches`` (columnar: one row per match, ``key_index`` = the asked row) or ``values``
-    (the record form: per asked row, what the client returned for it — a record, a list of
-    records, a :class:`RecordError`, None): one of them. ``keys``: the asked keys as Python
-    values, or a function that makes them when first needed."""
+    __slots__ = ("_found", "_keys", "fields", "size")
 
-    __slots__ = ("_found", "_keys", "matches", "size", "values")
-
-    def __init__(
-        self,
-        size: int,
-        keys: KeySource | Sequence[Key],
-        *,
-        matches: Matches | None = None,
-        values: list[Any] | None = None,
-    ) -> None:
-        if (matches is None) == (values is None):
-            raise ValueError("an Answer holds Matches or record values, one of them")
+    def __init__(self, size: int, keys: KeySource | Sequence[Key], fields: Fields) -> None:
         self.size = size
         self._keys = keys
-        self.matches = matches
-        self.values = values
+        self.fields = fields
         self._found: np.ndarray | None = None
-
-    # -- made from what a client returns --------------------------------------------------------
-
-    @classmethod
-    def columnar(cls, matches: Matches, size: int, keys: KeySource) -> Answer:
-        return cls(size, keys, matches=matches)
-
-    @classmethod
-    def records(cls, result: Mapping[Key, Any], keys: Sequence[Key]) -> Answer:
-        """The record form of a client's answer (``{key: record}``) for the asked ``keys``."""
-        return cls(len(keys), keys, values=[result.get(key) for key in keys])
-
-    @classmethod
-    def none(cls, size: int, keys: KeySource) -> Answer:
-        """No key found."""
-        return cls(size, keys, values=[None] * size)
-
-    # -- what it holds ---------------------------------------------------------------------------
-
-    @property
-    def columnar_form(self) -> bool:
-        return self.matches is not None
 
     def asked(self) -> Sequence[Key]:
         """The keys the request asked, as Python values."""
         keys = self._keys
         return keys() if callable(keys) else keys
 
+    def _asked_at(self, rows: np.ndarray) -> KeySource:
+        asked = self.asked
+
+        def keys() -> list[Key]:
+            everything = asked()
+            return [everything[row] for row in rows.tolist()]
+
+        return keys
+
     def found(self) -> np.ndarray:
         """For each asked key, whether it has at least one match (or an error)."""
         if self._found is None:
-            found = np.zeros(self.size, dtype=bool)
-            if self.matches is not None:
-                found[self.matches.key_index] = True
-            else:
-                assert self.values is not None
-                found[:] = [not absent(value) for value in self.values]
-            self._found = found
+            self._found = self._found_mask()
         return self._found
 
+    def _found_mask(self) -> np.ndarray:
+        raise NotImplementedError
+
     def missing_among(self, rows: np.ndarray | None = None) -> int:
-        """How many of the asked keys (those at ``rows``, or all) have no match (for the
-        record form without an array per request: a GET's answer is one key)."""
-        if self.values is not None and self._found is None:
-            values = self.values if rows is None else [self.values[r] for r in rows.tolist()]
-            return sum(map(absent, values))
+        """How many of the asked keys (those at ``rows``, or all) have no match."""
         found = self.found()
         return int(len(found) - found.sum()) if rows is None else int((~found[rows]).sum())
 
@@ -118,46 +92,131 @@ class Answer:
     def take(self, rows: np.ndarray) -> Answer:
         """The answer of the asked keys at ``rows`` only, numbered ``0 .. len(rows) - 1`` (what a
         batch that shares the request waits for)."""
-        asked = self.asked
-
-        def keys() -> list[Key]:
-            everything = asked()
-            return [everything[row] for row in rows.tolist()]
-
-        if self.values is not None:
-            picked = rows.tolist()
-            return Answer(len(picked), keys, values=[self.values[row] for row in picked])
-        assert self.matches is not None
-        slot = np.full(self.size, -1, dtype=np.int64)
-        slot[rows] = np.arange(len(rows))
-        mine = slot[self.matches.key_index]
-        kept = _rows(self.matches, np.flatnonzero(mine >= 0), mine)
-        return Answer(len(rows), keys, matches=kept)
+        raise NotImplementedError
 
     def placed(self, rows: np.ndarray, size: int, keys: KeySource) -> Answer:
         """This answer to the keys at ``rows`` of a request of ``size`` keys, as an answer to
         that whole request (the other keys not found): a retry that asked some keys again."""
-        if self.values is not None:
-            values: list[Any] = [None] * size
-            for row, value in zip(rows.tolist(), self.values):
-                values[row] = value
-            return Answer(size, keys, values=values)
-        assert self.matches is not None
-        matches = self.matches
-        return Answer(
-            size, keys, matches=Matches(rows[matches.key_index], matches.values, matches.errors)
-        )
+        raise NotImplementedError
+
+    def merged(self, later: Sequence[Answer]) -> Answer:
+        """This answer and ``later`` ones to the same request (each to the whole of it) as one:
+        a key takes its matches from the last answer that found it."""
+        raise NotImplementedError
 
     def cache_entries(self, *, cache_missing: bool) -> list[tuple[Key, Any]]:
         """What a cache keeps of this answer: per found key its matches — a
         :class:`CachedRows` (columnar) or its records — and per missing key :data:`MISSING`
         (if ``cache_missing``); a key whose value was malformed is not kept."""
-        keys = self.asked()
-        if self.matches is not None:
-            return cache_rows(keys, self.matches, self.found(), cache_missing=cache_missing)
-        assert self.values is not None
+        raise NotImplementedError
+
+    def to_matches(self) -> Matches:
+        """The whole answer as :class:`Matches` in its ``fields``' types (records converted)."""
+        raise NotImplementedError
+
+    def gather_into(self, positions: np.ndarray, gathering: Gathering) -> None:
+        """Add this answer, its rows placed at a batch's key ``positions``, to ``gathering``."""
+        raise NotImplementedError
+
+
+class ColumnarAnswer(Answer):
+    """A columnar client's answer: ``matches``, ``key_index`` = the asked row."""
+
+    __slots__ = ("matches",)
+
+    def __init__(
+        self, matches: Matches, size: int, keys: KeySource | Sequence[Key], fields: Fields
+    ) -> None:
+        super().__init__(size, keys, fields)
+        self.matches = matches
+
+    def _found_mask(self) -> np.ndarray:
+        found = np.zeros(self.size, dtype=bool)
+        found[self.matches.key_index] = True
+        return found
+
+    def take(self, rows: np.ndarray) -> Answer:
+        slot = np.full(self.size, -1, dtype=np.int64)
+        slot[rows] = np.arange(len(rows))
+        mine = slot[self.matches.key_index]
+        kept = _rows(self.matches, np.flatnonzero(mine >= 0), mine)
+        return ColumnarAnswer(kept, len(rows), self._asked_at(rows), self.fields)
+
+    def placed(self, rows: np.ndarray, size: int, keys: KeySource) -> Answer:
+        matches = self.matches
+        placed = Matches(rows[matches.key_index], matches.values, matches.errors)
+        return ColumnarAnswer(placed, size, keys, self.fields)
+
+    def merged(self, later: Sequence[Answer]) -> Answer:
+        parts = [answer.to_matches() for answer in (self, *later)]
+        return ColumnarAnswer(
+            concat_matches(parts, self.fields), self.size, self._keys, self.fields
+        )
+
+    def cache_entries(self, *, cache_missing: bool) -> list[tuple[Key, Any]]:
+        return cache_rows(self.asked(), self.matches, self.found(), cache_missing=cache_missing)
+
+    def to_matches(self) -> Matches:
+        return conform_matches(self.matches, self.fields)
+
+    def gather_into(self, positions: np.ndarray, gathering: Gathering) -> None:
+        if not self.matches.num_rows:
+            return
+        matches = keyed_messages(self.to_matches(), self.asked)
+        gathering.columnar.append(
+            Matches(positions[matches.key_index], matches.values, matches.errors)
+        )
+
+
+class RecordAnswer(Answer):
+    """A record-form client's answer: per asked row, what it returned for the key — a record,
+    a list of records, a :class:`RecordError`, None."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[Any], keys: KeySource | Sequence[Key], fields: Fields) -> None:
+        super().__init__(len(values), keys, fields)
+        self.values = values
+
+    @classmethod
+    def of(cls, result: Mapping[Key, Any], keys: Sequence[Key], fields: Fields) -> RecordAnswer:
+        """The record form of a client's answer (``{key: record}``) for the asked ``keys``."""
+        return cls([result.get(key) for key in keys], keys, fields)
+
+    def _found_mask(self) -> np.ndarray:
+        found = np.zeros(self.size, dtype=bool)
+        found[:] = [not absent(value) for value in self.values]
+        return found
+
+    def missing_among(self, rows: np.ndarray | None = None) -> int:
+        if self._found is not None:
+            return super().missing_among(rows)
+        # no array per request: a GET's answer is one key
+        values = self.values if rows is None else [self.values[r] for r in rows.tolist()]
+        return sum(map(absent, values))
+
+    def take(self, rows: np.ndarray) -> Answer:
+        picked = rows.tolist()
+        return RecordAnswer([self.values[row] for row in picked], self._asked_at(rows), self.fields)
+
+    def placed(self, rows: np.ndarray, size: int, keys: KeySource) -> Answer:
+        values: list[Any] = [None] * size
+        for row, value in zip(rows.tolist(), self.values):
+            values[row] = value
+        return RecordAnswer(values, keys, self.fields)
+
+    def merged(self, later: Sequence[Answer]) -> Answer:
+        values = list(self.values)
+        for answer in later:
+            assert isinstance(answer, RecordAnswer)  # one client: one form
+            for row, value in enumerate(answer.values):
+                if not absent(value):
+                    values[row] = value
+        return RecordAnswer(values, self._keys, self.fields)
+
+    def cache_entries(self, *, cache_missing: bool) -> list[tuple[Key, Any]]:
         items: list[tuple[Key, Any]] = []
-        for key, value in zip(keys, self.values):
+        for key, value in zip(self.asked(), self.values):
             if absent(value):
                 if cache_missing:
                     items.append((key, MISSING))
@@ -167,24 +226,27 @@ class Answer:
                 items.append((key, value))
         return items
 
+    def to_matches(self) -> Matches:
+        return records_to_matches(range(self.size), dict(enumerate(self.values)), self.fields)
 
-def merge(answers: Sequence[Answer], fields: Sequence[pa.Field]) -> Answer:
+    def gather_into(self, positions: np.ndarray, gathering: Gathering) -> None:
+        gathering.records.append((positions, self))
+
+
+def answer_of(
+    result: Matches | Mapping[Key, Any], size: int, keys: KeySource, fields: Fields
+) -> Answer:
+    """A client's result (``Matches``, or ``{key: record}``) to ``size`` asked keys."""
+    if isinstance(result, Matches):
+        return ColumnarAnswer(result, size, keys, fields)
+    return RecordAnswer.of(result, keys(), fields)
+
+
+def merge(answers: Sequence[Answer]) -> Answer:
     """The answers of a request's attempts (each to the whole request, :meth:`Answer.placed`)
     as one: a key takes its matches from the last attempt that found it (a retry asks only
     the keys still missing)."""
-    if len(answers) == 1:
-        return answers[0]
-    first = answers[0]
-    if first.values is not None:
-        values = list(first.values)
-        for answer in answers[1:]:
-            assert answer.values is not None
-            for row, value in enumerate(answer.values):
-                if not absent(value):
-                    values[row] = value
-        return Answer(first.size, first._keys, values=values)
-    parts = [conform_matches(a.matches, fields) for a in answers if a.matches is not None]
-    return Answer(first.size, first._keys, matches=concat_matches(parts, fields))
+    return answers[0] if len(answers) == 1 else answers[0].merged(answers[1:])
 
 
 class Part(NamedTuple):
@@ -208,26 +270,37 @@ class Part(NamedTuple):
         )
 
 
-def gather(parts: Sequence[Part], fields: Sequence[pa.Field]) -> Matches:
+@dataclass
+class Gathering:
+    """A batch's answers on their way to one :class:`Matches` (:func:`gather`): the columnar
+    ones as they come, the record ones kept to be converted together."""
+
+    fields: Fields
+    columnar: list[Matches] = field(default_factory=list)
+    records: list[tuple[np.ndarray, RecordAnswer]] = field(default_factory=list)
+
+    def matches(self) -> Matches:
+        columnar = list(self.columnar)
+        if self.records:
+            values = [v for _, answer in self.records for v in answer.values]
+            positions = np.concatenate([positions for positions, _ in self.records])
+            keys = [k for _, answer in self.records for k in answer.asked()]
+            converted = records_to_matches(range(len(values)), dict(enumerate(values)), self.fields)
+            converted = keyed_messages(converted, lambda: keys)
+            columnar.append(
+                Matches(positions[converted.key_index], converted.values, converted.errors)
+            )
+        return concat_matches(columnar, self.fields)
+
+
+def gather(parts: Sequence[Part], fields: Fields) -> Matches:
     """Every part's matches as one :class:`Matches` in ``fields``' types, ``key_index`` = the
     batch's key position, each error message naming its key (``key 7: ...``). The record
     answers are converted together, in one pass."""
-    columnar: list[Matches] = []
-    record_parts = [part for part in parts if part.answer.values is not None]
+    gathering = Gathering(fields)
     for part in parts:
-        matches = part.answer.matches
-        if matches is None or not matches.num_rows:
-            continue
-        matches = keyed_messages(conform_matches(matches, fields), part.answer.asked)
-        columnar.append(Matches(part.positions[matches.key_index], matches.values, matches.errors))
-    if record_parts:
-        values = [v for part in record_parts for v in part.answer.values or ()]
-        positions = np.concatenate([part.positions for part in record_parts])
-        keys = [k for part in record_parts for k in part.answer.asked()]
-        converted = records_to_matches(range(len(values)), dict(enumerate(values)), fields)
-        converted = keyed_messages(converted, lambda: keys)
-        columnar.append(Matches(positions[converted.key_index], converted.values, converted.errors))
-    return concat_matches(columnar, fields)
+        part.answer.gather_into(part.positions, gathering)
+    return gathering.matches()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,9 +397,7 @@ def cache_rows(
     return items
 
 
-def cached_answer(
-    hits: Sequence[tuple[Key, CachedRows | CachedError]], fields: Sequence[pa.Field]
-) -> Answer:
+def cached_answer(hits: Sequence[tuple[Key, CachedRows | CachedError]], fields: Fields) -> Answer:
     """The answer a cache gives for its columnar hits ``(key, entry)``, rows numbered in the
     order of ``hits``."""
     keys = [key for key, _ in hits]
@@ -356,7 +427,7 @@ def cached_answer(
     if failed:
         found = len(index) - len(failed)
         errors = pa.array([None] * found + [m for _, m in failed], type=pa.string())
-    return Answer(len(keys), keys, matches=Matches(index, values, errors))
+    return ColumnarAnswer(Matches(index, values, errors), len(keys), keys, fields)
 
 
 __all__ = [
@@ -364,8 +435,12 @@ __all__ = [
     "Answer",
     "CachedError",
     "CachedRows",
+    "ColumnarAnswer",
+    "Gathering",
     "Part",
+    "RecordAnswer",
     "absent",
+    "answer_of",
     "cache_rows",
     "cached_answer",
     "concat_matches",

@@ -18,6 +18,7 @@ from lookup_source.engine.answers import (
     CachedError,
     CachedRows,
     Part,
+    RecordAnswer,
     cached_answer,
 )
 from lookup_source.engine.cache import PartialCache, WorkerCaches
@@ -43,8 +44,9 @@ class CacheAnswer:
 class CacheLayer(Protocol):
     """A task's view of its worker's cache."""
 
-    def lookup(self, keys: list[Key], fields: Sequence[pa.Field]) -> CacheAnswer:
-        """What the cache knows of a batch's distinct ``keys``."""
+    def lookup(self, keys: list[Key]) -> CacheAnswer:
+        """What the cache knows of a batch's distinct ``keys`` (answers in the lookup's value
+        schema)."""
         ...
 
     def store(self, answer: Answer, ttl_s: float | None = None) -> None:
@@ -81,7 +83,7 @@ def known_answer(
     if records:
         positions = np.asarray([p for p, _ in records], dtype=np.int64)
         asked = [keys[p] for p, _ in records]
-        kept = Answer(len(asked), asked, values=[entry for _, entry in records])
+        kept = RecordAnswer([entry for _, entry in records], asked, fields)
         answer.parts.append(Part(positions, kept))
     answer.wanted = np.asarray(wanted, dtype=np.int64)
     answer.hits = len(keys) - len(wanted)
@@ -91,15 +93,17 @@ def known_answer(
 
 class ReadingLayer:
     """Answers a batch's keys from ``cache`` (a :class:`FullCache`, or anything with
-    ``get_many``); keeps nothing (a full cache is loaded by scans only)."""
+    ``get_many``), in the value schema ``fields``; keeps nothing (a full cache is loaded by
+    scans only)."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: Any, fields: Sequence[pa.Field]) -> None:
         self.cache = cache
+        self.fields = list(fields)
 
-    def lookup(self, keys: list[Key], fields: Sequence[pa.Field]) -> CacheAnswer:
+    def lookup(self, keys: list[Key]) -> CacheAnswer:
         if not keys:
             return CacheAnswer(np.arange(0, dtype=np.int64))
-        return known_answer(keys, self.cache.get_many(keys), fields)
+        return known_answer(keys, self.cache.get_many(keys), self.fields)
 
     def store(self, answer: Answer, ttl_s: float | None = None) -> None:
         """Nothing: a full cache is loaded by scans only."""
@@ -109,9 +113,14 @@ class PartialCacheLayer(ReadingLayer):
     """A task's view of a :class:`PartialCache`: answers come from it and go into it."""
 
     def __init__(
-        self, cache: PartialCache, *, cache_missing: bool, owner: WorkerCaches | None = None
+        self,
+        cache: PartialCache,
+        fields: Sequence[pa.Field],
+        *,
+        cache_missing: bool,
+        owner: WorkerCaches | None = None,
     ) -> None:
-        super().__init__(cache)
+        super().__init__(cache, fields)
         self.cache_missing = cache_missing
         self.owner = owner
 

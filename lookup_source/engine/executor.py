@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
-from lookup_source.engine.answers import Answer, merge
+from lookup_source.engine.answers import Answer, answer_of, merge
 from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.deadline import AttemptTimer, RequestDeadline
 from lookup_source.engine.hedge import Hedging, race
@@ -222,7 +222,7 @@ class RequestExecutor:
                 answers.append(answer)
                 rows, delay = self._still_missing(answers, attempt, deadline, loop.time())
                 if rows is None:
-                    return merge(answers, self._fields)
+                    return merge(answers)
                 self._metrics.retries += 1  # late dimension rows: the missing keys again
                 await self._sleep(delay)
                 continue
@@ -265,16 +265,10 @@ class RequestExecutor:
         """The client's answer to the keys it was asked (all, or those at ``rows``), as an
         :class:`Answer` to the whole request."""
         if rows is None:
-            if isinstance(result, Matches):
-                return Answer.columnar(result, size, python_keys)
-            return Answer.records(result, python_keys())
+            return answer_of(result, size, python_keys, self._fields)
         everything = python_keys()
         asked = [everything[row] for row in rows.tolist()]
-        part = (
-            Answer.columnar(result, len(asked), lambda: asked)
-            if isinstance(result, Matches)
-            else Answer.records(result, asked)
-        )
+        part = answer_of(result, len(asked), lambda: asked, self._fields)
         return part.placed(rows, size, python_keys)
 
     async def _attempt(

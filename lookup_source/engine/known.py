@@ -5,10 +5,7 @@ the output queue hears which keys have theirs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
-import pyarrow as pa
 
 from lookup_source.engine.answers import Answer, Part
 from lookup_source.engine.batches import Job
@@ -19,19 +16,18 @@ from lookup_source.engine.shared_cache import SharedTier
 
 
 class KnownAnswers:
-    """A task's cache and shared tier (either may be None), with its metrics and queue."""
+    """A task's cache and shared tier (either may be None, each answering in the lookup's
+    value schema), with its metrics and queue."""
 
     def __init__(
         self,
         cache: CacheLayer | None,
         shared: SharedTier | None,
-        fields: Sequence[pa.Field],
         metrics: LookupMetrics,
         queue: OutputQueue,
     ) -> None:
         self.cache = cache
         self.shared = shared
-        self._fields = list(fields)
         self._metrics = metrics
         self._queue = queue
 
@@ -39,7 +35,7 @@ class KnownAnswers:
         """Answer what the cache knows; return the positions of the keys still to fetch."""
         if self.cache is None or not len(job.distinct):
             return np.arange(len(job.distinct), dtype=np.int64)
-        known = self.cache.lookup(job.python_keys(), self._fields)
+        known = self.cache.lookup(job.python_keys())
         job.parts.extend(known.parts)
         self._metrics.cache_hits += known.hits
         self._metrics.cache_misses += known.misses

@@ -118,7 +118,7 @@ class LookupEngine:
             redact=redact,
         )
         self._emitter = Emitter(self._queue, output, self.metrics, spec.output_rows, self._fail)
-        self._known = KnownAnswers(cache, shared, self._fields, self.metrics, self._queue)
+        self._known = KnownAnswers(cache, shared, self.metrics, self._queue)
         self._numbers = itertools.count()
         self._in_flight_keys: InFlightKeys[Request] = InFlightKeys()
         self._tasks: set[asyncio.Task[None]] = set()

@@ -45,9 +45,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connector_api import Key, Matches
+from lookup_source.connector_api import Key
 from lookup_source.connector_api.shared_cache import SharedCacheStore
-from lookup_source.connector_api.values import conform_matches, records_to_matches
 from lookup_source.engine.answers import (
     MISSING,
     Answer,
@@ -398,7 +397,7 @@ class SharedTier:
 
     def _items(self, answer: Answer) -> list[tuple[bytes, bytes]]:
         keys = answer.asked()
-        matches = matches_of(answer, self.fields)
+        matches = answer.to_matches()
         entries = cache_rows(keys, matches, answer.found(), cache_missing=self.cache_missing)
         expires_ms = int((self._wall_clock() + self.ttl_s) * 1000)
         items = []
@@ -438,14 +437,6 @@ class SharedTier:
             self._pending = []
             self._writer.cancel()
         await asyncio.gather(self._writer, return_exceptions=True)
-
-
-def matches_of(answer: Answer, fields: Sequence[pa.Field]) -> Matches:
-    """``answer``'s matches in ``fields``' types (records converted)."""
-    if answer.matches is not None:
-        return conform_matches(answer.matches, fields)
-    assert answer.values is not None
-    return records_to_matches(range(answer.size), dict(enumerate(answer.values)), fields)
 
 
 __all__ = [

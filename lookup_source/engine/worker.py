@@ -226,7 +226,7 @@ class Worker:
                     self.caches.fit()
             if full.claim_reload():
                 self.reload(full, lambda: factory(config), key_fields, value_fields)
-            return ReadingLayer(full)
+            return ReadingLayer(full, value_fields)
         if settings.max_rows > 0:
             # a lookup with other cache settings gets a cache of its own, with its settings
             partial = self.cache(
@@ -235,7 +235,7 @@ class Worker:
                 lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock),
             )
             return PartialCacheLayer(
-                partial, cache_missing=settings.missing_keys, owner=self.caches
+                partial, value_fields, cache_missing=settings.missing_keys, owner=self.caches
             )
         return None
 

@@ -186,7 +186,7 @@ def test_cache_serves_one_to_many_and_misses_without_a_request(form: str) -> Non
 
     store = FakeStore({1: [{"name": "a", "n": 1}, {"name": "b", "n": 2}], 2: {"name": "c", "n": 3}})
     spec = make_spec(make_options(batch_size=10))
-    cache = PartialCacheLayer(PartialCache(max_rows=100), cache_missing=True)
+    cache = PartialCacheLayer(PartialCache(max_rows=100), spec.value_fields, cache_missing=True)
     config = make_config(spec)
     client = CLIENTS[form](config, store)
 

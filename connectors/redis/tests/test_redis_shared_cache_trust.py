@@ -328,7 +328,7 @@ def _mutated(value: bytes, cut: int, flips: list[tuple[int, int]]) -> bytes:
 def test_a_hit_keeps_the_time_it_had_left(redis_srv: RedisServer, cache_url: str) -> None:
     from asynclookup_redis.shared import RedisSharedCache
 
-    from lookup_source.engine.answers import Answer
+    from lookup_source.engine.answers import RecordAnswer
 
     now = [1_000.0]
 
@@ -352,7 +352,7 @@ def test_a_hit_keeps_the_time_it_had_left(redis_srv: RedisServer, cache_url: str
                 )
 
             writer = tier()
-            writer.store(Answer(2, [1, 2], values=[{"name": "one", "n": 1}, None]))
+            writer.store(RecordAnswer([{"name": "one", "n": 1}, None], [1, 2], FIELDS))
             await writer.aclose(flush=True)
             now[0] += 7.0  # 3 s left
             soon = await tier().lookup([1, 2, 3])
@@ -373,7 +373,7 @@ def test_a_reader_believes_no_longer_than_its_own_ttl_and_no_miss_it_would_not_k
 ) -> None:
     from asynclookup_redis.shared import RedisSharedCache
 
-    from lookup_source.engine.answers import Answer
+    from lookup_source.engine.answers import RecordAnswer
 
     identity = LookupIdentity.of(config(), scope="readers")
 
@@ -395,7 +395,7 @@ def test_a_reader_believes_no_longer_than_its_own_ttl_and_no_miss_it_would_not_k
                 )
 
             writer = tier(365 * 86_400.0, True)  # a year, misses kept
-            writer.store(Answer(2, [1, 2], values=[{"name": "one", "n": 1}, None]))
+            writer.store(RecordAnswer([{"name": "one", "n": 1}, None], [1, 2], FIELDS))
             await writer.aclose(flush=True)
             fresh = await tier(1.0, True).lookup([1, 2])  # wants answers of a second at most
             strict = await tier(60.0, False).lookup([1, 2])  # keeps no misses
