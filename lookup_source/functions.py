@@ -55,7 +55,6 @@ import pyarrow as pa
 
 from lookup_source.connector_api import (
     ConnectorConfig,
-    ConnectorOptions,
     Key,
     LookupClient,
     LookupResult,
@@ -168,6 +167,14 @@ class LookupFunction:
         return FunctionLookupClient(config, self)
 
 
+FUNCTION_FORM: OptionSpec[str | None] = OptionSpec(
+    "function.form",
+    choice("fetch", "fetch_many"),
+    None,
+    "Set by lookup_join(fetch=... | fetch_many=...): which form the function has.",
+)
+
+
 class FunctionLookupClient(LookupClient):
     """A :class:`LookupFunction` as a connector: one ``fetch`` call per key, or one
     ``fetch_many`` call per request, their exceptions translated at this boundary."""
@@ -175,12 +182,7 @@ class FunctionLookupClient(LookupClient):
     name: ClassVar[str] = FUNCTION_CONNECTOR
     default_batch_size: ClassVar[int] = 1
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
-        OptionSpec(
-            "function.form",
-            choice("fetch", "fetch_many"),
-            None,
-            "Set by lookup_join(fetch=... | fetch_many=...): which form the function has.",
-        ),
+        FUNCTION_FORM,
         OptionSpec("function.name", parse_text, None, "Set with function.form: its name."),
         OptionSpec("function.id", parse_text, None, "Set with function.form: its identity."),
     )
@@ -200,17 +202,15 @@ class FunctionLookupClient(LookupClient):
 
     @classmethod
     def batch_size_default(cls, connector_options: Mapping[str, Any]) -> int:
-        return (
-            FETCH_MANY_BATCH_SIZE if connector_options.get("function.form") == "fetch_many" else 1
-        )
+        return FETCH_MANY_BATCH_SIZE if FUNCTION_FORM.get(connector_options) == "fetch_many" else 1
 
     @classmethod
     def describe_batch_size_default(cls) -> str:
         return f"1 per fetch, {FETCH_MANY_BATCH_SIZE} per fetch_many"
 
     @classmethod
-    def validate_options(cls, options: ConnectorOptions) -> None:
-        form = options.options.get("function.form")
+    def validate_options(cls, options: ConnectorConfig) -> None:
+        form = FUNCTION_FORM.get(options)
         if form is None:
             raise OptionError("connector", _CHOSEN_BY_FUNCTION)
         if form == "fetch" and options.batch_size > 1:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lookup_source.connector_api.budget import BudgetCoordinator
-from lookup_source.connector_api.client import ConnectorOptions, LookupClient
+from lookup_source.connector_api.client import ConnectorConfig, LookupClient
 from lookup_source.connector_api.options import (
     OptionSpec,
     Parser,
@@ -91,6 +91,18 @@ class CoreOption:
         if self.scope == READER:
             return "the data source only"
         return " and ".join(names.get(name, name) for name in SURFACES if name in self.scope)
+
+
+# The keys of the options that code outside their declaration sets or reads by name, each
+# written once, here.
+BUDGET_TASKS = "budget.tasks"
+KEY_COLUMN = "key.column"
+RATE_LIMIT = "rate.limit"
+RATE_LIMIT_TOTAL = "rate.limit.total"
+PARTITION_BY_KEY = "partition.by-key"
+FILTER_PUSHDOWN = "filter.pushdown"
+STRATEGY = "strategy"
+STRATEGY_BROADCAST_MAX_ROWS = "strategy.broadcast.max-rows"
 
 
 def option(
@@ -511,7 +523,7 @@ class BudgetSettings:
         max_ms=60_000,
     )
     tasks: int = option(
-        "budget.tasks",
+        BUDGET_TASKS,
         int_between(1, 1_000_000),
         0,
         "How many tasks the budget is split over without a coordinator (each keeps an even "
@@ -545,7 +557,7 @@ class LookupOptions:
         "url", parse_text, None, "Address of the store, in the connector's URL syntax."
     )
     key_columns: tuple[str, ...] | None = option(
-        "key.column",
+        KEY_COLUMN,
         parse_column_list,
         None,
         "Key column(s) of the schema, comma-separated for a composite key. For lookup_join, "
@@ -639,7 +651,7 @@ class LookupOptions:
         "string column `_lookup_error` with the reason (null where the lookup succeeded).",
     )
     rate_limit: float = option(
-        "rate.limit",
+        RATE_LIMIT,
         parse_rate,
         0.0,
         "Most requests per second per task, retries included (0 = no limit); for "
@@ -648,7 +660,7 @@ class LookupOptions:
         default_doc="0",
     )
     rate_limit_total: float = option(
-        "rate.limit.total",
+        RATE_LIMIT_TOTAL,
         parse_rate,
         0.0,
         "Most requests per second for the whole lookup (your API quota), retries included; "
@@ -665,7 +677,7 @@ class LookupOptions:
         "with more is an error naming it, handled by on.error. 0 = no limit.",
     )
     partition_by_key: bool = option(
-        "partition.by-key",
+        PARTITION_BY_KEY,
         parse_bool,
         False,
         "Hash-partition the input by the key columns before the lookup, so each worker sees "
@@ -695,7 +707,7 @@ class LookupOptions:
         "on the executors. See docs/monitoring.md.",
     )
     strategy: str = option(
-        "strategy",
+        STRATEGY,
         choice("lookup", "broadcast", "scan", "auto"),
         "lookup",
         "`lookup`: ask the store for the keys of the input; `broadcast`: scan the whole table "
@@ -708,7 +720,7 @@ class LookupOptions:
         scope=LOOKUP_JOIN,
     )
     broadcast_max_rows: int = option(
-        "strategy.broadcast.max-rows",
+        STRATEGY_BROADCAST_MAX_ROWS,
         parse_positive_int,
         1_000_000,
         "strategy=auto: the most rows a table may have to be broadcast (each executor holds it "
@@ -723,7 +735,7 @@ class LookupOptions:
         scope=READER,
     )
     filter_pushdown: bool = option(
-        "filter.pushdown",
+        FILTER_PUSHDOWN,
         parse_bool,
         True,
         "With spark.sql.python.filterPushdown.enabled=true (PySpark 4.1+), turn "
@@ -759,7 +771,7 @@ class LookupOptions:
 
     def with_key_columns(self, columns: tuple[str, ...]) -> LookupOptions:
         """These options with ``key.column`` set to ``columns``."""
-        given = {**self.given, "key.column": ",".join(columns)}
+        given = {**self.given, KEY_COLUMN: ",".join(columns)}
         return dataclasses.replace(self, key_columns=columns, given=given)
 
     @property
@@ -768,9 +780,9 @@ class LookupOptions:
         ``rate.limit.total``, or ``budget.tasks`` for a budget whose static share is not
         given; None when neither does."""
         if self.rate_limit_total:
-            return "rate.limit.total"
+            return RATE_LIMIT_TOTAL
         if self.budget.active and not self.budget.tasks:
-            return "budget.tasks"
+            return BUDGET_TASKS
         return None
 
     def split_over(self, tasks: int) -> LookupOptions:
@@ -783,11 +795,11 @@ class LookupOptions:
         if self.rate_limit_total:
             share = self.rate_limit_total / tasks
             rate = min(self.rate_limit, share) if self.rate_limit else share
-            given.pop("rate.limit.total", None)
-            given["rate.limit"] = repr(rate)
+            given.pop(RATE_LIMIT_TOTAL, None)
+            given[RATE_LIMIT] = repr(rate)
             options = dataclasses.replace(options, rate_limit=rate, rate_limit_total=0.0)
         if self.budget.active and not self.budget.tasks:
-            given["budget.tasks"] = str(tasks)
+            given[BUDGET_TASKS] = str(tasks)
             budget = dataclasses.replace(self.budget, tasks=tasks)
             options = dataclasses.replace(options, budget=budget)
         return dataclasses.replace(options, given=given) if options is not self else self
@@ -805,13 +817,14 @@ class LookupOptions:
         """The URL with credentials replaced by ``***``, for messages and logs."""
         return redact_url(self.url) if self.url else None
 
-    def for_connector(self) -> ConnectorOptions:
-        """What the connector is told before the lookup schema is known."""
-        return ConnectorOptions(
+    def for_connector(self) -> ConnectorConfig:
+        """What the connector is told before the lookup schema is known (no value columns;
+        the key columns if ``key.column`` names them)."""
+        return ConnectorConfig(
             connector=self.connector,
             url=self.url,
             options=dict(self.connector_options),
-            key_columns=self.key_columns,
+            key_columns=self.key_columns or (),
             capacity=self.capacity,
             batch_size=self.batch_size,
             timeout_s=self.timeout_s,

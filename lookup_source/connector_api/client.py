@@ -55,38 +55,20 @@ value is malformed."""
 
 
 @dataclass(frozen=True)
-class ConnectorOptions:
-    """What a connector is told before the lookup schema is known (to check its options, or to
-    describe the table): its options, parsed, and the core settings it may depend on."""
-
-    connector: str
-    url: str | None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    key_columns: tuple[str, ...] | None = None
-    capacity: int = 100
-    batch_size: int = 500
-    timeout_s: float = 10.0
-
-    @property
-    def display_url(self) -> str | None:
-        return redact_url(self.url) if self.url else None
-
-    def __repr__(self) -> str:  # never show a password
-        return (
-            f"ConnectorOptions(connector={self.connector!r}, url={self.display_url!r}, "
-            f"key_columns={self.key_columns!r}, batch_size={self.batch_size})"
-        )
-
-
-@dataclass(frozen=True)
 class ConnectorConfig:
-    """Everything a connector is told about the lookup. Built on the driver; it pickles."""
+    """Everything a connector is told about the lookup, in one type: its options, parsed, the
+    core settings it may depend on, and the lookup's schema. Built on the driver; it pickles.
+
+    Before the schema is known (``validate_options``, ``infer_schema``,
+    ``batch_size_default``), the value columns are empty and ``key_columns`` holds what
+    ``key.column`` says, if anything. A connector reads its own options through its typed
+    constants: ``KEY_PATTERN.get(config)`` (:meth:`OptionSpec.get`)."""
 
     connector: str
     url: str | None
-    key_columns: tuple[str, ...]
-    value_columns: tuple[str, ...]
-    value_types: tuple[pa.DataType, ...]
+    key_columns: tuple[str, ...] = ()
+    value_columns: tuple[str, ...] = ()
+    value_types: tuple[pa.DataType, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     capacity: int = 100
     batch_size: int = 500
@@ -109,6 +91,11 @@ class ConnectorConfig:
             f"key_columns={self.key_columns!r}, value_columns={self.value_columns!r}, "
             f"capacity={self.capacity}, batch_size={self.batch_size})"
         )
+
+
+ConnectorOptions = ConnectorConfig
+"""The name ``ConnectorConfig`` had, before the schema is known, in asynclookup 0.4 and
+earlier: one type now (kept so that connectors written for 0.4 still import)."""
 
 
 class LookupClient:
@@ -164,7 +151,7 @@ class LookupClient:
         return str(cls.default_batch_size)
 
     @classmethod
-    def validate_options(cls, options: ConnectorOptions) -> None:
+    def validate_options(cls, options: ConnectorConfig) -> None:
         """Check the parsed options before any task runs. Raise ``OptionError``."""
 
     @classmethod
@@ -267,7 +254,7 @@ class LookupClient:
         return cls.supports_scan
 
     @classmethod
-    def infer_schema(cls, options: ConnectorOptions) -> tuple[str, tuple[str, ...]]:
+    def infer_schema(cls, options: ConnectorConfig) -> tuple[str, tuple[str, ...]]:
         """Read the store's own description of the table: a Spark DDL schema (key columns
         first) and the key column names. Connectors that cannot describe a table raise."""
         raise SchemaError(

@@ -1,23 +1,33 @@
 """Options of a connector: how each is named, parsed, defaulted and documented.
 
-A connector declares its options as :class:`OptionSpec` s (``LookupClient.option_specs``),
-named ``<connector>.<option>``; the parsers below turn the string every option arrives as into
-a value, or raise ``ValueError`` with a message that completes "option 'x': ...".
+A connector declares each of its options once, as a typed constant (Flink's
+``ConfigOptions``), lists them in ``LookupClient.option_specs`` and reads them through it::
+
+    KEY_PATTERN = OptionSpec("redis.key.pattern", parse_key_pattern, "{key}", "Key template.")
+    option_specs = (KEY_PATTERN, ...)
+    ...
+    pattern = KEY_PATTERN.get(config)      # the parsed value, or the default
+
+Options are named ``<connector>.<option>``; the parsers below turn the string every option
+arrives as into a value, or raise ``ValueError`` with a message that completes
+"option 'x': ...".
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 Parser = Callable[[str], Any]
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
-class OptionSpec:
+class OptionSpec(Generic[T]):
     """One option: its name, how to parse its string value, its default and its documentation.
 
     ``prefix=True`` declares a family of options (``http.header.`` matches
@@ -25,11 +35,17 @@ class OptionSpec:
     """
 
     name: str
-    parse: Parser
+    parse: Callable[[str], T]
     default: Any
     doc: str
     prefix: bool = False
     default_doc: str | None = None
+
+    def get(self, config: Any) -> T:
+        """This option's parsed value in ``config`` (a ``ConnectorConfig``, or a mapping of
+        parsed options), or its default when it was not given."""
+        options: Mapping[str, Any] = config if isinstance(config, Mapping) else config.options
+        return cast(T, options.get(self.name, self.default))
 
     def describe_default(self) -> str:
         if self.default_doc is not None:

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from lookup_source.errors import ConfigurationError, OptionError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import LookupOptions, option_strings, parse_options
+from lookup_source.options import (
+    BUDGET_TASKS,
+    RATE_LIMIT_TOTAL,
+    LookupOptions,
+    option_strings,
+    parse_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,13 +57,13 @@ def check_pickles(function: LookupFunction) -> None:
 
 
 _OVER_CONNECT = {
-    "rate.limit.total": "set rate.limit (per task) instead",
-    "budget.tasks": "set budget.tasks (what a budget is split over while no coordinator "
+    RATE_LIMIT_TOTAL: "set rate.limit (per task) instead",
+    BUDGET_TASKS: "set budget.tasks (what a budget is split over while no coordinator "
     "answers) beside the budget",
 }
 
 
-def cluster_cores(spark: Any, needed_by: str = "rate.limit.total") -> int:
+def cluster_cores(spark: Any, needed_by: str = RATE_LIMIT_TOTAL) -> int:
     """The cores of the cluster (``defaultParallelism``), which ``rate.limit.total`` and a
     budget's static share are split over; over Spark Connect, which does not tell them, a clear
     error naming the option ``needed_by`` that asked."""
@@ -71,7 +77,7 @@ def cluster_cores(spark: Any, needed_by: str = "rate.limit.total") -> int:
         ) from exc
 
 
-def concurrent_tasks(df: DataFrame, needed_by: str = "rate.limit.total") -> int:
+def concurrent_tasks(df: DataFrame, needed_by: str = RATE_LIMIT_TOTAL) -> int:
     """The most tasks of a lookup over ``df`` that can run at once: its partitions, at most
     the cores of the cluster (what ``rate.limit.total`` and a budget are split over)."""
     cores = cluster_cores(df.sparkSession, needed_by)

@@ -28,7 +28,14 @@ from pyspark.sql.types import StructType
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.errors import SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import LookupOptions, option_strings, parse_options
+from lookup_source.options import (
+    FILTER_PUSHDOWN,
+    KEY_COLUMN,
+    PARTITION_BY_KEY,
+    LookupOptions,
+    option_strings,
+    parse_options,
+)
 from lookup_source.spark.arguments import cluster_cores, lookup_options_of
 from lookup_source.spark.metrics import new_accumulator
 from lookup_source.spark.plan import INFERRING, LookupPlan
@@ -73,45 +80,57 @@ def register_lookup_table(
 
     function = LookupFunction.of(fetch, fetch_many)
     if function is not None:
-        if schema is None:
-            raise SchemaError(
-                f"with {function.argument}=, give the schema: the key column(s), then the "
-                "value columns your function returns, e.g. 'user_id long, name string'"
-            )
-        lookup_options = lookup_options_of(options, function)
-        if lookup_options.split_by:
-            lookup_options = lookup_options.split_over(
-                cluster_cores(spark, lookup_options.split_by)
-            )
-        plan = LookupPlan.build(lookup_options, schema)
-        metrics = new_accumulator(spark, name)
-        table_function = lookup_table_function(plan, metrics, spark, function, name=name)
-        spark.udtf.register(f"{name}_lookup", table_function)
+        _register_function(spark, name, function, options, schema)
         return
     if options is None:
         lookup_options_of(None, None)  # raises: a connector or a function is required
         return
-    # (the data source and the view take strings: the options as given, or as they were parsed)
+    # the view reads through the data source, which takes strings: the options as given (or
+    # as they were parsed), parsed here once for the table function
     raw = options.to_strings() if isinstance(options, LookupOptions) else option_strings(options)
-    if not any(key.strip().lower() == "filter.pushdown" for key in raw):
-        raw["filter.pushdown"] = "true" if pushdown else "false"
+    if not any(key.strip().lower() == FILTER_PUSHDOWN for key in raw):
+        raw[FILTER_PUSHDOWN] = "true" if pushdown else "false"
     lookup_options = parse_options(raw)
     if schema is None:
         with read_on_driver(INFERRING):
-            ddl, keys = lookup_options.connector_class().infer_schema(
+            schema, keys = lookup_options.connector_class().infer_schema(
                 lookup_options.for_connector()
             )
-        schema = ddl
         if lookup_options.key_columns is None:
-            raw["key.column"] = ",".join(keys)
-            lookup_options = parse_options(raw)
+            lookup_options = lookup_options.with_key_columns(keys)
+            raw[KEY_COLUMN] = lookup_options.given[KEY_COLUMN]
     if lookup_options.split_by:  # the table function's tasks: at most every core
         lookup_options = lookup_options.split_over(cluster_cores(spark, lookup_options.split_by))
     plan = LookupPlan.build(lookup_options, schema)
     spark.dataSource.register(AsyncLookupDataSource)
     # partition.by-key shapes the table function's input; the view is a scan
-    view_options = {k: v for k, v in raw.items() if k.strip().lower() != "partition.by-key"}
+    view_options = {k: v for k, v in raw.items() if k.strip().lower() != PARTITION_BY_KEY}
     reader = spark.read.format("asynclookup").options(**view_options).schema(plan.schema)
     reader.load().createOrReplaceTempView(name)
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
     spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics, spark, name=name))
+
+
+def _register_function(
+    spark: SparkSession,
+    name: str,
+    function: LookupFunction,
+    options: Mapping[str, Any] | LookupOptions | None,
+    schema: StructType | str | None,
+) -> None:
+    """The table function of a lookup through your own ``fetch=``/``fetch_many=`` (no view: a
+    view reads through the data source, whose options are strings)."""
+    from lookup_source.spark.table_function import lookup_table_function
+
+    if schema is None:
+        raise SchemaError(
+            f"with {function.argument}=, give the schema: the key column(s), then the "
+            "value columns your function returns, e.g. 'user_id long, name string'"
+        )
+    lookup_options = lookup_options_of(options, function)
+    if lookup_options.split_by:
+        lookup_options = lookup_options.split_over(cluster_cores(spark, lookup_options.split_by))
+    plan = LookupPlan.build(lookup_options, schema)
+    metrics = new_accumulator(spark, name)
+    table_function = lookup_table_function(plan, metrics, spark, function, name=name)
+    spark.udtf.register(f"{name}_lookup", table_function)

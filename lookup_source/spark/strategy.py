@@ -26,7 +26,13 @@ from pyspark.sql.types import StringType, StructField, StructType
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.scan import estimate_rows
 from lookup_source.errors import OptionError
-from lookup_source.options import ERROR_COLUMN
+from lookup_source.options import (
+    ERROR_COLUMN,
+    FILTER_PUSHDOWN,
+    PARTITION_BY_KEY,
+    STRATEGY,
+    STRATEGY_BROADCAST_MAX_ROWS,
+)
 from lookup_source.spark import plan_cost
 from lookup_source.spark.internals import plan_text
 from lookup_source.spark.plan import LookupPlan
@@ -231,7 +237,7 @@ ESTIMATING = (
 )
 """Why a secret is read on the driver when strategy=auto asks the store for its size."""
 
-_LOOKUP_ONLY = ("strategy", "strategy.broadcast.max-rows", "partition.by-key")
+_LOOKUP_ONLY = (STRATEGY, STRATEGY_BROADCAST_MAX_ROWS, PARTITION_BY_KEY)
 
 
 def table_join(
@@ -253,7 +259,7 @@ def table_join(
     spark = df.sparkSession
     spark.dataSource.register(AsyncLookupDataSource)
     reader_options = {k: v for k, v in plan.options.to_strings().items() if k not in _LOOKUP_ONLY}
-    reader_options["filter.pushdown"] = "false"
+    reader_options[FILTER_PUSHDOWN] = "false"
     fields = list(plan.schema.fields)
     if plan.options.error_column:
         fields.append(StructField(ERROR_COLUMN, StringType(), True))

@@ -49,7 +49,6 @@ from lookup_source.connector_api import (
     INT_LIMIT,
     ConnectorConfig,
     ConnectorError,
-    ConnectorOptions,
     Key,
     KeyTemplate,
     LookupClient,
@@ -276,6 +275,67 @@ def _context_of(setting: Any) -> ssl.SSLContext:
     return context
 
 
+BATCH_URL: OptionSpec[str | None] = OptionSpec(
+    "http.batch.url",
+    parse_text,
+    None,
+    'Batch style: this URL receives a POST of `{"keys": [...]}` with `batch.size` keys '
+    "and answers an object (key -> record) or an array of records carrying their key. "
+    "Unset: one GET per key on the `url` template.",
+)
+
+BATCH_KEYS_FIELD: OptionSpec[str] = OptionSpec(
+    "http.batch.keys-field",
+    parse_text,
+    "keys",
+    "Name of the key list in the batch request body.",
+)
+
+JSON_PATH: OptionSpec[tuple[str, ...]] = OptionSpec(
+    "http.json.path",
+    parse_json_path,
+    (),
+    "Dotted path of the record (per key) or of the records (batch) inside the response, "
+    "e.g. `data.user`.",
+    default_doc="(the whole body)",
+)
+
+TLS_VERIFY: OptionSpec[bool] = OptionSpec(
+    "http.tls.verify",
+    parse_bool,
+    True,
+    "Verify TLS certificates. Turning it off is for test servers only.",
+)
+
+REDIRECTS: OptionSpec[str] = OptionSpec(
+    "http.redirects",
+    choice("none", "same-origin"),
+    "none",
+    "`none`: a redirect (3xx) is an error naming its status and where it pointed; "
+    f"`same-origin`: up to {MAX_REDIRECTS} redirects are followed when they stay on the "
+    "same scheme, host and port (a POST only on 307/308), never elsewhere, so the "
+    "lookup's headers never reach another server.",
+)
+
+MAX_RESPONSE_BYTES_OPTION: OptionSpec[int] = OptionSpec(
+    "http.max-response-bytes",
+    int_between(1024, INT_LIMIT),
+    MAX_RESPONSE_BYTES,
+    "Largest answer body, counted after decompression as it streams (a compressed "
+    "bomb costs at most this); a larger answer is an error of its key(s), not retried.",
+)
+
+HEADER: OptionSpec[str] = OptionSpec(
+    "http.header.",
+    _parse_header_value,
+    None,
+    "A request header, e.g. `http.header.Accept=application/json`. "
+    "`http.header.<Name>.env=VAR` takes the value from the executor's environment "
+    "variable VAR, so secrets stay out of query plans.",
+    prefix=True,
+)
+
+
 class HttpLookupClient(LookupClient):
     """Looks keys up over HTTP with aiohttp."""
 
@@ -283,72 +343,25 @@ class HttpLookupClient(LookupClient):
     honours_cancellation: ClassVar[bool] = True  # checked by the fault tests (slow answers)
     default_batch_size: ClassVar[int] = 1
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
-        OptionSpec(
-            "http.batch.url",
-            parse_text,
-            None,
-            'Batch style: this URL receives a POST of `{"keys": [...]}` with `batch.size` keys '
-            "and answers an object (key -> record) or an array of records carrying their key. "
-            "Unset: one GET per key on the `url` template.",
-        ),
-        OptionSpec(
-            "http.batch.keys-field",
-            parse_text,
-            "keys",
-            "Name of the key list in the batch request body.",
-        ),
-        OptionSpec(
-            "http.json.path",
-            parse_json_path,
-            (),
-            "Dotted path of the record (per key) or of the records (batch) inside the response, "
-            "e.g. `data.user`.",
-            default_doc="(the whole body)",
-        ),
-        OptionSpec(
-            "http.tls.verify",
-            parse_bool,
-            True,
-            "Verify TLS certificates. Turning it off is for test servers only.",
-        ),
-        OptionSpec(
-            "http.redirects",
-            choice("none", "same-origin"),
-            "none",
-            "`none`: a redirect (3xx) is an error naming its status and where it pointed; "
-            f"`same-origin`: up to {MAX_REDIRECTS} redirects are followed when they stay on the "
-            "same scheme, host and port (a POST only on 307/308), never elsewhere, so the "
-            "lookup's headers never reach another server.",
-        ),
-        OptionSpec(
-            "http.max-response-bytes",
-            int_between(1024, INT_LIMIT),
-            MAX_RESPONSE_BYTES,
-            "Largest answer body, counted after decompression as it streams (a compressed "
-            "bomb costs at most this); a larger answer is an error of its key(s), not retried.",
-        ),
+        BATCH_URL,
+        BATCH_KEYS_FIELD,
+        JSON_PATH,
+        TLS_VERIFY,
+        REDIRECTS,
+        MAX_RESPONSE_BYTES_OPTION,
         *tls_option_specs("http", "the HTTPS server"),
-        OptionSpec(
-            "http.header.",
-            _parse_header_value,
-            None,
-            "A request header, e.g. `http.header.Accept=application/json`. "
-            "`http.header.<Name>.env=VAR` takes the value from the executor's environment "
-            "variable VAR, so secrets stay out of query plans.",
-            prefix=True,
-        ),
+        HEADER,
     )
 
     def __init__(self, config: ConnectorConfig) -> None:
         super().__init__(config)
-        options = config.options
-        self._batch_url: str | None = options.get("http.batch.url")
+        self._batch_url = BATCH_URL.get(config)
         self._batch_url_shown = redact_url(self._batch_url) if self._batch_url else ""
-        self._keys_field: str = options.get("http.batch.keys-field", "keys")
-        self._path: tuple[str, ...] = tuple(options.get("http.json.path", ()))
-        self._verify: bool = options.get("http.tls.verify", True)
-        self._same_origin: bool = options.get("http.redirects", "none") == "same-origin"
-        self._max_bytes: int = options.get("http.max-response-bytes", MAX_RESPONSE_BYTES)
+        self._keys_field = BATCH_KEYS_FIELD.get(config)
+        self._path = tuple(JSON_PATH.get(config))
+        self._verify = TLS_VERIFY.get(config)
+        self._same_origin = REDIRECTS.get(config) == "same-origin"
+        self._max_bytes = MAX_RESPONSE_BYTES_OPTION.get(config)
         self._template = (
             None
             if self._batch_url
@@ -368,15 +381,15 @@ class HttpLookupClient(LookupClient):
 
     @classmethod
     def batch_size_default(cls, connector_options: Mapping[str, Any]) -> int:
-        return BATCH_POST_SIZE if connector_options.get("http.batch.url") else 1
+        return BATCH_POST_SIZE if BATCH_URL.get(connector_options) else 1
 
     @classmethod
     def describe_batch_size_default(cls) -> str:
         return f"1 per GET, {BATCH_POST_SIZE} per batch POST"
 
     @classmethod
-    def validate_options(cls, options: ConnectorOptions) -> None:
-        batch_url = options.options.get("http.batch.url")
+    def validate_options(cls, options: ConnectorConfig) -> None:
+        batch_url = BATCH_URL.get(options)
         if not batch_url and options.batch_size > 1:
             raise OptionError(
                 "batch.size",
@@ -393,14 +406,14 @@ class HttpLookupClient(LookupClient):
                     example="https://api.example.com/users/{key}",
                 )
         tls = TlsSettings.from_options("http", options.options)
-        if not options.options.get("http.tls.verify", True) and tls.ca_file:
+        if not TLS_VERIFY.get(options) and tls.ca_file:
             raise OptionError(
                 "http.tls.ca-file", "verifies the server, which http.tls.verify=false turns off"
             )
 
     @classmethod
     def validate_config(cls, config: ConnectorConfig) -> None:
-        if config.options.get("http.batch.url"):
+        if BATCH_URL.get(config):
             return
         if not config.url:
             raise OptionError(

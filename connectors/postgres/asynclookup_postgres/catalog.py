@@ -8,8 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from asynclookup_postgres.options import TABLE
 from lookup_source.connector_api import (
-    ConnectorOptions,
+    ConnectorConfig,
     OptionError,
     PermanentError,
     SchemaError,
@@ -169,12 +170,12 @@ def spark_type_for(column: Column) -> str:
 
 
 def infer_schema(
-    options: ConnectorOptions,
+    options: ConnectorConfig,
     connect_arguments: Callable[[str, Mapping[str, Any]], dict[str, Any]],
     errors: translated_errors,
 ) -> tuple[str, tuple[str, ...]]:
     """Read the table's columns: a Spark DDL schema (primary key first) and the key columns."""
-    table = options.options.get("postgres.table")
+    table = TABLE.get(options)
     if not table:
         raise SchemaError(
             "a schema can be inferred from postgres.table only; give one with "

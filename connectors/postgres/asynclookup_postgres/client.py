@@ -38,12 +38,12 @@ from asynclookup_postgres.catalog import (
     quote_identifier,
     split_table_name,
 )
+from asynclookup_postgres.options import POOL_SIZE, QUERY, TABLE
 from asynclookup_postgres.query import LookupQuery, scan_filter
 from lookup_source.connector_api import (
     SCAN_CHUNK_ROWS,
     ConnectorConfig,
     ConnectorError,
-    ConnectorOptions,
     LookupClient,
     Matches,
     OptionError,
@@ -52,8 +52,6 @@ from lookup_source.connector_api import (
     PermanentError,
     TlsSettings,
     TransientError,
-    parse_positive_int,
-    parse_text,
     password_env_option,
     password_from_env,
     pooled,
@@ -121,41 +119,19 @@ class PostgresLookupClient(LookupClient):
     lookup_cost_us: ClassVar[float | None] = 5.0
     scan_cost_us: ClassVar[float | None] = 0.85
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
-        OptionSpec(
-            "postgres.table",
-            parse_text,
-            None,
-            "Table to look keys up in, optionally `schema.table`; its columns are named as in "
-            "the Spark schema.",
-        ),
-        OptionSpec(
-            "postgres.query",
-            parse_text,
-            None,
-            "Instead of a table: a query taking the keys as `$1` (an array; composite keys: "
-            "`$1, $2, ...`, one array per key column) and returning the key and value columns.",
-        ),
-        OptionSpec(
-            "postgres.pool-size",
-            parse_positive_int,
-            10,
-            "Connections per client (at most `capacity`, and at most budget.max-in-flight when a "
-            "cluster budget is set, which also closes connections idle for 10 s; a Python "
-            "worker keeps one client per lookup configuration, from task to task). Requests "
-            "beyond it wait for a free connection: keep Python workers x pool size under the "
-            "server's max_connections, or set a budget (docs/deployment.md).",
-        ),
+        TABLE,
+        QUERY,
+        POOL_SIZE,
         password_env_option("postgres"),
         *tls_option_specs("postgres", "the Postgres server"),
     )
 
     def __init__(self, config: ConnectorConfig) -> None:
         super().__init__(config)
-        options = config.options
-        table = options.get("postgres.table")
+        table = TABLE.get(config)
         self._table: tuple[str, ...] | None = split_table_name(table) if table else None
-        self._custom_query: str | None = options.get("postgres.query")
-        self._pool_size: int = options.get("postgres.pool-size", 10)
+        self._custom_query = QUERY.get(config)
+        self._pool_size = POOL_SIZE.get(config)
         self._pool: Any = None
         self._ready = asyncio.Lock()
         self._query = LookupQuery(config, self.value_fields, self._table, self._custom_query)
@@ -180,7 +156,7 @@ class PostgresLookupClient(LookupClient):
     # -- validation ----------------------------------------------------------------------------
 
     @classmethod
-    def validate_options(cls, options: ConnectorOptions) -> None:
+    def validate_options(cls, options: ConnectorConfig) -> None:
         url = options.url
         require_url(
             "url",
@@ -192,8 +168,8 @@ class PostgresLookupClient(LookupClient):
         tls = TlsSettings.from_options("postgres", options.options)
         if tls.configured and "sslmode=disable" in str(url):
             raise OptionError(tls.first_option, "applies to TLS, which sslmode=disable turns off")
-        table = options.options.get("postgres.table")
-        query = options.options.get("postgres.query")
+        table = TABLE.get(options)
+        query = QUERY.get(options)
         if bool(table) == bool(query):
             raise OptionError(
                 "postgres.table", "set exactly one of postgres.table and postgres.query"
@@ -203,10 +179,10 @@ class PostgresLookupClient(LookupClient):
 
     @classmethod
     def can_scan(cls, config: ConnectorConfig) -> bool:
-        return bool(config.options.get("postgres.table"))
+        return bool(TABLE.get(config))
 
     @classmethod
-    def infer_schema(cls, options: ConnectorOptions) -> tuple[str, tuple[str, ...]]:
+    def infer_schema(cls, options: ConnectorConfig) -> tuple[str, tuple[str, ...]]:
         return infer_schema(options, cls.connect_arguments, _ASYNCPG_ERRORS)
 
     # -- life cycle ----------------------------------------------------------------------------

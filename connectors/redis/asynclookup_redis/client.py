@@ -113,6 +113,22 @@ def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
 _REDIS_ERRORS = translated_errors("redis", classify, tls="redis")
 
 
+KEY_PATTERN: OptionSpec[str] = OptionSpec(
+    "redis.key.pattern",
+    parse_required_text,
+    "{key}",
+    "How a key becomes a Redis key: `user:{key}`; composite keys name their columns, "
+    "`{tenant}:{user_id}`.",
+)
+VALUE_FORMAT: OptionSpec[str] = OptionSpec(
+    "redis.value.format",
+    choice("json", "hash", "string"),
+    "json",
+    "`json` (a JSON object per key), `hash` (a Redis hash per key) or `string` (the raw "
+    "value into the single value column).",
+)
+
+
 class RedisLookupClient(LookupClient):
     """Looks keys up in Redis.
 
@@ -135,32 +151,16 @@ class RedisLookupClient(LookupClient):
     lookup_cost_us: ClassVar[float | None] = 4.6
     scan_cost_us: ClassVar[float | None] = 9.5
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
-        OptionSpec(
-            "redis.key.pattern",
-            parse_required_text,
-            "{key}",
-            "How a key becomes a Redis key: `user:{key}`; composite keys name their columns, "
-            "`{tenant}:{user_id}`.",
-        ),
+        KEY_PATTERN,
         password_env_option("redis"),
-        OptionSpec(
-            "redis.value.format",
-            choice("json", "hash", "string"),
-            "json",
-            "`json` (a JSON object per key), `hash` (a Redis hash per key) or `string` (the raw "
-            "value into the single value column).",
-        ),
+        VALUE_FORMAT,
         *tls_option_specs("redis", "the Redis server"),
     )
 
     def __init__(self, config: ConnectorConfig) -> None:
         super().__init__(config)
-        self._template = KeyTemplate(
-            "redis.key.pattern",
-            config.options.get("redis.key.pattern", "{key}"),
-            config.key_columns,
-        )
-        self._format: str = config.options.get("redis.value.format", "json")
+        self._template = KeyTemplate(KEY_PATTERN.name, KEY_PATTERN.get(config), config.key_columns)
+        self._format = VALUE_FORMAT.get(config)
         self._redis: Any = None
         self._pool: Any = None
         self._handshake: AbstractAsyncContextManager[None] = nullcontext()
@@ -181,12 +181,8 @@ class RedisLookupClient(LookupClient):
         tls = TlsSettings.from_options("redis", config.options)
         if tls.configured and not str(config.url).startswith("rediss://"):
             raise OptionError(tls.first_option, "applies to TLS: use a rediss:// URL")
-        KeyTemplate.validate(
-            "redis.key.pattern",
-            config.options.get("redis.key.pattern", "{key}"),
-            config.key_columns,
-        )
-        if config.options.get("redis.value.format") == "string" and len(config.value_columns) != 1:
+        KeyTemplate.validate(KEY_PATTERN.name, KEY_PATTERN.get(config), config.key_columns)
+        if VALUE_FORMAT.get(config) == "string" and len(config.value_columns) != 1:
             raise SchemaError(
                 "redis.value.format=string puts each value into one column, but the schema has "
                 f"{len(config.value_columns)} value columns ({', '.join(config.value_columns)})"

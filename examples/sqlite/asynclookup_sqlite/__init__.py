@@ -26,7 +26,6 @@ import pyarrow as pa
 from lookup_source.connector_api import (
     ConnectorConfig,
     ConnectorError,
-    ConnectorOptions,
     Key,
     LookupClient,
     LookupResult,
@@ -64,26 +63,30 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+TABLE: OptionSpec[str] = OptionSpec(
+    "sqlite.table", parse_required_text, None, "The table (or view) to read."
+)
+"""Each option is declared once, as a typed constant, and read through it: ``TABLE.get(config)``."""
+
+
 class SqliteLookupClient(LookupClient):
     """Looks keys up in a SQLite table, one read-only connection per request, in a thread."""
 
     name: ClassVar[str] = "sqlite"
     default_batch_size: ClassVar[int] = 200
-    option_specs: ClassVar[tuple[OptionSpec, ...]] = (
-        OptionSpec("sqlite.table", parse_required_text, None, "The table (or view) to read."),
-    )
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = (TABLE,)
 
     @classmethod
-    def validate_options(cls, options: ConnectorOptions) -> None:
+    def validate_options(cls, options: ConnectorConfig) -> None:
         """On the driver, before any task runs."""
         if not options.url:
             raise OptionError("url", "is required: the path of the SQLite database file")
-        if not options.options.get("sqlite.table"):
+        if not TABLE.get(options):
             raise OptionError("sqlite.table", "is required: the table to read")
 
     def __init__(self, config: ConnectorConfig) -> None:
         super().__init__(config)
-        table = config.options["sqlite.table"]
+        table = TABLE.get(config)
         keys = config.key_columns
         columns = ", ".join(quote(c) for c in (*keys, *config.value_columns))
         if len(keys) == 1:
