@@ -22,9 +22,11 @@ import math
 import sys
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+import pyarrow as pa
 
 from lookup_source.connector_api import Key
 from lookup_source.engine.answers import MISSING, CachedError, CachedRows
@@ -57,25 +59,28 @@ def object_bytes(value: Any) -> int:
     return 32
 
 
-def entry_bytes(key: Key, value: Any, row_bytes: dict[int, float]) -> int:
-    """An estimate of what keeping ``key -> value`` costs; ``row_bytes``: bytes per row of the
-    Arrow batches seen so far (many entries share one batch)."""
+def entry_bytes(key: Key, value: Any) -> int:
+    """An estimate of what keeping ``key -> value`` costs, beyond the Arrow rows of a
+    :class:`CachedRows` (counted per batch they belong to: :func:`segment_of`)."""
     size = ENTRY_BYTES + object_bytes(key)
     if value is MISSING:
         return size
     if isinstance(value, CachedRows):
-        batch = value.values
-        per_row = row_bytes.get(id(batch))
-        if per_row is None:
-            per_row = row_bytes[id(batch)] = batch.nbytes / max(1, batch.num_rows)
-        return size + 48 + int(per_row * value.count)
+        return size + 48
     if isinstance(value, CachedError):
         return size + 48 + len(value.message)
     return size + object_bytes(value)
 
 
+def segment_of(value: Any) -> pa.RecordBatch | None:
+    """The Arrow batch a cached value keeps alive (all of it, whatever rows it points to)."""
+    return value.values if isinstance(value, CachedRows) else None
+
+
 class PartialCache:
-    """A thread-safe LRU map key -> record (or :data:`MISSING`) with a time-to-live."""
+    """A thread-safe LRU map key -> record (or :data:`MISSING`) with a time-to-live. Its
+    estimated memory counts each Arrow batch its entries point into once, whole, for as long
+    as any entry points into it."""
 
     def __init__(self, max_rows: int, ttl_s: float = 0.0, *, clock: Clock = time.monotonic):
         self.max_rows = max_rows
@@ -83,6 +88,8 @@ class PartialCache:
         self._clock = clock
         self._entries: OrderedDict[Key, tuple[Any, float, int]] = OrderedDict()
         """key -> (value, when it expires, its estimated bytes)"""
+        self._segments: dict[int, list[int]] = {}
+        """id of an Arrow batch entries point into -> [its bytes, how many entries do]"""
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -103,10 +110,9 @@ class PartialCache:
                 entry = self._entries.get(key)
                 if entry is None:
                     continue
-                value, expires, size = entry
+                value, expires, _ = entry
                 if now >= expires:
-                    del self._entries[key]
-                    self._bytes -= size
+                    self._forget(key)
                     continue
                 self._entries.move_to_end(key)
                 found[key] = value
@@ -119,16 +125,20 @@ class PartialCache:
         if ttl_s is not None:
             ttl = min(ttl, ttl_s) if ttl else ttl_s
         expires = self._clock() + ttl if ttl else math.inf
-        row_bytes: dict[int, float] = {}
         with self._lock:
             for key, value in items:
-                size = entry_bytes(key, value, row_bytes)
-                old = self._entries.get(key)
-                if old is not None:
-                    self._bytes -= old[2]
+                if key in self._entries:
+                    self._forget(key)
+                size = entry_bytes(key, value)
                 self._entries[key] = (value, expires, size)
-                self._entries.move_to_end(key)
                 self._bytes += size
+                segment = segment_of(value)
+                if segment is not None:
+                    counted = self._segments.get(id(segment))
+                    if counted is None:
+                        counted = self._segments[id(segment)] = [segment.nbytes, 0]
+                        self._bytes += counted[0]
+                    counted[1] += 1
             self._trim(self.max_rows, math.inf)
 
     def trim(self, max_bytes: float) -> None:
@@ -138,8 +148,18 @@ class PartialCache:
 
     def _trim(self, max_rows: int, max_bytes: float) -> None:
         while self._entries and (len(self._entries) > max_rows or self._bytes > max_bytes):
-            _, (_, _, size) = self._entries.popitem(last=False)
-            self._bytes -= size
+            self._forget(next(iter(self._entries)))
+
+    def _forget(self, key: Key) -> None:
+        value, _, size = self._entries.pop(key)
+        self._bytes -= size
+        segment = segment_of(value)
+        if segment is not None:
+            counted = self._segments[id(segment)]
+            counted[1] -= 1
+            if not counted[1]:  # no entry points into it: freed with the last
+                del self._segments[id(segment)]
+                self._bytes -= counted[0]
 
 
 class FullCache:
@@ -166,8 +186,14 @@ class FullCache:
         return {key: table.get(key, MISSING) for key in keys}
 
     def install(self, table: dict[Key, Any]) -> None:
-        row_bytes: dict[int, float] = {}
-        size = sum(entry_bytes(key, value, row_bytes) for key, value in table.items())
+        segments = {}
+        size = 0
+        for key, value in table.items():
+            size += entry_bytes(key, value)
+            segment = segment_of(value)
+            if segment is not None:
+                segments[id(segment)] = segment.nbytes
+        size += sum(segments.values())
         with self._lock:
             self._table = table
             self.nbytes = size
@@ -207,6 +233,8 @@ class WorkerCaches:
         self.dropped = 0
         """Caches dropped to keep within the budget (for tests and logs)."""
         self._entries: OrderedDict[str, Any] = OrderedDict()
+        self._pins: Counter[str] = Counter()
+        """Keys running tasks use, with how many do."""
         self._lock = threading.Lock()
         self._warned: set[str] = set()
 
@@ -219,47 +247,70 @@ class WorkerCaches:
         with self._lock:
             return sum(_nbytes(kept) for kept in self._entries.values())
 
-    def get(self, key: str, make: Callable[[], Any]) -> Any:
-        """The cache kept under ``key``, made by ``make`` on first use; the most recently used."""
+    def get(self, key: str, make: Callable[[], Any], *, pin: bool = False) -> Any:
+        """The cache kept under ``key``, made by ``make`` on first use; the most recently used.
+        ``pin``: a running task uses it — never dropped until :meth:`unpin`."""
         with self._lock:
             kept = self._entries.get(key)
             if kept is None:
                 kept = self._entries[key] = make()
             self._entries.move_to_end(key)
-            self._fit()
+            if pin:
+                self._pins[key] += 1
+            self._fit((key,))
             return kept
 
-    def fit(self) -> None:
-        """Drop the least recently used caches until the rest fit (after one grew)."""
+    def unpin(self, keys: Iterable[str]) -> None:
+        """The task that pinned ``keys`` ended: they may be dropped again, for the caches of
+        other lookups (not to fit alone: the next task of the same lookup finds them)."""
+        keys = list(keys)
         with self._lock:
-            self._fit()
+            for key in keys:
+                self._pins[key] -= 1
+                if self._pins[key] <= 0:
+                    del self._pins[key]
+            self._fit(keys)
 
-    def _fit(self) -> None:
-        while len(self._entries) > self.max_entries:
-            self._drop_oldest()
+    def fit(self, protect: str | None = None) -> None:
+        """Drop the least recently used caches no running task uses until the rest fit (after
+        one grew: ``protect``, by default the most recently used, which, if that is not enough,
+        keeps its most recent keys when it is a partial cache; a full one is kept whole, said
+        once)."""
+        with self._lock:
+            self._fit(() if protect is None else (protect,))
+
+    def _fit(self, protect: Sequence[str]) -> None:
+        if not protect and self._entries:  # the most recently used: what the last task used
+            protect = (next(reversed(self._entries)),)
         total = sum(_nbytes(kept) for kept in self._entries.values())
-        while len(self._entries) > 1 and total > self.max_bytes:
-            total -= self._drop_oldest()
-        if total <= self.max_bytes or not self._entries:
+        for key in list(self._entries):
+            over_count = len(self._entries) > self.max_entries
+            if not over_count and total <= self.max_bytes:
+                return
+            size = _nbytes(self._entries[key])
+            if key in protect or key in self._pins or (size <= SMALL_BYTES and not over_count):
+                continue  # in use; or small (a hedging window), dropped for the count only
+            del self._entries[key]
+            total -= size
+            self.dropped += 1
+        if total <= self.max_bytes:
             return
-        key, newest = next(reversed(self._entries.items()))
-        if isinstance(newest, PartialCache):  # the one in use alone is too large: its oldest keys
-            newest.trim(self.max_bytes)
-        elif key not in self._warned:  # a full cache is the table whole, or nothing
-            self._warned.add(key)
-            log.warning(
-                "asynclookup: a full cache holds about %.0f MB, more than cache.worker.max-mb "
-                "(%.0f MB) allows for every cache of this Python worker together; it is kept "
-                "while its lookup runs, every other cache is dropped: raise cache.worker.max-mb "
-                "or use cache.mode=partial",
-                total / 2**20,
-                self.max_bytes / 2**20,
-            )
-
-    def _drop_oldest(self) -> int:
-        _, kept = self._entries.popitem(last=False)
-        self.dropped += 1
-        return _nbytes(kept)
+        for key in protect:
+            kept = self._entries.get(key)
+            if isinstance(kept, PartialCache):  # too large with what runs: its oldest keys go
+                total -= kept.nbytes
+                kept.trim(max(0, self.max_bytes - total))
+                total += kept.nbytes
+            elif isinstance(kept, FullCache) and key not in self._warned:  # whole, or nothing
+                self._warned.add(key)
+                log.warning(
+                    "asynclookup: a full cache holds about %.0f MB, more than cache.worker.max-mb "
+                    "(%.0f MB) allows for every cache of this Python worker together; it is kept "
+                    "while its lookup runs, other caches are dropped: raise cache.worker.max-mb "
+                    "or use cache.mode=partial",
+                    kept.nbytes / 2**20,
+                    self.max_bytes / 2**20,
+                )
 
     def clear(self) -> None:
         with self._lock:

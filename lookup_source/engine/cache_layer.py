@@ -4,7 +4,7 @@ what to keep of an answer (the worker sets up the one a task's options ask for:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ from lookup_source.engine.answers import (
     RecordAnswer,
     cached_answer,
 )
-from lookup_source.engine.cache import PartialCache, WorkerCaches
+from lookup_source.engine.cache import PartialCache
 
 
 @dataclass
@@ -110,7 +110,8 @@ class ReadingLayer:
 
 
 class PartialCacheLayer(ReadingLayer):
-    """A task's view of a :class:`PartialCache`: answers come from it and go into it."""
+    """A task's view of a :class:`PartialCache`: answers come from it and go into it (then
+    ``grew`` is called: the worker keeps its caches within their budget)."""
 
     def __init__(
         self,
@@ -118,15 +119,15 @@ class PartialCacheLayer(ReadingLayer):
         fields: Sequence[pa.Field],
         *,
         cache_missing: bool,
-        owner: WorkerCaches | None = None,
+        grew: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(cache, fields)
         self.cache_missing = cache_missing
-        self.owner = owner
+        self.grew = grew
 
     def store(self, answer: Answer, ttl_s: float | None = None) -> None:
         items = answer.cache_entries(cache_missing=self.cache_missing)
         if items:
             self.cache.put_many(items, ttl_s=ttl_s)
-            if self.owner is not None:  # the worker's caches together within their budget
-                self.owner.fit()
+            if self.grew is not None:
+                self.grew()

@@ -43,6 +43,10 @@ closed."""
 CLOSE_TIMEOUT_S = 10.0
 """How long closing a kept client may take before it is abandoned."""
 
+SWEEP_CLOSE_TIMEOUT_S = 2.0
+"""How long closing an idle client may take when the worker's sweeper closes it (a task of
+the thread waits for the sweeper meanwhile): past it, the close is abandoned."""
+
 
 def worker_reuse() -> bool:
     """Whether this process serves task after task (Spark's ``spark.python.worker.reuse``)."""
@@ -123,13 +127,34 @@ def task_lease(
     return Lease(loop, client, False, release)
 
 
-def _close_quietly(loop: TaskLoop, client: LookupClient, config: ConnectorConfig) -> None:
-    """Close ``client`` on ``loop``; a failure to close is logged, never raised (it must not
-    mask the task's own outcome)."""
+def _close_quietly(
+    loop: TaskLoop,
+    client: LookupClient,
+    config: ConnectorConfig,
+    timeout_s: float = CLOSE_TIMEOUT_S,
+) -> None:
+    """Close ``client`` on ``loop`` within ``timeout_s`` (past it, or if the close ignores its
+    cancellation, it is abandoned: never waited for longer); a failure to close is logged,
+    never raised (it must not mask the task's own outcome)."""
     try:
-        loop.run(asyncio.wait_for(client.close(), CLOSE_TIMEOUT_S))
+        loop.run(_close_within(client, timeout_s))
     except Exception:
         log.warning("asynclookup: closing the %s client failed", config.connector, exc_info=True)
+
+
+async def _close_within(client: LookupClient, timeout_s: float) -> None:
+    closing = asyncio.ensure_future(client.close())
+    done, _ = await asyncio.wait({closing}, timeout=timeout_s)
+    if not done:
+        closing.cancel()  # not awaited: a close that ignores cancellation is left behind
+        closing.add_done_callback(_consume)
+        raise TimeoutError(f"closing took longer than {timeout_s:g} s")
+    closing.result()
+
+
+def _consume(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 @dataclass(eq=False)
@@ -259,15 +284,27 @@ class WorkerClients:
         return len(idle)
 
     def sweep(self) -> int:
-        """Close the clients idle past their limit now, if no task of this thread holds a
-        lease (then its loop is not running); called by the worker between tasks, from any
-        thread. Returns how many were closed."""
+        """Close one client idle past its limit now (the least recently used), if no task of
+        this thread holds a lease (then its loop is not running); called by the worker between
+        tasks, from any thread. One at a time, each within :data:`SWEEP_CLOSE_TIMEOUT_S`: a
+        task that comes meanwhile waits that long at most. Returns how many were closed."""
         if not self._lock.acquire(blocking=False):
             return 0
         try:
             if self._leases or self.loop.closed:
                 return 0
-            return self._close_idle(self._clock())
+            now = self._clock()
+            idle = [
+                (kept.last_used, key)
+                for key, kept in self._clients.items()
+                if kept.users == 0 and now - kept.last_used > kept.max_idle_s
+            ]
+            if not idle:
+                return 0
+            _, key = min(idle)
+            kept = self._clients.pop(key)
+            _close_quietly(self.loop, kept.client, kept.config, SWEEP_CLOSE_TIMEOUT_S)
+            return 1
         finally:
             self._lock.release()
 
@@ -286,12 +323,15 @@ class WorkerClients:
 
     def close(self, *, everything: bool = False) -> None:
         """Close every client no task holds (``everything``: held or not, as when the thread
-        that keeps them ends), and the loop when none is left."""
+        that keeps them ends), and the loop when none is left. While a task of the thread
+        holds a lease (its loop may be running), nothing but ``everything`` closes."""
         with self._lock:
+            if self._leases and not everything:
+                return
             for key, kept in list(self._clients.items()):
                 if kept.users == 0 or everything:
                     self._forget(key, kept)
-            if not self._clients and (everything or not self._leases):
+            if not self._clients:
                 self.loop.close()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -66,9 +67,11 @@ class LookupTask:
         self._closed = False
         self._gc_held = False
         self._telemetry: Any = None
+        self._pins: list[str] = []  # the worker's caches this task uses (never dropped meanwhile)
         factory = client_factory or spec.options.connector_class()
         self._worker: Worker = current_worker()
-        self._identity = task_identity(spec, config, factory)
+        self._identities = task_identities(spec, config, factory)
+        self._identity = self._identities.local
         self._lease: Lease = self._worker.lease_client(
             factory,
             config,
@@ -92,13 +95,15 @@ class LookupTask:
                 factory,
                 spec.value_fields,
                 self._identity,
+                self._pins,
             )
+            hedging = self._hedging()
             metrics = LookupMetrics(tasks=1)
             self._engine = LookupEngine(
                 self._lease.client,
                 spec,
                 cache=cache,
-                hedging=self._hedging(),
+                hedging=hedging,
                 shared=self._shared_tier(metrics),
                 metrics=metrics,
                 budget=self._budget(metrics),
@@ -112,7 +117,7 @@ class LookupTask:
         settings = self._spec.options.hedge
         if settings.after is None:
             return None
-        return self._worker.hedging(self._identity, settings)
+        return self._worker.hedging(self._identity, settings, self._pins)
 
     def _shared_tier(self, metrics: LookupMetrics) -> SharedTier | None:
         """The shared cache tier's store, kept by the worker like a client, if asked."""
@@ -120,9 +125,10 @@ class LookupTask:
         if settings.url is None:
             return None
         store = self._kept_plugin(settings.store_class(), settings.url)
+        assert self._identities.shared is not None
         return SharedTier(
             store,  # type: ignore[arg-type]
-            self._identity,
+            self._identities.shared,
             self._spec.value_fields,
             metrics,
             ttl_s=settings.ttl_s,
@@ -153,7 +159,8 @@ class LookupTask:
         lease = self._worker.lease_client(
             plugin_class,
             config,
-            identity=LookupIdentity.of(config),  # the plugin's own: its URL and options
+            # the plugin's own: its URL, options and what its library reads on its own
+            identity=LookupIdentity.of(config, implicit=implicit_inputs(plugin_class, config)),
             max_idle_s=options.connection_max_idle_s,
             max_age_s=options.connection_max_age_s,
             keep=self._lease.kept,
@@ -204,6 +211,9 @@ class LookupTask:
             if self._gc_held:
                 self._gc_held = False
                 self._worker.gc.release()
+            if self._pins:
+                self._worker.caches.unpin(self._pins)
+                self._pins = []
         if self._engine is not None:
             metrics = self._engine.metrics
             metrics.peak_rss_mb = _peak_rss_mb()
@@ -220,29 +230,44 @@ class LookupTask:
             log.debug("asynclookup task metrics: %s", metrics)
 
 
-def task_identity(
+@dataclass(frozen=True)
+class TaskIdentities:
+    """A lookup's identities, computed once per task, in one place (:func:`task_identities`).
+
+    ``local`` keys what the worker keeps for this job's tasks — the kept client, the caches,
+    the hedging window — and the budget's default name: the connector's configuration, what
+    its library reads on its own, and a ``fetch=`` function by its token (``function.id``, one
+    per job: two function objects never share what a worker keeps, and a function whose state
+    changes as it runs keeps its worker's cache and its budget's name). ``shared`` names the
+    shared tier's keys, which serve several jobs: there the function is known by its state, with
+    the tier's secret and namespace (None without a tier)."""
+
+    local: LookupIdentity
+    shared: LookupIdentity | None
+
+
+def task_identities(
     spec: EngineSpec, config: ConnectorConfig, factory: ClientFactory
-) -> LookupIdentity:
-    """The lookup's one identity, computed once per task and used by its kept client, its
-    caches, its hedging window, the shared tier and its budget's default name: the connector's
-    configuration and what its library reads on its own. With a shared tier, also the tier's
-    secret and namespace, and a ``fetch=`` function is known by its state (the tier serves
-    several jobs, each with its own function object); without one, a function is known by its
-    token (``function.id``: per job), so a function whose object changes as it runs keeps its
-    worker's cache."""
-    shared = spec.options.cache.shared
-    if shared.url is None:
-        return LookupIdentity.of(config, implicit=implicit_inputs(factory, config))
+) -> TaskIdentities:
+    """The lookup's identities for one task (see :class:`TaskIdentities`)."""
+    implicit = implicit_inputs(factory, config)
+    local = LookupIdentity.of(config, implicit=implicit)
+    settings = spec.options.cache.shared
+    if settings.url is None:
+        return TaskIdentities(local, None)
     secret = (
-        secret_from_env("cache.shared.secret.env", shared.secret_env) if shared.secret_env else None
+        secret_from_env("cache.shared.secret.env", settings.secret_env)
+        if settings.secret_env
+        else None
     )
-    return LookupIdentity.of(
+    shared = LookupIdentity.of(
         config,
         function=getattr(factory, "function", None),
         secret=secret,
-        scope=shared.namespace,
-        implicit=implicit_inputs(factory, config),
+        scope=settings.namespace,
+        implicit=implicit,
     )
+    return TaskIdentities(local, shared)
 
 
 def _peak_rss_mb() -> float:

@@ -71,8 +71,9 @@ def reload_table(
     """Reload ``cache`` with a loop and a client of its own (the worker runs this in a thread
     it tracks); a failure is logged and the old table kept."""
     with TaskLoop() as loop:
-        client = factory()
+        client = None
         try:
+            client = factory()
             loop.run(client.open())
             cache.install(loop.run(load_table(client, key_fields, value_fields)))
         except Exception:
@@ -82,4 +83,5 @@ def reload_table(
             )
             cache.release_reload()
         finally:
-            loop.run(client.close())
+            if client is not None:
+                loop.run(client.close())

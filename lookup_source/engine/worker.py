@@ -42,6 +42,7 @@ when it ends::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -104,7 +105,7 @@ class Worker:
         self._clients: weakref.WeakSet[WorkerClients] = weakref.WeakSet()
         self._ended: list[WorkerClients] = []
         self._reloads: set[threading.Thread] = set()
-        self._health: weakref.WeakKeyDictionary[Any, StoreHealth] = weakref.WeakKeyDictionary()
+        self._health: dict[int, StoreHealth] = {}
         self._exporter: Any = None
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
@@ -156,11 +157,17 @@ class Worker:
 
     def sweep(self) -> int:
         """Close the kept clients idle past their limit, in every thread that runs no task
-        now; how many were closed. The worker's sweeper calls it every
+        now, one at a time; how many were closed. The worker's sweeper calls it every
         :data:`SWEEP_EVERY_S`."""
         with self._lock:
             kept = list(self._clients)
-        return sum(clients.sweep() for clients in kept if clients.pid == os.getpid())
+        closed = 0
+        for clients in kept:
+            if clients.pid != os.getpid():
+                continue
+            while clients.sweep():
+                closed += 1
+        return closed
 
     def _start_sweeper(self) -> None:
         if self._sweeper is not None or self._sweep_every_s <= 0:
@@ -206,58 +213,71 @@ class Worker:
         factory: ClientFactory,
         value_fields: Sequence[pa.Field],
         identity: LookupIdentity,
+        pins: list[str],
     ) -> CacheLayer | None:
         """The cache a task's settings ask for, kept for the worker's other tasks: a full
         cache (loaded now by ``client`` if this worker has not yet, reloaded in the background
         when due), a partial one, or None. The worker's caches together keep within
-        ``cache.worker.max-mb`` (this task's setting applies from now on)."""
+        ``cache.worker.max-mb`` (this task's setting applies from now on); the task's own is
+        pinned (its key added to ``pins``: unpin them when the task ends)."""
         self.caches.max_bytes = int(settings.worker_max_mb * 2**20)
         clock = self.clock
         if settings.mode == "full":
-            full = self.cache(
-                identity,
-                f"full reload={settings.reload_s}",
-                lambda: FullCache(settings.reload_s, clock=clock),
-            )
+            key = identity.digest("cache", f"full reload={settings.reload_s}")
+            full = self.caches.get(key, lambda: FullCache(settings.reload_s, clock=clock), pin=True)
+            pins.append(key)
             key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
             with full.load_lock:
                 if not full.loaded:
                     full.install(loop.run(load_table(client, key_fields, value_fields)))
-                    self.caches.fit()
+                    self.caches.fit(protect=key)
             if full.claim_reload():
-                self.reload(full, lambda: factory(config), key_fields, value_fields)
+                self.reload(full, key, lambda: factory(config), key_fields, value_fields)
             return ReadingLayer(full, value_fields)
         if settings.max_rows > 0:
             # a lookup with other cache settings gets a cache of its own, with its settings
-            partial = self.cache(
-                identity,
-                f"partial max-rows={settings.max_rows} ttl={settings.ttl_s}",
-                lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock),
+            kind = (
+                f"partial max-rows={settings.max_rows} ttl={settings.ttl_s} "
+                f"missing-keys={settings.missing_keys}"
             )
+            key = identity.digest("cache", kind)
+            partial = self.caches.get(
+                key, lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock), pin=True
+            )
+            pins.append(key)
             return PartialCacheLayer(
-                partial, value_fields, cache_missing=settings.missing_keys, owner=self.caches
+                partial,
+                value_fields,
+                cache_missing=settings.missing_keys,
+                grew=lambda: self.caches.fit(protect=key),
             )
         return None
 
-    def hedging(self, identity: LookupIdentity, settings: HedgeSettings) -> Hedging:
+    def hedging(
+        self, identity: LookupIdentity, settings: HedgeSettings, pins: list[str]
+    ) -> Hedging:
         """The worker's hedging of the lookup ``identity`` with these settings (its recent
-        latencies, its budget), shared by the worker's tasks like its caches."""
-        kind = f"hedge after={settings.after} budget={settings.budget}"
-        return self.cache(identity, kind, lambda: Hedging.of(settings))
+        latencies, its budget), shared by the worker's tasks like its caches and pinned like
+        them (its key added to ``pins``)."""
+        key = identity.digest("cache", f"hedge after={settings.after} budget={settings.budget}")
+        pins.append(key)
+        return self.caches.get(key, lambda: Hedging.of(settings), pin=True)
 
     def reload(
         self,
         cache: FullCache,
+        key: str,
         factory: Callable[[], LookupClient],
         key_fields: Sequence[pa.Field],
         value_fields: Sequence[pa.Field],
     ) -> None:
-        """Reload a full ``cache`` in a thread of its own (own loop, own client), tracked."""
+        """Reload the full ``cache`` kept under ``key`` in a thread of its own (own loop, own
+        client), tracked. While it runs, the old table and the new one are both in memory."""
 
         def run() -> None:
             try:
                 reload_table(cache, factory, key_fields, value_fields)
-                self.caches.fit()
+                self.caches.fit(protect=key)
             finally:
                 with self._lock:
                     self._reloads.discard(threading.current_thread())
@@ -270,11 +290,14 @@ class Worker:
     # -- the rest ----------------------------------------------------------------------------
 
     def store_health(self, store: Any) -> StoreHealth:
-        """The health of a shared tier's ``store`` client, kept beside it, never on it."""
+        """The health of a shared tier's ``store`` client, kept beside it, never on it (and
+        forgotten with it)."""
         with self._lock:
-            health = self._health.get(store)
+            health = self._health.get(id(store))
             if health is None:
-                health = self._health[store] = StoreHealth()
+                health = self._health[id(store)] = StoreHealth()
+                with contextlib.suppress(TypeError):  # no weak references: kept (a few bytes)
+                    weakref.finalize(store, self._health.pop, id(store), None)
             return health
 
     def telemetry(self) -> Any:

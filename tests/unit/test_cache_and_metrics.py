@@ -332,8 +332,8 @@ def test_a_workers_caches_keep_within_their_memory_budget() -> None:
     fill(caches.get("e", lambda: PartialCache(10_000)), "e")
     caches.fit()
     assert caches.get("c", lambda: None) is made["c"]  # "d" went: "c" was used since
-    caches.max_bytes = one // 3  # the newest alone is too large: it keeps its newest keys
-    caches.fit()
+    caches.max_bytes = one // 3  # the task's own alone is too large: it keeps its newest keys
+    caches.fit(protect="c")
     newest = caches.get("c", lambda: None)
     assert len(caches) == 1 and 0 < newest.nbytes <= one // 3
     assert newest.get_many([("c", 149)]) and not newest.get_many([("c", 0)])
@@ -345,12 +345,14 @@ def test_a_full_cache_larger_than_the_budget_is_kept_alone_and_said(
     from lookup_source.engine.cache import WorkerCaches
 
     caches = WorkerCaches(max_bytes=10_000)
-    caches.get("small", lambda: PartialCache(100)).put_many([(1, {"v": 1})])
+    caches.get("other", lambda: PartialCache(100)).put_many([(k, {"v": k}) for k in range(50)])
+    caches.get("tiny", lambda: PartialCache(100)).put_many([(1, {"v": 1})])  # kept: < 4 kB
     full = caches.get("full", lambda: FullCache(0))
     full.install({i: {"v": "z" * 100} for i in range(500)})
-    caches.fit()
-    caches.fit()
-    assert full.nbytes > 10_000 and len(caches) == 1 and full.get_many([7])[7] == {"v": "z" * 100}
+    caches.fit(protect="full")
+    caches.fit(protect="full")
+    assert full.nbytes > 10_000 and full.get_many([7])[7] == {"v": "z" * 100}
+    assert caches.dropped == 1 and caches.get("other", lambda: None) is None  # "other" went
     warnings = [r for r in caplog.records if "cache.worker.max-mb" in r.getMessage()]
     assert len(warnings) == 1  # said once, naming the option
 
@@ -381,3 +383,39 @@ def test_fifty_lookups_in_one_worker_stay_within_the_budget() -> None:
     asked = len(store.requests)
     run(again, [key_batch(list(range(980, 1000)))], store)
     assert len(store.requests) == asked
+
+
+def test_a_cached_arrow_batch_is_counted_whole_while_any_key_points_into_it() -> None:
+    from lookup_source.engine.answers import CachedRows
+
+    values = pa.RecordBatch.from_pydict({"name": ["x" * 1000] * 500})
+    cache = PartialCache(max_rows=1_000)
+    cache.put_many([(k, CachedRows(values, k, 1)) for k in range(500)])
+    whole = cache.nbytes
+    assert whole >= values.nbytes  # the batch once, whole
+    cache.put_many([(k, MISSING) for k in range(499)])  # all but one key leave the batch
+    assert cache.nbytes >= values.nbytes  # one key still keeps all of it alive
+    cache.put_many([(499, MISSING)])
+    assert cache.nbytes < values.nbytes // 4  # the last one gone: the batch is not counted
+
+
+def test_a_task_with_hedging_keeps_its_full_cache_over_the_budget() -> None:
+    from lookup_source.engine.worker import current_worker
+
+    table = {i: {"name": "n" * 2_000, "n": i} for i in range(1_000)}  # about 2 MB
+    store = FakeStore(table)
+    from lookup_source.options import HedgeAfter, HedgeSettings
+
+    hedge = HedgeSettings(after=HedgeAfter(seconds=0.05), budget=1.0)
+    options = make_options(hedge=hedge, cache=CacheSettings(mode="full", worker_max_mb=1))
+    spec = dataclasses.replace(make_spec(options), key_types=(pa.int64(),))
+    for _ in range(3):  # three tasks: one scan, the cache kept (the hedging window is newer)
+        out = run_lookups(
+            [key_batch([1, 2])],
+            spec,
+            make_config(spec),
+            client_factory=lambda c: ScanningClient(c, store),
+        )
+        assert [r["n"] for b in out for r in b.to_pylist()] == [1, 2]
+    assert store.requests == [["<scan>"]]
+    assert current_worker().caches.nbytes > 2**20  # kept alone, said once

@@ -137,3 +137,44 @@ def test_the_lookups_own_secrets_are_known_for_texts_and_the_public_part_shows_n
     public = repr(LookupIdentity.of(config))
     for secret in ("header-secret", "url-password", "query-secret", "batch-password"):
         assert secret not in public, (secret, public)
+
+
+def test_a_task_keys_what_the_worker_keeps_by_the_function_and_the_tier_by_its_state() -> None:
+    """Two function objects with equal state (arrays the state does not look into) never share
+    a worker's cache, client or budget name; the shared tier, across jobs, knows a function by
+    its state; a function whose state changes as it runs keeps one local identity."""
+    from lookup_source.engine.runner import task_identities
+    from lookup_source.functions import LookupFunction
+    from lookup_source.options import CacheSettings, SharedCacheSettings
+    from tests.fakes import make_options, make_spec
+
+    memo: dict[Any, Any] = {}
+
+    def make(values: pa.Array) -> Any:
+        async def fetch(key: Any) -> Any:
+            memo[key] = values  # state that changes as it runs
+            return {"name": str(values[0])}
+
+        return fetch
+
+    tier = CacheSettings(max_rows=10, shared=SharedCacheSettings(url="redis://127.0.0.1:1/0"))
+    spec = make_spec(make_options(cache=tier))
+    functions = [LookupFunction.of(make(pa.array([1, 2]))), LookupFunction.of(make(pa.array([3])))]
+    identities = []
+    for function in functions:
+        assert function is not None
+        options = {**function.options(None), "fake.table": "t"}
+        config = ConnectorConfig("function", None, ("k",), options=options)
+        identities.append(task_identities(spec, config, function))
+    one, other = identities
+    assert one.local.digest("cache") != other.local.digest("cache")  # never one worker cache
+    assert one.local.digest("budget") != other.local.digest("budget")
+    assert one.shared is not None and other.shared is not None
+    assert one.shared.public == other.shared.public  # (the tier: by state, across jobs)
+    function = functions[0]
+    assert function is not None
+    options = {**function.options(None), "fake.table": "t"}
+    config = ConnectorConfig("function", None, ("k",), options=options)
+    memo["seen"] = 1
+    again = task_identities(spec, config, function)
+    assert again.local.digest("cache") == one.local.digest("cache")  # state moved: same

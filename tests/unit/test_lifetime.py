@@ -418,3 +418,39 @@ def test_the_workers_sweeper_closes_idle_clients_between_tasks() -> None:
         assert len(worker.clients()) == 0
     finally:
         worker.close()
+
+
+def test_a_close_that_hangs_holds_the_sweeper_back_no_longer_than_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    monkeypatch.setattr(lifetime, "SWEEP_CLOSE_TIMEOUT_S", 0.05)
+
+    class Hanging(FakeClient):
+        async def close(self) -> None:
+            while True:  # ignores its cancellation: a driver stuck on a dead socket
+                try:
+                    await asyncio.sleep(1)
+                except asyncio.CancelledError:
+                    continue
+
+    now = [0.0]
+    clients = WorkerClients(clock=lambda: now[0])
+    store = FakeStore(TABLE)
+    config = make_config(make_spec(make_options()))
+    clients.lease("a", lambda c: Hanging(c, store), config, 5.0).release(reusable=True)
+    clients.lease("b", StoreFactory(store), config, 5.0).release(reusable=True)
+    now[0] = 10.0
+    started = time.monotonic()
+    assert clients.sweep() == 1  # one at a time: a task may come in between
+    assert time.monotonic() - started < 1.0  # abandoned after its limit, not awaited
+    assert clients.sweep() == 1 and len(clients) == 0 and store.closed == 1
+    fresh = clients.lease("a", StoreFactory(store), config, 5.0)  # the loop still serves
+    assert run_rows(fresh) == ["user-1"]
+    fresh.release(reusable=True)
+
+
+def run_rows(lease: Any) -> list[Any]:
+    found = lease.loop.run(lease.client.lookup([1]))
+    return [found[1]["name"]]
