@@ -13,24 +13,33 @@ import time
 from collections.abc import Callable
 
 from lookup_source.engine.limit import ConcurrencyLimit
+from lookup_source.engine.loop import Clock
 from lookup_source.engine.metrics import LookupMetrics
 
 
 class RequestSlots:
     """Counts the requests in flight against ``limit``; ``check`` raises the task's failure
-    (called at every wake-up, so a failure ends every wait)."""
+    (called at every wake-up, so a failure ends every wait). The adaptive limit's moves are
+    recorded in the metrics at ``wall_clock`` times (unix seconds: the history of tasks in
+    different processes is compared)."""
 
     def __init__(
-        self, limit: ConcurrencyLimit, metrics: LookupMetrics, check: Callable[[], None]
+        self,
+        limit: ConcurrencyLimit,
+        metrics: LookupMetrics,
+        check: Callable[[], None],
+        *,
+        wall_clock: Clock = time.time,
     ) -> None:
         self.limit = limit
+        self._wall_clock = wall_clock
         self.in_flight = 0
         self._metrics = metrics
         self._check = check
         self._hedges_waiting = 0
         self._changed: asyncio.Event | None = None
         if limit.adaptive:
-            metrics.record_limit(time.time(), limit.value)
+            metrics.record_limit(wall_clock(), limit.value)
 
     def free(self) -> bool:
         """Whether a new request may start (a hedge waiting for a slot goes first)."""
@@ -58,7 +67,7 @@ class RequestSlots:
     def limit_changed(self, changed: bool) -> None:
         """The adaptive limit moved (recorded in the metrics; a higher one frees slots)."""
         if changed:
-            self._metrics.record_limit(time.time(), self.limit.value)
+            self._metrics.record_limit(self._wall_clock(), self.limit.value)
             self.notify()
 
     async def wait_until(self, condition: Callable[[], bool]) -> None:
