@@ -174,9 +174,11 @@ class WorkerClients:
     """The event loop and the kept clients of one thread of a worker (asyncio loops are per
     thread); :class:`~.worker.Worker` holds one per thread and sweeps them."""
 
-    def __init__(self, *, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, *, clock: Clock = time.monotonic, loop_factory: LoopFactory | None = None
+    ) -> None:
         self.pid = os.getpid()
-        self.loop = TaskLoop()
+        self.loop = TaskLoop(loop_factory)
         self.opened = 0
         """Clients opened so far (for tests and the bench)."""
         self._clock = clock

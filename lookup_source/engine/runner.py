@@ -58,6 +58,7 @@ class LookupTask:
         on_metrics: Callable[[LookupMetrics], None] | None = None,
         keep_client: bool | None = None,
         loop_factory: LoopFactory | None = None,
+        worker: Worker | None = None,
     ) -> None:
         self.config = config
         self._spec = spec
@@ -69,7 +70,7 @@ class LookupTask:
         self._telemetry: Any = None
         self._pins: list[str] = []  # the worker's caches this task uses (never dropped meanwhile)
         factory = client_factory or spec.options.connector_class()
-        self._worker: Worker = current_worker()
+        self._worker: Worker = worker or current_worker()
         self._identities = task_identities(spec, config, factory)
         self._identity = self._identities.local
         self._lease: Lease = self._worker.lease_client(
@@ -288,12 +289,15 @@ def run_lookups(
     on_metrics: Callable[[LookupMetrics], None] | None = None,
     keep_client: bool | None = None,
     loop_factory: LoopFactory | None = None,
+    worker: Worker | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Look up the keys of ``batches``; yield them with the value columns appended.
 
     ``keep_client``: whether the loop and the client outlive the task (:mod:`.lifetime`); by
     default, when Spark reuses this worker. ``loop_factory``: the task's own event loop, and so
-    the engine's clock (tests give :class:`~lookup_source.testing.clock.VirtualTimeLoop`)."""
+    the engine's clock (tests give :class:`~lookup_source.testing.clock.VirtualTimeLoop`).
+    ``worker``: what outlives the task (this process's by default; tests give one on virtual
+    time)."""
     task = LookupTask(
         spec,
         config,
@@ -301,6 +305,7 @@ def run_lookups(
         on_metrics=on_metrics,
         keep_client=keep_client,
         loop_factory=loop_factory,
+        worker=worker,
     )
     failed = True
     try:

@@ -93,10 +93,19 @@ class _ThreadEnd:
 class Worker:
     """What one Python worker process keeps from task to task; see the module's docstring."""
 
-    def __init__(self, *, clock: Clock = time.monotonic, sweep_every_s: float = SWEEP_EVERY_S):
+    def __init__(
+        self,
+        *,
+        clock: Clock = time.monotonic,
+        loop_factory: LoopFactory | None = None,
+        sweep_every_s: float = SWEEP_EVERY_S,
+    ) -> None:
         self.pid = os.getpid()
         self.clock = clock
         """The worker's one clock: caches, kept clients, the shared tier and the sweeper."""
+        self._loop_factory = loop_factory
+        """How each thread's event loop is made (tests: a loop on virtual time, whose time is
+        then the worker's ``clock`` too: :func:`~lookup_source.testing.clock.virtual_worker`)."""
         self.caches = WorkerCaches()
         self.gc = GcHold()
         self._sweep_every_s = sweep_every_s
@@ -120,7 +129,9 @@ class Worker:
             _close_quietly(self._ended.pop())
         current: WorkerClients | None = getattr(self._local, "clients", None)
         if current is None or current.loop.closed:
-            current = self._local.clients = WorkerClients(clock=self.clock)
+            current = self._local.clients = WorkerClients(
+                clock=self.clock, loop_factory=self._loop_factory
+            )
             self._local.end = end = _ThreadEnd()
             weakref.finalize(end, self._thread_ended, current)
             with self._lock:

@@ -73,3 +73,20 @@ def run(awaitable: Any, *, start: float = 0.0) -> Any:
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+def virtual_worker() -> Any:
+    """A :class:`~lookup_source.engine.worker.Worker` whose thread loops run on virtual time
+    and whose clock is that time (one clock for the engine, the kept clients and the caches;
+    no sweeper thread: call ``sweep()``). For one thread's tests."""
+    from lookup_source.engine.worker import Worker
+
+    loops: list[VirtualTimeLoop] = []
+
+    def make() -> VirtualTimeLoop:
+        loops.append(VirtualTimeLoop())
+        return loops[-1]
+
+    return Worker(
+        clock=lambda: loops[-1].time() if loops else 0.0, loop_factory=make, sweep_every_s=0
+    )

@@ -239,6 +239,8 @@ class Stubborn(FakeClient):
 
 
 def test_a_task_that_left_a_request_behind_does_not_hand_its_client_on() -> None:
+    from lookup_source.testing.clock import virtual_worker
+
     store = FakeStore(TABLE)
 
     class Factory:
@@ -247,11 +249,22 @@ def test_a_task_that_left_a_request_behind_does_not_hand_its_client_on() -> None
         def __call__(self, config: ConnectorConfig) -> FakeClient:
             return Stubborn(config, store)
 
+    worker = virtual_worker()  # the stuck driver's two seconds pass on the worker's one clock
     spec = make_spec(make_options(timeout_ms=50, max_attempts=1, on_error="null", batch_size=1))
-    rows = run_task(spec, [666, 1], Factory())
+    out = run_lookups(
+        [key_batch([666, 1])],
+        spec,
+        make_config(spec),
+        client_factory=Factory(),
+        keep_client=True,
+        worker=worker,
+    )
+    rows = [row for batch in out for row in batch.to_pylist()]
     assert [r["name"] for r in rows] == [None, "user-1"]  # the stuck key timed out
     assert store.opened == 1 and store.closed == 1  # the client in doubt was let go
-    assert len(current_worker().clients()) == 0
+    assert len(worker.clients()) == 0
+    assert worker.clock() >= 0.05  # virtual seconds
+    worker.close()
 
 
 def test_without_worker_reuse_each_task_has_its_own_loop_and_client(
