@@ -178,6 +178,8 @@ class WorkerClients:
         self, *, clock: Clock = time.monotonic, loop_factory: LoopFactory | None = None
     ) -> None:
         self.pid = os.getpid()
+        self.thread = threading.get_ident()
+        """The thread whose loop and clients these are."""
         self.loop = TaskLoop(loop_factory)
         self.opened = 0
         """Clients opened so far (for tests and the bench)."""

@@ -12,6 +12,7 @@ closed otherwise.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,7 @@ class LookupTask:
         worker: Worker | None = None,
     ) -> None:
         self.config = config
+        self._thread = threading.get_ident()
         self._spec = spec
         self._on_metrics = on_metrics
         self._engine: LookupEngine | None = None
@@ -192,8 +194,14 @@ class LookupTask:
 
     def close(self, *, failed: bool = False) -> None:
         """Cancel what is in flight and hand the client back: kept for the next task unless
-        the task ``failed`` or left a request behind. Safe to call twice."""
+        the task ``failed`` or left a request behind. Safe to call twice. Called from another
+        thread than the task's (an abandoned task's generator collected elsewhere), on the
+        worker's loop: done by the task's thread when it next asks for its loop (that loop
+        may be running there now)."""
         if self._closed:
+            return
+        if threading.get_ident() != self._thread and self._lease.kept:
+            self._worker.defer(self._thread, lambda: self.close(failed=failed))
             return
         self._closed = True
         sound = not failed

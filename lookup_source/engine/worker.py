@@ -114,6 +114,7 @@ class Worker:
         self._clients: weakref.WeakSet[WorkerClients] = weakref.WeakSet()
         self._ended: list[WorkerClients] = []
         self._reloads: set[threading.Thread] = set()
+        self._deferred: dict[int, list[Callable[[], None]]] = {}
         self._health: dict[int, StoreHealth] = {}
         self._exporter: Any = None
         self._sweeper: threading.Thread | None = None
@@ -124,9 +125,10 @@ class Worker:
 
     def clients(self) -> WorkerClients:
         """This thread's loop and kept clients, made on first use; closed when the thread
-        ends."""
+        ends. What was deferred to this thread (:meth:`defer`) runs first."""
         while self._ended:
             _close_quietly(self._ended.pop())
+        self._run_deferred()
         current: WorkerClients | None = getattr(self._local, "clients", None)
         if current is None or current.loop.closed:
             current = self._local.clients = WorkerClients(
@@ -137,6 +139,22 @@ class Worker:
             with self._lock:
                 self._clients.add(current)
         return current
+
+    def defer(self, thread: int, work: Callable[[], None]) -> None:
+        """Have thread ``thread`` run ``work`` when it next asks for its loop (work on a
+        thread's loop found in another thread: a task's close run by the cyclic collector
+        elsewhere, while that loop may be running)."""
+        with self._lock:
+            self._deferred.setdefault(thread, []).append(work)
+
+    def _run_deferred(self) -> None:
+        with self._lock:
+            work = self._deferred.pop(threading.get_ident(), [])
+        for item in work:
+            try:
+                item()
+            except Exception:  # one task's clean-up never fails the next task
+                log.warning("asynclookup: a deferred clean-up failed", exc_info=True)
 
     def lease_client(
         self,
@@ -198,9 +216,12 @@ class Worker:
                 log.warning("asynclookup: closing idle clients failed", exc_info=True)
 
     def _thread_ended(self, clients: WorkerClients) -> None:
-        """What a thread kept, closed as the thread ends (never in a forked child)."""
+        """What a thread kept, closed as the thread ends (never in a forked child); what was
+        deferred to it is dropped (closing its clients ends that work's leases)."""
         if clients.pid != os.getpid() or clients.loop.closed:
             return
+        with self._lock:
+            self._deferred.pop(clients.thread, None)
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # no loop runs here: close now

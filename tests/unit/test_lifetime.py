@@ -467,3 +467,26 @@ def test_a_close_that_hangs_holds_the_sweeper_back_no_longer_than_its_limit(
 def run_rows(lease: Any) -> list[Any]:
     found = lease.loop.run(lease.client.lookup([1]))
     return [found[1]["name"]]
+
+
+def test_a_task_closed_from_another_thread_is_closed_by_its_own() -> None:
+    """The cyclic collector may finalize an abandoned task's generator in any thread (the
+    sweeper's): its close, on the worker's loop, waits for the task's thread."""
+    import threading
+
+    from lookup_source.engine.runner import LookupTask
+
+    store = FakeStore(TABLE)
+    factory = StoreFactory(store)
+    spec = make_spec(make_options())
+    task = LookupTask(spec, make_config(spec), client_factory=factory, keep_client=True)
+    rows = [row for out in task.submit(key_batch([1, 2])) for row in out.to_pylist()]
+    rows += [row for out in task.finish() for row in out.to_pylist()]
+    assert [r["name"] for r in rows] == ["user-1", "user-2"]
+    elsewhere = threading.Thread(target=task.close)
+    elsewhere.start()
+    elsewhere.join()
+    assert task.metrics is not None and task.metrics.rows == 2
+    assert not task._closed  # deferred: the loop may be running in the task's thread
+    assert run_task(spec, [3], factory)[0]["name"] == "user-3"  # the next task closes it first
+    assert task._closed and store.opened == 1 and store.closed == 0  # handed back, kept
