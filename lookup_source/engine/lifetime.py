@@ -276,16 +276,18 @@ class WorkerClients:
         del self._clients[key]
         _close_quietly(self.loop, kept.client, kept.config)
 
-    def _close_idle(self, now: float) -> int:
-        """Close the clients that no task holds and that have idled past their limit."""
-        idle = [
-            (key, kept)
+    def _idle(self, now: float) -> list[tuple[float, str]]:
+        """(last used, key) of the clients no task holds that have idled past their limit."""
+        return [
+            (kept.last_used, key)
             for key, kept in self._clients.items()
             if kept.users == 0 and now - kept.last_used > kept.max_idle_s
         ]
-        for key, kept in idle:
-            self._forget(key, kept)
-        return len(idle)
+
+    def _close_idle(self, now: float) -> None:
+        """Close the clients that no task holds and that have idled past their limit."""
+        for _, key in self._idle(now):
+            self._forget(key, self._clients[key])
 
     def sweep(self) -> int:
         """Close one client idle past its limit now (the least recently used), if no task of
@@ -297,12 +299,7 @@ class WorkerClients:
         try:
             if self._leases or self.loop.closed:
                 return 0
-            now = self._clock()
-            idle = [
-                (kept.last_used, key)
-                for key, kept in self._clients.items()
-                if kept.users == 0 and now - kept.last_used > kept.max_idle_s
-            ]
+            idle = self._idle(self._clock())
             if not idle:
                 return 0
             _, key = min(idle)

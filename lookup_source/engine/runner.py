@@ -161,9 +161,7 @@ class LookupTask:
         config = plugin_class.config_for(url)
         lease = self._worker.lease_client(
             plugin_class,
-            config,
-            # the plugin's own: its URL, options and what its library reads on its own
-            identity=LookupIdentity.of(config, implicit=implicit_inputs(plugin_class, config)),
+            config,  # its identity: its URL, options and what its library reads on its own
             max_idle_s=options.connection_max_idle_s,
             max_age_s=options.connection_max_age_s,
             keep=self._lease.kept,

@@ -58,7 +58,7 @@ from lookup_source.engine.cache import FullCache, PartialCache, WorkerCaches
 from lookup_source.engine.cache_layer import CacheLayer, PartialCacheLayer, ReadingLayer
 from lookup_source.engine.gc_tuning import GcHold
 from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import LookupIdentity
+from lookup_source.engine.identity import LookupIdentity, implicit_inputs
 from lookup_source.engine.lifetime import (
     ClientFactory,
     Lease,
@@ -161,7 +161,7 @@ class Worker:
         factory: ClientFactory,
         config: ConnectorConfig,
         *,
-        identity: LookupIdentity,
+        identity: LookupIdentity | None = None,
         max_idle_s: float,
         max_age_s: float = 0.0,
         keep: bool | None = None,
@@ -172,12 +172,16 @@ class Worker:
         serves task after task (``keep``: whether it does; by default, what Spark says) and
         ``max_idle_s`` > 0, else a loop (``loop``, the task's own already; or one made by
         ``loop_factory``) and a client of the task's own. A kept client older than
-        ``max_age_s`` (0: no limit) is replaced; ``identity``: the lookup's (or the plugin's)."""
+        ``max_age_s`` (0: no limit) is replaced. ``identity``: the lookup's, computed once by
+        the task; by default (a plugin's client: a store, a coordinator), made from ``config``
+        and what ``factory``'s library reads on its own, when the client is kept."""
         if keep is None:
             keep = worker_reuse() and loop_factory is None
         reusable_class = bool(getattr(factory, "reusable", True))
         factory_id = factory_identity(factory)
         if keep and max_idle_s > 0 and reusable_class and factory_id is not None:
+            if identity is None:
+                identity = LookupIdentity.of(config, implicit=implicit_inputs(factory, config))
             key = client_key(factory_id, config, identity)
             lease = self.clients().lease(key, factory, config, max_idle_s, max_age_s)
             self._start_sweeper()
@@ -231,10 +235,15 @@ class Worker:
 
     # -- caches, hedging windows, reloads ------------------------------------------------------
 
-    def cache(self, identity: LookupIdentity, kind: str, make: Callable[[], Any]) -> Any:
+    def _pinned(
+        self, identity: LookupIdentity, kind: str, make: Callable[[], Any], pins: list[str]
+    ) -> tuple[str, Any]:
         """The worker's cache (or hedging window) of the lookup ``identity`` with settings
-        ``kind``, made by ``make`` on first use."""
-        return self.caches.get(identity.digest("cache", kind), make)
+        ``kind``, made by ``make`` on first use, pinned for the task (its key added to
+        ``pins``: unpin them when the task ends); its key and itself."""
+        key = identity.digest("cache", kind)
+        pins.append(key)
+        return key, self.caches.get(key, make, pin=True)
 
     def task_cache(
         self,
@@ -255,9 +264,12 @@ class Worker:
         self.caches.max_bytes = int(settings.worker_max_mb * 2**20)
         clock = self.clock
         if settings.mode == "full":
-            key = identity.digest("cache", f"full reload={settings.reload_s}")
-            full = self.caches.get(key, lambda: FullCache(settings.reload_s, clock=clock), pin=True)
-            pins.append(key)
+            key, full = self._pinned(
+                identity,
+                f"full reload={settings.reload_s}",
+                lambda: FullCache(settings.reload_s, clock=clock),
+                pins,
+            )
             key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
             with full.load_lock:
                 if not full.loaded:
@@ -272,11 +284,12 @@ class Worker:
                 f"partial max-rows={settings.max_rows} ttl={settings.ttl_s} "
                 f"missing-keys={settings.missing_keys}"
             )
-            key = identity.digest("cache", kind)
-            partial = self.caches.get(
-                key, lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock), pin=True
+            key, partial = self._pinned(
+                identity,
+                kind,
+                lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock),
+                pins,
             )
-            pins.append(key)
             return PartialCacheLayer(
                 partial,
                 value_fields,
@@ -291,9 +304,9 @@ class Worker:
         """The worker's hedging of the lookup ``identity`` with these settings (its recent
         latencies, its budget), shared by the worker's tasks like its caches and pinned like
         them (its key added to ``pins``)."""
-        key = identity.digest("cache", f"hedge after={settings.after} budget={settings.budget}")
-        pins.append(key)
-        return self.caches.get(key, lambda: Hedging.of(settings), pin=True)
+        kind = f"hedge after={settings.after} budget={settings.budget}"
+        _, hedging = self._pinned(identity, kind, lambda: Hedging.of(settings), pins)
+        return hedging
 
     def reload(
         self,
@@ -392,20 +405,9 @@ def forget_worker() -> None:
         worker.close()
 
 
-def lease_client(
-    factory: ClientFactory,
-    config: ConnectorConfig,
-    *,
-    identity: LookupIdentity | None = None,
-    **settings: Any,
-) -> Lease:
-    """:meth:`Worker.lease_client` of this process's worker; ``identity``: the lookup's, if the
-    caller has it (else computed from ``config``, as for a plugin's client)."""
-    if identity is None:
-        from lookup_source.engine.identity import implicit_inputs
-
-        identity = LookupIdentity.of(config, implicit=implicit_inputs(factory, config))
-    return current_worker().lease_client(factory, config, identity=identity, **settings)
+def lease_client(factory: ClientFactory, config: ConnectorConfig, **settings: Any) -> Lease:
+    """:meth:`Worker.lease_client` of this process's worker."""
+    return current_worker().lease_client(factory, config, **settings)
 
 
 __all__ = [
