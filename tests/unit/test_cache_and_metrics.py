@@ -419,3 +419,13 @@ def test_a_task_with_hedging_keeps_its_full_cache_over_the_budget() -> None:
         assert [r["n"] for b in out for r in b.to_pylist()] == [1, 2]
     assert store.requests == [["<scan>"]]
     assert current_worker().caches.nbytes > 2**20  # kept alone, said once
+
+
+def test_the_workers_cache_budget_option_parses_and_bad_values_name_it() -> None:
+    base = {"connector": "redis", "url": "redis://h"}
+    assert parse_options(base).cache.worker_max_mb == 1024  # the default
+    assert parse_options({**base, "cache.worker.max-mb": "64"}).cache.worker_max_mb == 64
+    for bad, why in (("0", "at least 1"), ("lots", "whole number"), ("2000000", "at most")):
+        with pytest.raises(OptionError, match=f"cache.worker.max-mb.*{why}") as info:
+            parse_options({**base, "cache.worker.max-mb": bad})
+        assert info.value.option == "cache.worker.max-mb"
