@@ -326,3 +326,11 @@ class LookupClient:
         case-insensitive or padded key types): a broadcast join of the scanned table then gives
         what the lookups give. The default: whenever the connector can scan."""
         return cls.can_scan(config)
+
+    async def keys_match_exactly(self) -> bool:
+        """Whether the store matches a key exactly as Spark compares it — asked once on the
+        driver, where the store may be asked (a Postgres catalog knows a ``citext`` or
+        ``char(n)`` key column that Spark sees as a string): a SQL JOIN against the table is
+        rewritten into lookups only then, so that it gives Spark's join's rows. The default:
+        :meth:`exact_key_match`."""
+        return type(self).exact_key_match(self.config)

@@ -113,6 +113,7 @@ class LookupEngine:
             options,
             self._fields,
             how=spec.how,
+            matched_column=spec.matched_column,
             connector=client.name,
             address=client.config.url,
             redact=redact,

@@ -110,11 +110,13 @@ class JoinedRows:
         how: str,
         error_column: str | None,
         fields: Sequence[pa.Field],
+        matched_column: str | None = None,
     ) -> None:
         matches, self._is_error = _without_extra_rows_of_failed_keys(matches)
         self._batch = batch
         self._matches = matches
         self._error_column = error_column
+        self._matched_column = matched_column
         self._fields = list(fields)
         index = matches.key_index
         counts = np.bincount(index, minlength=num_keys) if len(index) else np.zeros(num_keys, int)
@@ -183,6 +185,9 @@ class JoinedRows:
             else:
                 columns.append(errors.take(_nullable(answer)))
             schema_fields.append(pa.field(self._error_column, pa.string()))
+        if self._matched_column is not None:  # a value row, not a miss, a null key or an error
+            columns.append(pa.array(value_rows >= 0, type=pa.bool_()))
+            schema_fields.append(pa.field(self._matched_column, pa.bool_()))
         return pa.RecordBatch.from_arrays(columns, schema=pa.schema(schema_fields))
 
     def rows_per_batch(self, max_rows: int, max_bytes: int = OUTPUT_BATCH_BYTES) -> int:
@@ -269,10 +274,12 @@ class OutputBuilder:
         connector: str,
         address: str | None,
         redact: Callable[[str], str] = redact_text,
+        matched_column: str | None = None,
     ) -> None:
         self.options = options
         self.fields = list(fields)
         self.how = how
+        self.matched_column = matched_column
         self.connector = connector
         self.address = address
         self.redact = redact
@@ -371,6 +378,7 @@ class OutputBuilder:
             how=self.how,
             error_column=ERROR_COLUMN if self.options.error_column else None,
             fields=self.fields,
+            matched_column=self.matched_column,
         )
 
 

@@ -85,3 +85,12 @@ def estimate_rows(client_class: type[LookupClient], config: ConnectorConfig) -> 
     with TaskLoop() as loop, loop.opened(client_class(config)) as client:
         estimate = loop.run(client.estimate_rows())
     return None if estimate is None else max(0, int(estimate))
+
+
+def keys_match_exactly(client_class: type[LookupClient], config: ConnectorConfig) -> bool:
+    """Whether the store matches keys exactly as Spark compares them
+    (``LookupClient.keys_match_exactly``), asked on the driver."""
+    if client_class.keys_match_exactly is LookupClient.keys_match_exactly:
+        return client_class.exact_key_match(config)
+    with TaskLoop() as loop, loop.opened(client_class(config)) as client:
+        return bool(loop.run(client.keys_match_exactly()))

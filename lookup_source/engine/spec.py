@@ -29,6 +29,11 @@ class EngineSpec:
     name: str = ""
     """The lookup's name (``lookup_join(name=...)``, a registered table's name): in its
     metrics, its log lines and its OpenTelemetry attributes."""
+    matched_column: str | None = None
+    """When set, each output row gets a boolean column of this name: whether its key found a
+    match (false for a missing or null key, and for a failed lookup kept by ``on.error``), so
+    that a left join's matched rows are told from unmatched ones even when their values are
+    all null (the SQL JOIN rewrite reads it)."""
 
     def __post_init__(self) -> None:
         if self.how not in ("left", "inner"):

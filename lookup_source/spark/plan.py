@@ -188,6 +188,7 @@ class LookupPlan:
         how: str,
         output_rows: int = DEFAULT_OUTPUT_ROWS,
         name: str = "",
+        matched_column: str | None = None,
     ) -> EngineSpec:
         return EngineSpec(
             options=self.options,
@@ -197,6 +198,7 @@ class LookupPlan:
             how=how,
             output_rows=output_rows,
             name=name,
+            matched_column=matched_column,
         )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql.types import (
+    BooleanType,
     DataType,
     DecimalType,
     FractionalType,
@@ -122,9 +123,13 @@ def _compatible_key_types(actual: DataType, declared: DataType) -> bool:
 
 
 def output_schema(
-    df_schema: StructType, plan: LookupPlan, terms: InputTerms = DATAFRAME
+    df_schema: StructType,
+    plan: LookupPlan,
+    terms: InputTerms = DATAFRAME,
+    matched_column: str | None = None,
 ) -> StructType:
-    """The input's fields, unchanged and *with their metadata*, then the value columns.
+    """The input's fields, unchanged and *with their metadata*, then the value columns (and
+    the error column, and a ``matched_column`` flag when one is asked for).
 
     mapInArrow keeps an event-time watermark only if the output field still carries the
     ``spark.watermarkDelayMs`` metadata; declaring the output from a DDL string would drop it,
@@ -134,6 +139,8 @@ def output_schema(
     added = [StructField(f.name, f.dataType, True, f.metadata) for f in plan.value_fields]
     if plan.options.error_column:
         added.append(StructField(ERROR_COLUMN, StringType(), True))
+    if matched_column is not None:
+        added.append(StructField(matched_column, BooleanType(), True))
     for field in added:
         if field.name.lower() in existing:
             raise SchemaError(

@@ -19,6 +19,13 @@ from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 from lookup_source.engine.runner import ClientFactory, LookupTask
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS
 from lookup_source.errors import SchemaError
+from lookup_source.spark.join_checks import (
+    SQL_JOIN,
+    describe_failure,
+    for_sql_join,
+    refusal,
+    veto,
+)
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.shape import TABLE_ARGUMENT, output_schema, resolve_on
 from lookup_source.spark.versions import is_connect
@@ -31,6 +38,8 @@ class LookupAnalyzeResult(AnalyzeResult):
     on: tuple[str, ...] = ()
     how: str = "left"
     input_schema: StructType | None = None
+    matched: str | None = None
+    sql_join: bool = False
 
 
 def _constant(argument: AnalyzeArgument | None, what: str, default: str | None = None) -> str:
@@ -49,10 +58,36 @@ def _analyze(
     table: AnalyzeArgument,
     keys: AnalyzeArgument | None,
     how: AnalyzeArgument | None,
+    matched: AnalyzeArgument | None = None,
+    mode: AnalyzeArgument | None = None,
 ) -> LookupAnalyzeResult:
-    """The lookup table function's ``analyze``: its output schema (``TABLE(t)``'s columns, then
-    the value columns), the key columns and the join, checked; with ``partition.by-key``, the
-    bucket of the key Spark partitions ``TABLE(t)`` by."""
+    """The lookup table function's ``analyze``. Called by the SQL extension for a JOIN it
+    rewrites (``mode`` ``'sql-join'``), it never raises: it refuses instead, when the lookup
+    could not give Spark's join's rows (:mod:`.join_checks`)."""
+    if mode is None or _constant(mode, "the mode") != SQL_JOIN:
+        return _analyzed(plan, buckets, table, keys, how, matched)
+    try:
+        result = _analyzed(plan, buckets, table, keys, how, matched)
+        why = refusal(plan)
+    except Exception as error:  # never fail the query: leave the join to Spark
+        why = describe_failure(error)
+    if why is not None:
+        return LookupAnalyzeResult(schema=veto(why))
+    result.sql_join = True
+    return result
+
+
+def _analyzed(
+    plan: LookupPlan,
+    buckets: int,
+    table: AnalyzeArgument,
+    keys: AnalyzeArgument | None,
+    how: AnalyzeArgument | None,
+    matched: AnalyzeArgument | None = None,
+) -> LookupAnalyzeResult:
+    """The lookup table function's output schema (``TABLE(t)``'s columns, then the value
+    columns, then the match flag when one is named), the key columns and the join, checked;
+    with ``partition.by-key``, the bucket of the key Spark partitions ``TABLE(t)`` by."""
     if not table.isTable or not isinstance(table.dataType, StructType):
         raise SchemaError(
             "the first argument of a lookup table function is a table: "
@@ -62,6 +97,11 @@ def _analyze(
     join = _constant(how, "how ('left' or 'inner')", "left").lower()
     if join not in ("left", "inner"):
         raise SchemaError(f"how must be 'left' or 'inner', got {join!r}")
+    flag = None
+    if matched is not None:
+        flag = _constant(matched, "the name of the match flag column").strip()
+        if not flag:
+            raise SchemaError("the name of the match flag column is empty")
     on = tuple(resolve_on(table.dataType, on_text, plan, TABLE_ARGUMENT))
     # partition.by-key: Spark hash-partitions TABLE(t) by a bucket of the key. Not by the key
     # itself: PySpark starts a new instance of the function (a new client) for each distinct
@@ -69,11 +109,12 @@ def _analyze(
     # instance per task.
     bucket = f"pmod(hash({', '.join(map(_quoted, on))}), {buckets})"
     return LookupAnalyzeResult(
-        schema=output_schema(table.dataType, plan, TABLE_ARGUMENT),
+        schema=output_schema(table.dataType, plan, TABLE_ARGUMENT, matched_column=flag),
         partitionBy=(PartitioningColumn(bucket),) if plan.options.partition_by_key else (),
         on=on,
         how=join,
         input_schema=table.dataType,
+        matched=flag,
     )
 
 
@@ -86,8 +127,31 @@ def lookup_table_function(
 ) -> Any:
     """A Python UDTF that performs the lookup join of ``plan`` from SQL, on Arrow batches;
     ``name`` (the registered table's) names the lookup in its metrics and log lines."""
-    buckets = _shuffle_partitions(spark)
-    rows_per_batch = output_rows(spark) if spark is not None else DEFAULT_OUTPUT_ROWS
+    handler = lookup_handler(
+        plan,
+        buckets=_shuffle_partitions(spark),
+        rows_per_batch=output_rows(spark) if spark is not None else DEFAULT_OUTPUT_ROWS,
+        metrics=metrics,
+        client_factory=client_factory,
+        name=name,
+    )
+    return _arrow_table_function(handler, spark)
+
+
+def lookup_handler(
+    plan: LookupPlan,
+    *,
+    buckets: int = 200,
+    rows_per_batch: int = DEFAULT_OUTPUT_ROWS,
+    metrics: Any = None,
+    client_factory: ClientFactory | None = None,
+    name: str = "",
+) -> type:
+    """The class a lookup table function runs: ``analyze`` (static), then per instance
+    ``eval`` on each Arrow batch of ``TABLE(t)``, ``terminate`` and ``cleanup``. Its arguments:
+    ``TABLE(t)``, the key column(s), optionally ``'left'`` (default) or ``'inner'``, and, as
+    the SQL extension calls it for a JOIN, the name of a match flag column to add and the mode
+    ``'sql-join'`` (every match of a key; refuse what could not give Spark's join's rows)."""
 
     class LookupJoinFunction:
         @staticmethod
@@ -95,18 +159,30 @@ def lookup_table_function(
             table: AnalyzeArgument,
             keys: AnalyzeArgument | None = None,
             how: AnalyzeArgument | None = None,
+            matched: AnalyzeArgument | None = None,
+            mode: AnalyzeArgument | None = None,
         ) -> AnalyzeResult:
-            return _analyze(plan, buckets, table, keys, how)
+            return _analyze(plan, buckets, table, keys, how, matched, mode)
 
         def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
-            self.spec = plan.engine_spec(
-                analyze_result.on, how=analyze_result.how, output_rows=rows_per_batch, name=name
+            joined = for_sql_join(plan) if analyze_result.sql_join else plan
+            self.spec = joined.engine_spec(
+                analyze_result.on,
+                how=analyze_result.how,
+                output_rows=rows_per_batch,
+                name=name,
+                matched_column=analyze_result.matched,
             )
             self.task: LookupTask | None = None
             self.failed = False
 
         def eval(
-            self, table: pa.RecordBatch, keys: pa.Array, how: pa.Array | None = None
+            self,
+            table: pa.RecordBatch,
+            keys: pa.Array,
+            how: pa.Array | None = None,
+            matched: pa.Array | None = None,
+            mode: pa.Array | None = None,
         ) -> Iterator[pa.RecordBatch]:
             try:
                 if self.task is None:
@@ -138,7 +214,7 @@ def lookup_table_function(
             if self.task is not None:
                 self.task.close(failed=self.failed)
 
-    return _arrow_table_function(LookupJoinFunction, spark)
+    return LookupJoinFunction
 
 
 def _arrow_table_function(handler: type, spark: Any = None) -> Any:

@@ -341,6 +341,18 @@ class PostgresLookupClient(LookupClient):
             pa.types.is_integer(kind) or pa.types.is_string(kind) for kind in config.key_types
         )
 
+    async def keys_match_exactly(self) -> bool:
+        """With ``postgres.table``: the key columns' own types, read from the catalog, are
+        integers or text (whose equality is Spark's); not citext, char(n), uuid, numeric...
+        Without (a query): the declared types alone."""
+        if not type(self).exact_key_match(self.config):
+            return False
+        with _ASYNCPG_ERRORS:
+            if self._table is None:
+                return True
+            await self._connect()
+        return all(t in EXACT_KEY_TYPES for t in self._query.key_types)
+
     async def scan_splits(self, partitions: int) -> list[tuple[int | None, int | None]] | None:
         """Key ranges, when the key is one integer column (as Spark's JDBC source cuts with
         ``partitionColumn``, ``lowerBound`` and ``upperBound``): ``partitions`` ranges of equal

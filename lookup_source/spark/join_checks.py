@@ -1,0 +1,94 @@
+"""What a SQL JOIN rewritten into lookups must hold to give Spark's join's rows, checked by the
+lookup table function's ``analyze`` when the SQL extension calls it (mode ``sql-join``).
+
+The extension (Java) sees the plan; only Python knows the store. So the table function has the
+last word: when the store matches keys otherwise than Spark compares them (a Postgres ``citext``,
+``char(n)`` or ``uuid`` key that Spark sees as a string), or when the lookup cannot be set up at
+all, ``analyze`` answers with a single column ``__asynclookup_veto`` whose metadata says why,
+and the extension puts the original join back (Spark's scan and join): the answer never changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import pickle
+import threading
+import time
+
+from pyspark.sql.types import BooleanType, StructField, StructType
+
+from lookup_source.connector_api.secrets import read_on_driver
+from lookup_source.engine.scan import keys_match_exactly
+from lookup_source.redaction import redact_text
+from lookup_source.spark.plan import LookupPlan
+
+log = logging.getLogger("lookup_source")
+
+SQL_JOIN = "sql-join"
+"""The mode the SQL extension calls a lookup table function in."""
+VETO = "__asynclookup_veto"
+"""The one column of a refusal."""
+
+CHECKING = (
+    "a SQL JOIN is rewritten into lookups only when the store matches keys as Spark compares "
+    "them, which the driver asks the store (or set the variable on the driver)"
+)
+
+_KEPT_S = 60.0
+_CHECKED: dict[str, tuple[float, str | None]] = {}
+_LOCK = threading.Lock()
+
+
+def veto(reason: str) -> StructType:
+    """The output schema that refuses a rewrite, saying why."""
+    return StructType([StructField(VETO, BooleanType(), True, {"reason": reason})])
+
+
+def refusal(plan: LookupPlan) -> str | None:
+    """Why a SQL JOIN against ``plan``'s table must stay Spark's, or None. Asked at each
+    query's analysis; the store's answer is kept a minute per configuration."""
+    config = plan.connector_config()
+    client_class = plan.options.connector_class()
+    if not client_class.can_scan(config):
+        return None  # Spark's join cannot read the table at all: lookups are the answer
+    identity = hashlib.sha256(
+        pickle.dumps((client_class.__module__, client_class.__name__, config))
+    ).hexdigest()
+    now = time.monotonic()
+    with _LOCK:
+        kept = _CHECKED.get(identity)
+    if kept is not None and now - kept[0] < _KEPT_S:
+        return kept[1]
+    try:
+        with read_on_driver(CHECKING):
+            exact = keys_match_exactly(client_class, config)
+        why = (
+            None
+            if exact
+            else "the store matches the key otherwise than Spark compares it (a key type "
+            "such as citext, char(n), uuid or numeric): Spark's join keeps Spark's equality"
+        )
+    except Exception as error:  # cannot tell: keep Spark's join
+        why = f"the store could not be asked how it matches keys: {type(error).__name__}"
+        log.info("asynclookup: %s (%s)", why, error)
+    with _LOCK:
+        _CHECKED[identity] = (now, why)
+    return why
+
+
+def for_sql_join(plan: LookupPlan) -> LookupPlan:
+    """The plan a SQL JOIN's lookups run with: every match of a key, as Spark's join gives them
+    (``lookup.max-matches`` off, unless set)."""
+    options = plan.options
+    if "lookup.max-matches" in options.given:
+        return plan
+    return dataclasses.replace(plan, options=dataclasses.replace(options, max_matches=0))
+
+
+def describe_failure(error: BaseException) -> str:
+    """A refusal's reason for an ``analyze`` that failed: its type and first line."""
+    text = redact_text(str(error)).strip()
+    text = text.splitlines()[0][:300] if text else ""
+    return f"the table function cannot look this table up: {type(error).__name__}: {text}"
