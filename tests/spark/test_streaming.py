@@ -217,18 +217,32 @@ def test_windowed_aggregation_after_the_join_matches_batch(
 def test_cache_persists_across_micro_batches_and_metrics_reach_the_driver(
     spark: Any, tmp_path: Path
 ) -> None:
-    """Four micro-batches of the same 50 keys: without a cache, 200 requests. With the
-    per-worker cache, each Python worker asks each key at most once (local[2] runs at most
-    two workers at a time), so far fewer."""
+    """Six micro-batches of the same 50 keys: without a cache, 300 requests. With the
+    per-worker cache, each Python worker asks each key at most once, whatever the micro-batch
+    it serves. Which worker Spark hands a micro-batch is Spark's (any idle one, of however many
+    earlier jobs left): the service tells the workers apart by their connection (one each,
+    capacity 1), and the bound is per worker."""
     from lookup_source import lookup_metrics
     from lookup_source.service import UserService
 
+    class PerConnection(UserService):
+        def __init__(self) -> None:
+            super().__init__(users=40, latency_ms=0)
+            self.asked: list[tuple[Any, str]] = []
+
+        async def _get(self, request: Any) -> Any:
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            self.asked.append((peer, request.match_info["user_id"]))
+            return await super()._get(request)
+
+    batches = 6
     source = tmp_path / "events"
     source.mkdir()
-    with UserService(users=40, latency_ms=0) as service:
+    with PerConnection() as service:
         options = {
             "connector": "http",
             "url": service.url,
+            "capacity": "1",
             "cache.max-rows": "1000",
             "cache.ttl.ms": "600000",
         }
@@ -250,7 +264,7 @@ def test_cache_persists_across_micro_batches_and_metrics_reach_the_driver(
         per_batch: list[int] = []
         try:
             deadline = time.monotonic() + 90
-            for batch in range(4):
+            for batch in range(batches):
                 before = service.requests
                 write_events(
                     source,
@@ -270,12 +284,17 @@ def test_cache_persists_across_micro_batches_and_metrics_reach_the_driver(
         finally:
             query.stop()
         total = service.requests
+        asked = list(service.asked)
     assert per_batch[0] == 50  # 50 distinct keys, each asked once
-    assert total <= 100 < 4 * 50, per_batch  # at most once per key per worker
-    assert min(per_batch[1:]) == 0, per_batch  # some later batch was answered from the cache
+    assert all(n in (0, 50) for n in per_batch), per_batch  # a worker asks all, or none
+    workers = {peer for peer, _ in asked}
+    assert len(asked) == len(set(asked)) == total  # no worker asked a key twice
+    assert total == 50 * len(workers), (per_batch, len(workers))
+    if len(workers) < batches:  # some worker served two micro-batches: from its cache
+        assert total < batches * 50 and min(per_batch[1:]) == 0, per_batch
     rows = spark.sql("SELECT * FROM cached_stream").collect()
-    assert len(rows) == 800
+    assert len(rows) == batches * 200
     assert all(r.name == (f"user-{r.user_id}" if r.user_id < 40 else None) for r in rows)
     metrics = lookup_metrics(enriched)
-    assert metrics.rows == 800 and metrics.requests == total
-    assert metrics.cache_hits == 4 * 50 - total and metrics.cache_misses == total
+    assert metrics.rows == batches * 200 and metrics.requests == total
+    assert metrics.cache_hits == batches * 50 - total and metrics.cache_misses == total
