@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest
+.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -41,6 +41,16 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS) $(E
 
 install: $(VENV)/.installed
 
+# The SQL extension (SQL JOINs against lookup tables run as lookups): its jar, compiled with javac
+# against the jars of the pyspark in .venv and packed beside its Java source, where the wheel
+# takes it. Without a JDK it is skipped with one line (the extension builds on first use then).
+JAR := lookup_source/spark/sql_extension/asynclookup-sql.jar
+JAVA_SOURCES := $(wildcard lookup_source/spark/sql_extension/java/asynclookup/sql/*.java)
+$(JAR): $(JAVA_SOURCES) | $(VENV)/bin/python
+	@$(PY) -m lookup_source sql-extension --build --jar || echo "SQL extension not built (see above)"
+
+jar: $(JAR)
+
 # the demo needs the library and its connectors only, not the test tools
 $(VENV)/.demo: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS))
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +58,10 @@ $(VENV)/.demo: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS))
 	$(PY) -m pip install --quiet -e . $(addprefix -e ,$(CONNECTORS))
 	touch $@
 
-demo: $(VENV)/.demo
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+demo: $(VENV)/.demo $(JAR)
 	$(PY) -m lookup_source demo $(ARGS)
 
 lint: install
@@ -56,7 +69,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-test: lint
+test: lint $(JAR)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # the scale and soak tests at the sizes the docs quote (tests/sizes.py), before a release
@@ -104,4 +117,4 @@ docs: install
 	$(PY) -m lookup_source.docs --write docs/options.md
 
 clean:
-	rm -rf $(VENV) .venvs $(WHEELHOUSE) .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info
+	rm -rf $(VENV) .venvs $(WHEELHOUSE) .pytest_cache .mypy_cache .ruff_cache spark-warehouse metastore_db *.egg-info $(JAR)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from lookup_source.spark.metrics import log_metrics, lookup_metrics
     from lookup_source.spark.progress import progress_metrics
     from lookup_source.spark.sql import register_lookup_table
+    from lookup_source.spark.sql_extension import enable_sql_joins
 
 __version__ = "0.3.0"
 
@@ -58,6 +59,7 @@ __all__ = [
     "TransientError",
     "UnsupportedSparkError",
     "__version__",
+    "enable_sql_joins",
     "log_metrics",
     "lookup_join",
     "lookup_metrics",
@@ -74,6 +76,7 @@ _LAZY = {  # name -> the module that defines it, imported on first use
     "AsyncLookupDataSource": "lookup_source.spark.datasource",
     "lookup_join": "lookup_source.spark.join",
     "register_lookup_table": "lookup_source.spark.sql",
+    "enable_sql_joins": "lookup_source.spark.sql_extension",
     "lookup_metrics": "lookup_source.spark.metrics",
     "log_metrics": "lookup_source.spark.metrics",
     "progress_metrics": "lookup_source.spark.progress",

@@ -61,6 +61,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="delay before each answer (default: %(default)s)",
     )
+    extension = commands.add_parser(
+        "sql-extension",
+        help="print what spark-submit, pyspark or a Spark Connect server needs for SQL JOINs "
+        "as lookups (building the extension's jar if needed)",
+        description="Print the command-line arguments that load asynclookup's SQL extension "
+        "(a SQL JOIN against a lookup table runs as async lookups): --jars <jar> --conf "
+        "spark.sql.extensions=<class>. The jar is built from its Java source with javac "
+        "against the installed pyspark when it is not built yet.",
+    )
+    shown = extension.add_mutually_exclusive_group()
+    shown.add_argument("--jar", action="store_true", help="print the jar's path only")
+    shown.add_argument(
+        "--conf",
+        action="store_true",
+        help="print spark-defaults.conf lines (spark.jars, spark.sql.extensions) instead",
+    )
+    extension.add_argument(
+        "--build",
+        action="store_true",
+        help="build the jar now (into the package when it can be written, else the user "
+        "cache), even if one is built",
+    )
     return parser
 
 
@@ -117,9 +139,30 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(args)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "sql-extension":
+        return _sql_extension(args)
     from lookup_source.bench.run import run_bench
 
     return run_bench(args)
+
+
+def _sql_extension(args: argparse.Namespace) -> int:
+    from lookup_source.errors import ConfigurationError
+    from lookup_source.spark.sql_extension import jar as extension
+
+    try:
+        jar = extension.build_jar(extension.build_target()) if args.build else extension.jar_path()
+    except ConfigurationError as error:
+        print(str(error), file=sys.stderr)
+        return 1
+    if args.jar:
+        print(jar)
+    elif args.conf:
+        print(f"spark.jars {jar}")
+        print(f"spark.sql.extensions {extension.EXTENSION_CLASS}")
+    else:
+        print(f"--jars {jar} --conf spark.sql.extensions={extension.EXTENSION_CLASS}")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

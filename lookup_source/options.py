@@ -58,10 +58,11 @@ DEFAULT_SCAN_PARTITIONS = 4
 
 ERROR_COLUMN = "_lookup_error"
 
-SURFACES = ("lookup_join", "table function", "data source")
+SURFACES = ("lookup_join", "table function", "data source", "SQL JOIN")
 EVERYWHERE = frozenset(SURFACES)
-JOINS = frozenset({"lookup_join", "table function"})
+JOINS = frozenset({"lookup_join", "table function", "SQL JOIN"})
 LOOKUP_JOIN = frozenset({"lookup_join"})
+PLANS = frozenset({"lookup_join", "SQL JOIN"})
 READER = frozenset({"data source"})
 
 _DECLARED = "asynclookup.option"
@@ -87,7 +88,11 @@ class CoreOption:
         """Where the option applies, when not everywhere."""
         if self.scope == EVERYWHERE:
             return None
-        names = {"lookup_join": "lookup_join", "table function": "the SQL table function"}
+        names = {
+            "lookup_join": "lookup_join",
+            "table function": "the SQL table function",
+            "SQL JOIN": "a SQL JOIN against a lookup table (the SQL extension)",
+        }
         if self.scope == READER:
             return "the data source only"
         return " and ".join(names.get(name, name) for name in SURFACES if name in self.scope)
@@ -103,6 +108,8 @@ PARTITION_BY_KEY = "partition.by-key"
 FILTER_PUSHDOWN = "filter.pushdown"
 STRATEGY = "strategy"
 STRATEGY_BROADCAST_MAX_ROWS = "strategy.broadcast.max-rows"
+STRATEGY_LOOKUP_MAX_INPUT_ROWS = "strategy.lookup.max-input-rows"
+SQL_JOIN_FUNCTION = "sql.join.function"
 
 
 def option(
@@ -716,8 +723,11 @@ class LookupOptions:
         "DataFrames; `auto`: the cheapest of the three by estimate (the table's rows, the "
         "input's from Spark's plan statistics, the connector's measured cost per key and per "
         "row; a broadcast only up to strategy.broadcast.max-rows), lookups for a stream. The "
-        "choice, its reason and the estimates are in the metrics and the log.",
-        scope=LOOKUP_JOIN,
+        "choice, its reason and the estimates are in the metrics and the log. For a SQL JOIN "
+        "against a lookup table (the SQL extension): `lookup` rewrites it into lookups, "
+        "`scan` and `broadcast` leave Spark's scan and join, `auto` rewrites it when the "
+        "input is at most strategy.lookup.max-input-rows.",
+        scope=PLANS,
     )
     broadcast_max_rows: int = option(
         STRATEGY_BROADCAST_MAX_ROWS,
@@ -726,6 +736,26 @@ class LookupOptions:
         "strategy=auto: the most rows a table may have to be broadcast (each executor holds it "
         "in memory); a larger one is scanned and joined, or looked up.",
         scope=LOOKUP_JOIN,
+    )
+    lookup_max_input_rows: int | None = option(
+        STRATEGY_LOOKUP_MAX_INPUT_ROWS,
+        int_between(0, 10**15),
+        None,
+        "strategy=auto: the largest input (rows, by Spark's estimate) that runs as lookups; a "
+        "larger one scans the table and joins it. When not set, lookup_join takes the cheapest "
+        "plan by estimate, and register_lookup_table sets it for its table's SQL JOINs where "
+        "the estimated costs of lookups and of a scan and a join cross (asking the store for "
+        "the table's size once).",
+        scope=PLANS,
+        default_doc="from the estimated costs",
+    )
+    sql_join_function: str | None = option(
+        SQL_JOIN_FUNCTION,
+        parse_text,
+        None,
+        "Set by register_lookup_table on its view: the table function that a SQL JOIN "
+        "against the view is rewritten into (the SQL extension). Not to be set by hand.",
+        scope=READER,
     )
     keys: tuple[Any, ...] | None = option(
         "keys",

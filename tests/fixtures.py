@@ -54,9 +54,9 @@ def spark() -> Iterator[Any]:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     from pyspark.sql import SparkSession
 
-    from lookup_source.spark.versions import DATA_SOURCE
+    from lookup_source.spark.versions import DATA_SOURCE, SQL_JOINS
 
-    session = (
+    builder = (
         # local[2,2]: two cores, and a failed task is tried once more, as on a cluster
         SparkSession.builder.master("local[2,2]")
         .appName("asynclookup-tests")
@@ -65,8 +65,12 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="asynclookup-warehouse-"))
-        .getOrCreate()
     )
+    if SQL_JOINS.available():  # every Spark test runs with the SQL extension in the session
+        from lookup_source import enable_sql_joins
+
+        builder = enable_sql_joins(builder)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     if DATA_SOURCE.available():
         from lookup_source import AsyncLookupDataSource

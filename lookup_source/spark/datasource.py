@@ -30,13 +30,14 @@ from itertools import product
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.keys import convert_keys
 from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.scan import scan_batches, scan_splits
 from lookup_source.errors import MissingSecretError, OptionError, SchemaError
+from lookup_source.functions import FUNCTION_CONNECTOR
 from lookup_source.options import (
     DEFAULT_SCAN_PARTITIONS,
     ERROR_COLUMN,
@@ -44,7 +45,7 @@ from lookup_source.options import (
     LookupOptions,
     parse_options,
 )
-from lookup_source.spark.plan import INFERRING, LookupPlan
+from lookup_source.spark.plan import INFERRING, LookupPlan, parse_schema
 from lookup_source.spark.versions import DATA_SOURCE, FILTER_PUSHDOWN
 
 DATA_SOURCE.require()  # PySpark 3.5 has no Python data sources: say so in one line
@@ -60,6 +61,9 @@ READ_BATCH_ROWS = 10_000
 """Keys per Arrow batch fed to the engine inside a read task."""
 
 MAX_PUSHED_KEYS = 1_000_000
+
+KEY_METADATA = "asynclookup.key"
+"""Marks the key columns of a schema the store described (the SQL extension reads it)."""
 
 _PUSHDOWN_MODULE = "pyspark.sql.worker.data_source_pushdown_filters"
 
@@ -106,17 +110,29 @@ class AsyncLookupDataSource(DataSource):
         return "asynclookup"
 
     def schema(self) -> StructType | str:
-        """Called only when no schema is given: ask the store (Postgres reads its catalog)."""
+        """Called only when no schema is given: ask the store (Postgres reads its catalog). Its
+        key columns carry the metadata ``asynclookup.key``, which the SQL extension reads
+        (when no key.column is set, the key is the table's, not the schema's first column)."""
         options = self.lookup_options
         with read_on_driver(INFERRING):
             ddl, key_columns = options.connector_class().infer_schema(options.for_connector())
         self.inferred_key_columns = key_columns
-        return ddl
+        keys = {column.lower() for column in key_columns or ()}
+        return StructType(
+            [
+                StructField(f.name, f.dataType, f.nullable, {**f.metadata, KEY_METADATA: True})
+                if f.name.lower() in keys
+                else f
+                for f in parse_schema(ddl).fields
+            ]
+        )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = self.lookup_options
-        if options.key_columns is None and self.inferred_key_columns:
-            options = dataclasses.replace(options, key_columns=self.inferred_key_columns)
+        if options.key_columns is None:
+            inferred = self.inferred_key_columns or marked_keys(schema)
+            if inferred:
+                options = dataclasses.replace(options, key_columns=inferred)
         if options.partition_by_key:
             raise OptionError(
                 "partition.by-key",
@@ -138,6 +154,11 @@ class AsyncLookupDataSource(DataSource):
         if options.filter_pushdown and _called_from(_PUSHDOWN_MODULE):
             return FilteringLookupReader(plan)
         return AsyncLookupReader(plan)
+
+
+def marked_keys(schema: StructType) -> tuple[str, ...]:
+    """The key columns of a schema the store described (see :data:`KEY_METADATA`)."""
+    return tuple(f.name for f in schema.fields if f.metadata.get(KEY_METADATA))
 
 
 def _called_from(module: str) -> bool:
@@ -191,6 +212,16 @@ class AsyncLookupReader(DataSourceReader):
         return key
 
     def partitions(self) -> Sequence[InputPartition]:
+        options = self.plan.options
+        if options.connector == FUNCTION_CONNECTOR:
+            function = options.connector_options.get("function.name") or "your function"
+            raise OptionError(
+                "connector",
+                f"this lookup table is {function} (fetch= or fetch_many=), which answers "
+                "keys but cannot be read as a table: JOIN it in a session with the SQL "
+                "extension (lookup_source.enable_sql_joins), or call its table function, "
+                "<table>_lookup(TABLE(t), 'key')",
+            )
         if not self._has_keys():
             return self._scan_partitions()
         keys = self._keys()

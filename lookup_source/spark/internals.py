@@ -5,7 +5,10 @@ Everything else in the package uses public PySpark only. Here:
 - :func:`plan_text`: a DataFrame's plan as text, through the public ``DataFrame.explain``
   (which prints it; captured here), on classic sessions and over Spark Connect alike;
 - :func:`summed_over_actions`: a Spark Connect ``Observation`` whose result adds up the
-  values of every action (the client replaces them with each action's otherwise).
+  values of every action (the client replaces them with each action's otherwise);
+- :func:`builder_options`: the settings a ``SparkSession.builder`` holds so far (to add the SQL
+  extension after the extensions and jars already set);
+- :func:`jvm_decisions`: what the SQL extension decided lately, read from the driver's JVM.
 
 ``tests/spark/test_internals.py`` checks both on every supported PySpark.
 """
@@ -59,3 +62,26 @@ def observed_result(observation: Any) -> dict[str, Any]:
         return dict(observation.get)
     except Exception:  # no action yet
         return {}
+
+
+def builder_options(builder: Any) -> dict[str, Any] | None:
+    """The settings ``builder`` (a ``SparkSession.builder``, classic or Connect) holds so far,
+    or None when it is not one."""
+    options = getattr(builder, "_options", None)
+    if not isinstance(options, dict) or not callable(getattr(builder, "config", None)):
+        return None
+    return options
+
+
+def jvm_decisions(spark: Any) -> list[tuple[str, str, str, str]]:
+    """The SQL extension's recent decisions on this driver (outcome, table, function,
+    reason), oldest first; empty over Spark Connect or without the extension."""
+    try:
+        lines = list(spark._jvm.asynclookup.sql.Decisions.recent())
+    except Exception:
+        return []
+    decisions = []
+    for line in lines:
+        parts = [*str(line).split("\t"), "", "", "", ""][:4]
+        decisions.append((parts[0], parts[1], parts[2], parts[3]))
+    return decisions

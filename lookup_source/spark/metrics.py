@@ -104,6 +104,9 @@ class Recent(Generic[K, V]):
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
+    def get(self, key: K, default: V | None = None) -> V | None:
+        return self._entries.get(key, default)
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -121,6 +124,13 @@ class Tracked:
 
 _LOOKUPS: Recent[str, Tracked] = Recent()  # function id -> the lookup_join
 _TABLES: Recent[str, Any] = Recent()  # registered lookup table -> its accumulator (or None)
+_JOIN_FUNCTIONS: Recent[str, str] = Recent()  # registered lookup table -> its SQL JOIN function
+
+
+def remember_join_function(table: str, function: str) -> None:
+    """The table function a SQL JOIN against registered table ``table`` is rewritten into:
+    :func:`lookup_metrics` reads the SQL extension's last decision about it."""
+    _JOIN_FUNCTIONS[table.lower()] = function
 
 
 def track(name: str, choice: Any, accumulator: Any = None) -> str:
@@ -246,7 +256,25 @@ def _table_metrics(table: str) -> LookupMetrics:
     value = accumulator.value
     assert isinstance(value, LookupMetrics)
     value.name = value.name or table
+    decision = _sql_join_decision(table)
+    if decision is not None:
+        value.strategy, value.strategy_reason = decision
     return value
+
+
+def _sql_join_decision(table: str) -> tuple[str, str] | None:
+    """The SQL extension's last decision about a JOIN against registered table ``table``:
+    (``lookup`` or ``scan``, why), or None (no JOIN seen, or no extension)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    function = _JOIN_FUNCTIONS.get(table.lower())
+    if spark is None or function is None:
+        return None
+    for outcome, view, called, reason in reversed(internals.jvm_decisions(spark)):
+        if called == function or view.lower() == table.lower():
+            return ("lookup" if outcome == "lookup" else "scan"), reason
+    return None
 
 
 def log_metrics(source: Any) -> LookupMetrics:

@@ -85,3 +85,17 @@ def estimate(
     if broadcast:
         seconds["broadcast"] = table * (costs.scan_us + BROADCAST_US) + rows * PROBE_US
     return Estimate({plan: cost / 1e6 for plan, cost in seconds.items()})
+
+
+def lookup_break_even(table: int, costs: StoreCosts = DEFAULT_COSTS) -> int | None:
+    """The largest input (rows) for which lookups cost no more than scanning a table of
+    ``table`` rows and joining it (``scan``), or None when lookups always cost less.
+
+    ``rows x (floor + lookup) <= table x (scan + join) + rows x join``: the figure a SQL JOIN
+    against a lookup table is rewritten into lookups up to (``strategy=auto``; the rewrite
+    leaves Spark's own join otherwise, which does not broadcast a Python data source).
+    """
+    per_row = FLOOR_US + costs.lookup_us - JOIN_US
+    if per_row <= 0:
+        return None
+    return int(table * (costs.scan_us + JOIN_US) / per_row)

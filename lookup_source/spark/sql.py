@@ -19,7 +19,9 @@ the whole table; the table function looks up just the keys of the events, on eac
 
 from __future__ import annotations
 
+import logging
 import re
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,17 +34,22 @@ from lookup_source.options import (
     FILTER_PUSHDOWN,
     KEY_COLUMN,
     PARTITION_BY_KEY,
+    SQL_JOIN_FUNCTION,
+    STRATEGY_LOOKUP_MAX_INPUT_ROWS,
     LookupOptions,
     option_strings,
     parse_options,
 )
 from lookup_source.spark.arguments import cluster_cores, lookup_options_of
-from lookup_source.spark.metrics import new_accumulator
+from lookup_source.spark.metrics import new_accumulator, remember_join_function
 from lookup_source.spark.plan import INFERRING, LookupPlan
+from lookup_source.spark.strategy import sql_join_limit
 from lookup_source.spark.versions import TABLE_FUNCTION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger("lookup_source")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -75,7 +82,6 @@ def register_lookup_table(
     TABLE_FUNCTION.require()
     if not isinstance(name, str) or not _NAME.match(name):
         raise SchemaError(f"lookup table name {name!r} must be a plain SQL identifier")
-    from lookup_source.spark.datasource import AsyncLookupDataSource
     from lookup_source.spark.table_function import lookup_table_function
 
     function = LookupFunction.of(fetch, fetch_many)
@@ -102,13 +108,55 @@ def register_lookup_table(
     if lookup_options.split_by:  # the table function's tasks: at most every core
         lookup_options = lookup_options.split_over(cluster_cores(spark, lookup_options.split_by))
     plan = LookupPlan.build(lookup_options, schema)
-    spark.dataSource.register(AsyncLookupDataSource)
     # partition.by-key shapes the table function's input; the view is a scan
     view_options = {k: v for k, v in raw.items() if k.strip().lower() != PARTITION_BY_KEY}
-    reader = spark.read.format("asynclookup").options(**view_options).schema(plan.schema)
-    reader.load().createOrReplaceTempView(name)
+    _sql_join_limit(view_options, plan, name)
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
-    spark.udtf.register(f"{name}_lookup", lookup_table_function(plan, metrics, spark, name=name))
+    table_function = lookup_table_function(plan, metrics, spark, name=name)
+    _register(spark, name, plan, view_options, table_function)
+
+
+def _register(
+    spark: SparkSession,
+    name: str,
+    plan: LookupPlan,
+    view_options: dict[str, str],
+    table_function: Any,
+) -> None:
+    """The view ``name`` over the data source, and the table function under its public name
+    (``<name>_lookup``) and under one that only this view names (``sql.join.function``): the
+    SQL extension rewrites a JOIN against the view into a call of that one, which no later
+    registration under the same name can change."""
+    from lookup_source.spark.datasource import AsyncLookupDataSource
+
+    join_function = f"{name}_lookup_{uuid.uuid4().hex[:8]}"
+    spark.dataSource.register(AsyncLookupDataSource)
+    options = {**view_options, SQL_JOIN_FUNCTION: join_function}
+    reader = spark.read.format("asynclookup").options(**options).schema(plan.schema)
+    reader.load().createOrReplaceTempView(name)
+    spark.udtf.register(f"{name}_lookup", table_function)
+    spark.udtf.register(join_function, table_function)
+    remember_join_function(name, join_function)
+
+
+def _sql_join_limit(view_options: dict[str, str], plan: LookupPlan, name: str) -> None:
+    """``strategy=auto``: the input size up to which a SQL JOIN against the view runs as
+    lookups, worked out once (the store is asked for its table's size) and handed to the SQL
+    extension in the view's options."""
+    if plan.options.strategy != "auto":
+        return
+    limit, why = sql_join_limit(plan)
+    if limit is None:
+        log.info("asynclookup: a SQL JOIN against %s runs as lookups at any size: %s", name, why)
+        return
+    view_options[STRATEGY_LOOKUP_MAX_INPUT_ROWS] = str(limit)
+    log.info(
+        "asynclookup: a SQL JOIN against %s runs as lookups for inputs up to %s rows (%s), "
+        "as a scan and Spark's join above",
+        name,
+        f"{limit:,}",
+        why,
+    )
 
 
 def _register_function(
@@ -118,8 +166,10 @@ def _register_function(
     options: Mapping[str, Any] | LookupOptions | None,
     schema: StructType | str | None,
 ) -> None:
-    """The table function of a lookup through your own ``fetch=``/``fetch_many=`` (no view: a
-    view reads through the data source, whose options are strings)."""
+    """The table function of a lookup through your own ``fetch=``/``fetch_many=``, and a view
+    that a SQL JOIN can name (the SQL extension rewrites the JOIN into the table function; the
+    view itself cannot be read: a function cannot list its table, and the data source takes
+    options as strings only)."""
     from lookup_source.spark.table_function import lookup_table_function
 
     if schema is None:
@@ -128,9 +178,11 @@ def _register_function(
             "value columns your function returns, e.g. 'user_id long, name string'"
         )
     lookup_options = lookup_options_of(options, function)
+    view_options = lookup_options.to_strings()
     if lookup_options.split_by:
         lookup_options = lookup_options.split_over(cluster_cores(spark, lookup_options.split_by))
     plan = LookupPlan.build(lookup_options, schema)
     metrics = new_accumulator(spark, name)
     table_function = lookup_table_function(plan, metrics, spark, function, name=name)
-    spark.udtf.register(f"{name}_lookup", table_function)
+    view_options = {k: v for k, v in view_options.items() if k.strip().lower() != PARTITION_BY_KEY}
+    _register(spark, name, plan, view_options, table_function)

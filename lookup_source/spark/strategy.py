@@ -32,6 +32,7 @@ from lookup_source.options import (
     PARTITION_BY_KEY,
     STRATEGY,
     STRATEGY_BROADCAST_MAX_ROWS,
+    STRATEGY_LOOKUP_MAX_INPUT_ROWS,
 )
 from lookup_source.spark import plan_cost
 from lookup_source.spark.internals import plan_text
@@ -69,11 +70,13 @@ def choose(
     connector: str = "",
     data_source: bool | None = None,
     costs: StoreCosts = DEFAULT_COSTS,
+    max_lookup_rows: int | None = None,
 ) -> Choice:
     """The strategy for ``requested`` (``auto`` only: ``lookup``, ``broadcast`` and ``scan``
     are taken as they are, once checked by the caller). ``table_rows`` and ``input_rows``
     estimate the sizes, asked only when the choice depends on them; ``costs``: the
-    connector's figures (:mod:`.plan_cost`)."""
+    connector's figures (:mod:`.plan_cost`); ``max_lookup_rows``: the input up to which
+    lookups are taken (``strategy.lookup.max-input-rows``), instead of the estimates."""
     if requested != "auto":
         return Choice(requested, f"strategy={requested}")
     if streaming:
@@ -88,6 +91,16 @@ def choose(
             "the key's type compares otherwise in the store than in Spark (a scan "
             "and a join could match other rows)",
         )
+    if max_lookup_rows is not None:  # strategy.lookup.max-input-rows: the user's own limit
+        rows = input_rows()
+        if rows is None:
+            return Choice("lookup", "the input's size is unknown")
+        limit = f"strategy.lookup.max-input-rows ({max_lookup_rows:,})"
+        if rows <= max_lookup_rows:
+            return Choice("lookup", f"the input ({_rows(rows)}) is within {limit}")
+        table = table_rows()
+        plan = "broadcast" if table is not None and table <= max_rows else "scan"
+        return Choice(plan, f"the input ({_rows(rows)}) is larger than {limit}")
     table = table_rows()
     if table is None:
         return Choice("lookup", "the table's size is unknown")
@@ -176,6 +189,54 @@ def row_width(schema: Any) -> int:
     return max(8, width(schema))
 
 
+def _costs(client_class: Any) -> StoreCosts:
+    """The connector's figures, or the defaults for those it does not state."""
+    return StoreCosts(
+        lookup_us=DEFAULT_COSTS.lookup_us
+        if client_class.lookup_cost_us is None
+        else client_class.lookup_cost_us,
+        scan_us=DEFAULT_COSTS.scan_us
+        if client_class.scan_cost_us is None
+        else client_class.scan_cost_us,
+    )
+
+
+def _table_rows(client_class: Any, config: Any, unknown: list[str]) -> int | None:
+    """The store's estimate of its table's rows, or None (the reason appended to
+    ``unknown``): an estimate never fails the job."""
+    try:
+        with read_on_driver(ESTIMATING):
+            return estimate_rows(client_class, config)
+    except Exception as error:
+        unknown.append(str(error))
+        log.info("asynclookup: the table's size is unknown: %s", error)
+        return None
+
+
+def sql_join_limit(plan: LookupPlan) -> tuple[int | None, str]:
+    """For a registered table's SQL JOINs under ``strategy=auto``: the largest input (rows) to
+    rewrite into lookups — ``strategy.lookup.max-input-rows`` when given, else where the
+    estimated costs of lookups and of a scan and Spark's join cross — or None (always
+    lookups); and why. Asks the store for its table's size once."""
+    lookup_options = plan.options
+    if lookup_options.lookup_max_input_rows is not None:
+        return lookup_options.lookup_max_input_rows, "strategy.lookup.max-input-rows"
+    client_class = lookup_options.connector_class()
+    config = plan.connector_config()
+    if not client_class.can_scan(config):
+        return None, f"the {client_class.name} connector cannot scan its table"
+    if not client_class.exact_key_match(config):
+        return None, "the key's type compares otherwise in the store than in Spark"
+    unknown: list[str] = []
+    table = _table_rows(client_class, config, unknown)
+    if table is None:
+        return None, "the table's size is unknown" + (f" ({unknown[0]})" if unknown else "")
+    limit = plan_cost.lookup_break_even(table, _costs(client_class))
+    if limit is None:
+        return None, f"lookups cost less than a scan at any input size (the table {_rows(table)})"
+    return limit, f"where lookups and a scan of the table ({_rows(table)}) cost the same"
+
+
 def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
     """The strategy of a lookup_join (``strategy``): checked when asked for, chosen from sizes
     under ``auto``, logged in one line."""
@@ -199,13 +260,7 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
     unknown: list[str] = []
 
     def table_rows() -> int | None:
-        try:
-            with read_on_driver(ESTIMATING):
-                return estimate_rows(client_class, config)
-        except Exception as error:  # an estimate never fails the job: lookups are kept
-            unknown.append(str(error))
-            log.info("asynclookup: the table's size is unknown: %s", error)
-            return None
+        return _table_rows(client_class, config, unknown)
 
     choice = choose(
         requested,
@@ -216,14 +271,8 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         input_rows=lambda: input_rows(df),
         max_rows=lookup_options.broadcast_max_rows,
         connector=client_class.name,
-        costs=StoreCosts(
-            lookup_us=DEFAULT_COSTS.lookup_us
-            if client_class.lookup_cost_us is None
-            else client_class.lookup_cost_us,
-            scan_us=DEFAULT_COSTS.scan_us
-            if client_class.scan_cost_us is None
-            else client_class.scan_cost_us,
-        ),
+        costs=_costs(client_class),
+        max_lookup_rows=lookup_options.lookup_max_input_rows,
     )
     if unknown and choice.reason == "the table's size is unknown":
         choice = Choice(choice.strategy, f"{choice.reason} ({unknown[0]})")
@@ -237,7 +286,12 @@ ESTIMATING = (
 )
 """Why a secret is read on the driver when strategy=auto asks the store for its size."""
 
-_LOOKUP_ONLY = (STRATEGY, STRATEGY_BROADCAST_MAX_ROWS, PARTITION_BY_KEY)
+_LOOKUP_ONLY = (
+    STRATEGY,
+    STRATEGY_BROADCAST_MAX_ROWS,
+    STRATEGY_LOOKUP_MAX_INPUT_ROWS,
+    PARTITION_BY_KEY,
+)
 
 
 def table_join(

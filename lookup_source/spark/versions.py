@@ -85,6 +85,11 @@ TABLE_FUNCTION = SparkFeature(
     (4, 1),
     "use lookup_join",
 )
+SQL_JOINS = SparkFeature(
+    "SQL JOINs as lookups (enable_sql_joins, the SQL extension)",
+    (4, 1),
+    "use lookup_join",
+)
 BROADCAST = SparkFeature(
     "strategy=broadcast and scan (a scan of the table through the data source, joined)",
     (4, 0),

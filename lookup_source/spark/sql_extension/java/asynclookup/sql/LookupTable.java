@@ -1,0 +1,173 @@
+package asynclookup.sql;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * An asynclookup relation (a {@code DataSourceV2Relation} over the Python data source named
+ * {@code asynclookup}) as the rewrite sees it: its key columns, the table function a registered
+ * table was given, and what its {@code strategy} says. Everything comes from the relation's
+ * options and schema, the same ones the data source parses.
+ */
+final class LookupTable {
+  /** The data source's name, as {@code spark.read.format(...)} takes it. */
+  static final String SOURCE = "asynclookup";
+
+  /** Set by register_lookup_table on its view: the table function that looks this table up. */
+  static final String FUNCTION_OPTION = "sql.join.function";
+
+  /** Marks a key column in a schema the store inferred (no key.column given). */
+  static final String KEY_METADATA = "asynclookup.key";
+
+  final DataSourceV2Relation relation;
+  final List<Attribute> keys;
+  final List<Attribute> values;
+  /** register_lookup_table's function, or null (the rewrite then makes one from the options). */
+  final String function;
+
+  final String strategy;
+  /** strategy=auto: the largest input (rows) that runs as lookups; -1 when not known. */
+  final long maxLookupRows;
+
+  private LookupTable(
+      DataSourceV2Relation relation,
+      List<Attribute> keys,
+      List<Attribute> values,
+      String function,
+      String strategy,
+      long maxLookupRows) {
+    this.relation = relation;
+    this.keys = keys;
+    this.values = values;
+    this.function = function;
+    this.strategy = strategy;
+    this.maxLookupRows = maxLookupRows;
+  }
+
+  static boolean isLookupRelation(Object plan) {
+    if (!(plan instanceof DataSourceV2Relation)) {
+      return false;
+    }
+    Table table = ((DataSourceV2Relation) plan).table();
+    return table.getClass().getName().endsWith(".PythonTable")
+        && SOURCE.equalsIgnoreCase(table.name());
+  }
+
+  /** The table behind {@code relation}; throws {@link NotRewritten} when it cannot be one. */
+  static LookupTable of(DataSourceV2Relation relation) {
+    CaseInsensitiveStringMap options = relation.options();
+    if (options.containsKey("keys")) {
+      throw new NotRewritten(
+          "the lookup table reads only the keys of its keys option: a JOIN sees those rows only");
+    }
+    List<Attribute> output = Scala.list(relation.output());
+    List<Attribute> keys = new ArrayList<>();
+    String keyColumn = options.get("key.column");
+    if (keyColumn != null && !keyColumn.trim().isEmpty()) {
+      for (String name : keyColumn.split(",")) {
+        keys.add(column(output, name.trim()));
+      }
+    } else {
+      for (Attribute a : output) {
+        if (a.metadata().contains(KEY_METADATA)) {
+          keys.add(a);
+        }
+      }
+      if (keys.isEmpty()) {
+        keys.add(output.get(0)); // as the data source does: the schema's first column
+      }
+    }
+    List<Attribute> values = new ArrayList<>();
+    for (Attribute a : output) {
+      if ("_lookup_error".equalsIgnoreCase(a.name())) {
+        throw new NotRewritten(
+            "the lookup table has an error column (on.error=column): a JOIN against it keeps"
+                + " Spark's scan");
+      }
+      if (a.name().toLowerCase(Locale.ROOT).startsWith(Names.PREFIX)) {
+        throw new NotRewritten("column " + a.name() + " uses the prefix the rewrite reserves");
+      }
+      if (!keys.contains(a)) {
+        values.add(a);
+      }
+    }
+    if (values.isEmpty()) {
+      throw new NotRewritten("the lookup table has no value columns");
+    }
+    for (Attribute key : keys) {
+      String unfit = Casts.unfitKey(key.dataType());
+      if (unfit != null) {
+        throw new NotRewritten(unfit);
+      }
+    }
+    String function = options.get(FUNCTION_OPTION);
+    String strategy = options.getOrDefault("strategy", "lookup").trim().toLowerCase(Locale.ROOT);
+    long maxRows = -1;
+    String max = options.get("strategy.lookup.max-input-rows");
+    if (max != null && !max.trim().isEmpty()) {
+      try {
+        maxRows = Long.parseLong(max.trim().replace("_", ""));
+      } catch (NumberFormatException error) {
+        throw new NotRewritten("strategy.lookup.max-input-rows is not a number: " + max);
+      }
+    }
+    return new LookupTable(
+        relation,
+        keys,
+        values,
+        function == null || function.trim().isEmpty() ? null : function.trim(),
+        strategy,
+        maxRows);
+  }
+
+  private static Attribute column(List<Attribute> output, String name) {
+    for (Attribute a : output) { // as the data source finds it: the exact name first
+      if (a.name().equals(name)) {
+        return a;
+      }
+    }
+    for (Attribute a : output) {
+      if (a.name().equalsIgnoreCase(name)) {
+        return a;
+      }
+    }
+    throw new NotRewritten("key.column names " + name + ", which the table does not have");
+  }
+
+  /** The options as given to the data source, for the table function made from them. */
+  Map<String, String> options() {
+    return relation.options().asCaseSensitiveMap();
+  }
+
+  int keyIndex(Attribute a) {
+    for (int i = 0; i < keys.size(); i++) {
+      if (keys.get(i).exprId().equals(a.exprId())) {
+        return i;
+      }
+    }
+    return -1;
+  }
+
+  boolean isValue(Attribute a) {
+    for (Attribute v : values) {
+      if (v.exprId().equals(a.exprId())) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  List<String> keyNames() {
+    List<String> names = new ArrayList<>();
+    for (Attribute a : keys) {
+      names.add(a.name());
+    }
+    return names;
+  }
+}
