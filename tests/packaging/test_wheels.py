@@ -73,6 +73,10 @@ def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) 
         names = archive.namelist()
     assert "lookup_source/__init__.py" in names, names[:20]
     assert "lookup_source/functions.py" in names and "lookup_source/py.typed" in names
+    # the SQL extension: its Java source, and its jar (make test builds it before the suites)
+    extension = "lookup_source/spark/sql_extension/"
+    assert f"{extension}java/asynclookup/sql/LookupJoinRewrite.java" in names
+    assert f"{extension}asynclookup-sql.jar" in names
     env_dir = tmp_path / "env"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -99,5 +103,13 @@ def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) 
         env=env,
     )
     assert str(env_dir) in located.stdout and str(ROOT) not in located.stdout
+    # the installed jar is the one spark-submit is told to take (its source is the shipped one)
+    arguments = run([str(env_dir / "bin" / "asynclookup"), "sql-extension"], cwd=outside, env=env)
+    jar = arguments.stdout.split()[1]
+    assert jar.startswith(str(env_dir)) and jar.endswith("asynclookup-sql.jar"), arguments.stdout
+    assert arguments.stdout.split()[2:] == [
+        "--conf",
+        "spark.sql.extensions=asynclookup.sql.AsyncLookupSqlExtensions",
+    ]
     demo = run([str(env_dir / "bin" / "asynclookup"), "demo", *DEMO_FLAGS], cwd=outside, env=env)
     check_demo_output(demo.stdout)  # the demo's default run, as a user gets it

@@ -18,8 +18,15 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lookup_source import lookup_join, lookup_metrics, progress_metrics, register_lookup_table
-from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
+from lookup_source import (
+    enable_sql_joins,
+    lookup_join,
+    lookup_metrics,
+    progress_metrics,
+    register_lookup_table,
+)
+from lookup_source.spark.internals import plan_text
+from lookup_source.spark.versions import DATA_SOURCE, SQL_JOINS, TABLE_FUNCTION
 
 SCHEMA = "user_id long, name string"
 
@@ -75,6 +82,8 @@ def main() -> None:
         builder = builder.remote(where.removeprefix("connect:"))
     else:
         builder = builder.master(where).config("spark.executor.memory", "768m")
+    if SQL_JOINS.available():  # a local Connect server starts with the builder's settings
+        builder = enable_sql_joins(builder)
     spark = builder.config("spark.ui.enabled", "false").getOrCreate()
     if DATA_SOURCE.available():
         from lookup_source import AsyncLookupDataSource
@@ -109,7 +118,7 @@ def main() -> None:
     metrics = lookup_metrics(joined)
     joined.count()  # a second action: its lookups add up, as an accumulator's do
     twice = lookup_metrics(joined)
-    table_rows = table_metrics = None
+    table_rows = table_metrics = sql_join_rows = sql_join_plan = None
     if TABLE_FUNCTION.available():
         register_lookup_table(spark, "users", schema=SCHEMA, options=options)
         events.createOrReplaceTempView("events")
@@ -121,6 +130,15 @@ def main() -> None:
             table_metrics = lookup_metrics("users").rows
         except ValueError as error:  # Spark Connect: the table function reports no metrics
             table_metrics = str(error)
+        if SQL_JOINS.available():  # a plain JOIN against the table: its lookups
+            join = spark.sql(
+                "SELECT e.event_id, e.user_id, u.name FROM events e "
+                "LEFT JOIN users u ON e.user_id = u.user_id"
+            )
+            sql_join_rows = sorted((r.event_id, r.user_id, r.name) for r in join.collect())
+            sql_join_plan = "ArrowEvalPythonUDTF" in plan_text(join, "simple")
+            if isinstance(table_metrics, int):  # the JOIN's lookups count as the table's
+                sql_join_plan = sql_join_plan and lookup_metrics("users").rows == 10_000
     with tempfile.TemporaryDirectory() as work:
         progress = stream_progress(spark, options, work)
     print(
@@ -132,6 +150,8 @@ def main() -> None:
                 "function_budget": function_budget,
                 "read": read_rows,
                 "table": table_rows,
+                "sql_join": sql_join_rows,
+                "sql_join_is_lookup": sql_join_plan,
                 "columns": joined.columns,
                 "metrics": {
                     "rows": metrics.rows,

@@ -15,7 +15,7 @@ from typing import Any
 import pyspark
 import pytest
 
-from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
+from lookup_source.spark.versions import DATA_SOURCE, SQL_JOINS, TABLE_FUNCTION
 
 JOB = Path(__file__).with_name("deployment_job.py")
 
@@ -116,6 +116,8 @@ def test_local_cluster_matches_local(
     if TABLE_FUNCTION.available():
         assert result["table"] == want["join"]
         assert result["table_metrics"] == 5_000
+    if SQL_JOINS.available():  # a JOIN is the lookup, across executors
+        assert result["sql_join"] == want["join"] and result["sql_join_is_lookup"]
 
 
 @pytest.mark.skipif(not CONNECT_SERVER_BUNDLED, reason=CONNECT_SERVER_SKIP)
@@ -130,6 +132,8 @@ def test_spark_connect(redis_srv: Any, prefix: str, loaded: None) -> None:
     check_progress(result["progress"])
     if DATA_SOURCE.available():
         assert result["read"] == want["read"]
+    if SQL_JOINS.available():  # a Connect server started with the extension: a client's JOIN
+        assert result["sql_join"] == want["join"] and result["sql_join_is_lookup"]
     if TABLE_FUNCTION.available():
         assert result["table"] == want["join"]
         assert result["table_metrics"] == (

@@ -12,7 +12,7 @@ import pytest
 
 from lookup_source import lookup_join, register_lookup_table
 from lookup_source.spark.internals import plan_text
-from lookup_source.spark.versions import BROADCAST, DATA_SOURCE, TABLE_FUNCTION
+from lookup_source.spark.versions import BROADCAST, DATA_SOURCE, SQL_JOINS, TABLE_FUNCTION
 from tests.helpers import needs
 
 SECRET = "S3CRETV4LUE"
@@ -68,3 +68,23 @@ def test_a_registered_table_and_its_table_function(spark: Any, inline: dict[str,
     _shows_no_secret(
         spark.sql("SELECT * FROM secret_users_lookup(TABLE(secret_events), 'user_id')")
     )
+
+
+@needs(SQL_JOINS)
+def test_a_sql_join_rewritten_into_lookups(spark: Any, inline: dict[str, str]) -> None:
+    """A JOIN against a registered table, and against a data source DataFrame whose table
+    function the SQL extension makes from its options (which travel pickled, never in text)."""
+    register_lookup_table(spark, "secret_join_users", schema=SCHEMA, options=inline)
+    events = spark.range(5).withColumnRenamed("id", "user_id")
+    events.createOrReplaceTempView("secret_join_events")
+    joined = spark.sql(
+        "SELECT e.user_id, u.name FROM secret_join_events e "
+        "JOIN secret_join_users u ON e.user_id = u.user_id"
+    )
+    assert "ArrowEvalPythonUDTF" in plan_text(joined, "simple")
+    _shows_no_secret(joined)
+    users = spark.read.format("asynclookup").options(**inline).schema(SCHEMA).load()
+    made = events.join(users, "user_id", "left")
+    assert "asynclookup_join_" in plan_text(made, "simple")
+    _shows_no_secret(made)
+    assert sorted(made.collect()) == [(i, f"user {i}") for i in range(5)]

@@ -22,6 +22,7 @@ from lookup_source.spark.versions import (
     DATA_SOURCE,
     FILTER_PUSHDOWN,
     OLDEST_SUPPORTED,
+    SQL_JOINS,
     TABLE_FUNCTION,
     parse_version,
 )
@@ -69,6 +70,21 @@ def test_the_table_function_says_which_pyspark_it_needs(spark: Any) -> None:
     assert str(raised.value) == (
         f"the SQL table function (register_lookup_table) needs PySpark >= 4.1 (this is "
         f"PySpark {pyspark.__version__}): on PySpark {minor}, use lookup_join"
+    )
+
+
+@pytest.mark.skipif(SQL_JOINS.available(), reason="this PySpark has SQL JOINs as lookups")
+def test_sql_joins_say_which_pyspark_they_need() -> None:
+    from pyspark.sql import SparkSession
+
+    from lookup_source import enable_sql_joins
+
+    minor = ".".join(pyspark.__version__.split(".")[:2])
+    with pytest.raises(UnsupportedSparkError) as raised:
+        enable_sql_joins(SparkSession.builder)
+    assert str(raised.value) == (
+        "SQL JOINs as lookups (enable_sql_joins, the SQL extension) needs PySpark >= 4.1 "
+        f"(this is PySpark {pyspark.__version__}): on PySpark {minor}, use lookup_join"
     )
 
 
@@ -156,6 +172,7 @@ def test_the_readme_versions_table_says_what_the_code_and_the_matrix_do() -> Non
         "the data source": DATA_SOURCE,
         "filter pushdown": FILTER_PUSHDOWN,
         "the SQL table function": TABLE_FUNCTION,
+        "SQL JOINs as lookups": SQL_JOINS,
         "`strategy=broadcast`": BROADCAST,
     }
     for line in rows[2:]:
