@@ -8,7 +8,11 @@ rows, at most the table's; a tenth of the keys miss the table). For each input, 
 - Spark's own JDBC reader and a join (``spark.read.jdbc`` partitioned on the key over
   ``--tasks`` partitions, ``df.join(dim, "uid", "left")``: what a Spark user writes instead);
 - ``lookup_join`` with ``strategy`` ``lookup``, ``broadcast`` (where the table fits
-  ``strategy.broadcast.max-rows``), ``scan`` and ``auto`` (its choice and reason reported).
+  ``strategy.broadcast.max-rows``), ``scan`` and ``auto`` (its choice and reason reported);
+- where the session has the SQL extension (PySpark 4.1+): the same join as a SQL ``JOIN``
+  against the table registered with ``register_lookup_table`` (rewritten into lookups), the
+  same ``JOIN`` with the rewrite off (the data source's scan and Spark's join), the table
+  function, and a ``JOIN`` against the table registered with ``strategy=auto``.
 
 Every method's answer is checked against the JDBC join's (its rows, and a sum over a hash of
 every column). Then the scans alone: the rows per second of Spark's JDBC reader and of the data
@@ -145,72 +149,147 @@ def run_plan(spark: Any, args: Any) -> list[PlanResult]:
         "partitions": str(args.tasks),
     }
     has_jdbc = os.path.exists(JDBC_JAR)
+    sql = sql_tables(spark, options)
     results: list[PlanResult] = []
     for rows in (int(r) for r in args.plan_inputs.split(",") if r.strip()):
         df, distinct = plan_input(spark, rows, table_rows, args.tasks)
-        expected: tuple[int, int] | None = None
+        measure = Measure(results, rows, distinct)
         if has_jdbc:
-            joined = df.join(
-                jdbc_table(spark, args.postgres_url, table, table_rows, args.tasks), "uid", "left"
-            )
-            seconds = best_of(joined)
-            expected = checksum(joined)
-            results.append(
-                PlanResult(rows, distinct, "Spark JDBC + join", seconds, expected[0], expected[1])
+            measure(
+                "Spark JDBC + join",
+                lambda df=df: df.join(
+                    jdbc_table(spark, args.postgres_url, table, table_rows, args.tasks),
+                    "uid",
+                    "left",
+                ),
+                reference=True,
             )
         else:
-            results.append(
-                PlanResult(
-                    rows,
-                    distinct,
-                    "Spark JDBC + join",
-                    0.0,
-                    0,
-                    note=f"no JDBC driver at {JDBC_JAR}",
-                )
-            )
+            measure.skipped("Spark JDBC + join", f"no JDBC driver at {JDBC_JAR}")
         for strategy in ("lookup", "broadcast", "scan", "auto"):
             if strategy == "broadcast" and table_rows > 1_000_000:
-                results.append(
-                    PlanResult(
-                        rows,
-                        distinct,
-                        "broadcast",
-                        0.0,
-                        0,
-                        note="the table is beyond strategy.broadcast.max-rows",
-                    )
-                )
+                measure.skipped(strategy, "the table is beyond strategy.broadcast.max-rows")
                 continue
-            out = lookup_join(
-                df, "uid", schema=SCHEMA, options={**options, "strategy": strategy}, how="left"
-            )
-            seconds = best_of(out)
-            metrics = lookup_metrics(out)
-            got = checksum(out)
-            note = ""
-            if expected is not None and got != expected:
-                note = f"ANSWER DIFFERS from JDBC + join: {got} against {expected}"
-            if strategy == "auto":
-                note = (note + "; " if note else "") + (
-                    f"chose {metrics.strategy}: {metrics.strategy_reason}"
-                )
-            results.append(
-                PlanResult(
-                    rows,
-                    distinct,
-                    strategy,
-                    seconds,
-                    got[0],
-                    got[1],
-                    note,
-                    {"chosen": metrics.strategy},
-                )
-            )
+
+            def frame(df: Any = df, strategy: str = strategy) -> Any:
+                chosen = {**options, "strategy": strategy}
+                return lookup_join(df, "uid", schema=SCHEMA, options=chosen, how="left")
+
+            def chosen(out: Any, strategy: str = strategy) -> tuple[str, dict[str, Any]]:
+                metrics = lookup_metrics(out)
+                note = f"chose {metrics.strategy}: {metrics.strategy_reason}"
+                return (note if strategy == "auto" else ""), {"chosen": metrics.strategy}
+
+            measure(strategy, frame, describe=chosen)
+        if sql is not None:
+            sql_joins(spark, measure, df, sql)
         df.unpersist()
     results += scan_rates(spark, args, table, table_rows, options, has_jdbc)
     results += stream_plans(spark, args, table, table_rows, options, has_jdbc)
     return results
+
+
+class Measure:
+    """Times each method on one input, checks its answer against the reference's (the JDBC
+    join's), and keeps its line; a method that fails is kept as failed, with its reason."""
+
+    def __init__(self, results: list[PlanResult], rows: int, distinct: int) -> None:
+        self.results = results
+        self.rows = rows
+        self.distinct = distinct
+        self.expected: tuple[int, int] | None = None
+
+    def __call__(
+        self,
+        method: str,
+        frame: Any,
+        *,
+        reference: bool = False,
+        describe: Any = None,
+    ) -> None:
+        try:
+            out = frame()
+            seconds = best_of(out)
+            got = checksum(out)
+            note, extra = describe(out) if describe is not None else ("", {})
+        except Exception as error:  # one method's failure never ends the run
+            reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+            self.skipped(method, f"FAILED: {type(error).__name__}: {reason}")
+            return
+        if reference:
+            self.expected = got
+        elif self.expected is not None and got != self.expected:
+            note = "; ".join(
+                n
+                for n in (f"ANSWER DIFFERS from JDBC + join: {got} against {self.expected}", note)
+                if n
+            )
+        self.results.append(
+            PlanResult(self.rows, self.distinct, method, seconds, got[0], got[1], note, extra)
+        )
+
+    def skipped(self, method: str, note: str) -> None:
+        self.results.append(PlanResult(self.rows, self.distinct, method, 0.0, 0, note=note))
+
+
+@dataclass(frozen=True)
+class SqlTables:
+    """The table registered for SQL twice (``lookup`` and ``auto``), and the input's view."""
+
+    lookup: str = "bench_plan_users"
+    auto: str = "bench_plan_users_auto"
+    events: str = "bench_plan_events"
+
+
+def sql_tables(spark: Any, options: dict[str, str]) -> SqlTables | None:
+    """The scenario's table registered for SQL, when this session has the SQL extension
+    (PySpark 4.1+, the session started by the bench with it)."""
+    from lookup_source import register_lookup_table
+    from lookup_source.spark.sql_extension import extension_active
+
+    if not extension_active(spark):
+        return None
+    tables = SqlTables()
+    register_lookup_table(spark, tables.lookup, schema=SCHEMA, options=options)
+    register_lookup_table(
+        spark, tables.auto, schema=SCHEMA, options={**options, "strategy": "auto"}
+    )
+    return tables
+
+
+def sql_joins(spark: Any, measure: Measure, df: Any, tables: SqlTables) -> None:
+    """The same join in SQL: a JOIN rewritten into lookups by the SQL extension, the same JOIN
+    with the rewrite off (the data source's scan and Spark's join), the table function, and a
+    JOIN against the table registered with ``strategy=auto``."""
+    from lookup_source.spark.sql_extension import ENABLED
+
+    df.createOrReplaceTempView(tables.events)
+    join = (
+        "SELECT e.event_id, e.uid, u.name, u.tier FROM {events} e "
+        "LEFT JOIN {table} u ON e.uid = u.uid"
+    )
+
+    def query(table: str, enabled: bool = True) -> Any:
+        spark.conf.set(ENABLED, "true" if enabled else "false")
+        return spark.sql(join.format(events=tables.events, table=table))
+
+    def rewritten(out: Any) -> tuple[str, dict[str, Any]]:
+        plan = out._jdf.queryExecution().executedPlan().toString()
+        lookups = "ArrowEvalPythonUDTF" in plan
+        return ("runs as lookups" if lookups else "Spark's scan and join"), {"lookups": lookups}
+
+    try:
+        measure("SQL JOIN", lambda: query(tables.lookup), describe=rewritten)
+        measure("SQL JOIN, rewrite off", lambda: query(tables.lookup, False), describe=rewritten)
+        measure(
+            "SQL table function",
+            lambda: spark.sql(
+                f"SELECT * FROM {tables.lookup}_lookup(TABLE({tables.events}), 'uid')"
+            ),
+        )
+        measure("SQL JOIN, strategy=auto", lambda: query(tables.auto), describe=rewritten)
+    finally:
+        spark.conf.unset(ENABLED)
 
 
 def stream_plans(

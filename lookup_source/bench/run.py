@@ -510,6 +510,7 @@ def spark_session(args: Any, *, reuse_workers: bool) -> Iterator[Any]:
     )
     if os.path.exists(m.JDBC_JAR):
         builder = builder.config("spark.jars", m.JDBC_JAR)
+    builder = _with_sql_joins(builder)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from lookup_source import AsyncLookupDataSource
@@ -519,6 +520,23 @@ def spark_session(args: Any, *, reuse_workers: bool) -> Iterator[Any]:
         yield spark
     finally:
         spark.stop()
+
+
+def _with_sql_joins(builder: Any) -> Any:
+    """The builder with the SQL extension (the plan scenario's SQL JOIN rows), where this
+    PySpark has it and its jar is there or can be built; else as it was."""
+    from lookup_source.errors import ConfigurationError
+    from lookup_source.spark.versions import SQL_JOINS
+
+    if not SQL_JOINS.available():
+        return builder
+    from lookup_source import enable_sql_joins
+
+    try:
+        return enable_sql_joins(builder)
+    except ConfigurationError as error:  # no jar and no JDK: the SQL rows say so
+        print(f"bench: no SQL JOIN rows: {error}", file=sys.stderr)
+        return builder
 
 
 def _warm_up(spark: Any, args: Any) -> None:

@@ -39,12 +39,18 @@ class Example:
     @property
     def needs(self) -> list[Any]:
         """The surfaces (SparkFeature) the example uses beyond lookup_join."""
-        from lookup_source.spark.versions import DATA_SOURCE, FILTER_PUSHDOWN, TABLE_FUNCTION
+        from lookup_source.spark.versions import (
+            DATA_SOURCE,
+            FILTER_PUSHDOWN,
+            SQL_JOINS,
+            TABLE_FUNCTION,
+        )
 
         uses = {
             DATA_SOURCE: ('format("asynclookup")', "AsyncLookupDataSource", "USING asynclookup"),
             FILTER_PUSHDOWN: ("filterPushdown",),
             TABLE_FUNCTION: ("register_lookup_table(", "_lookup(TABLE("),
+            SQL_JOINS: ("enable_sql_joins",),
         }
         return [feature for feature, marks in uses.items() if any(m in self.code for m in marks)]
 
@@ -253,6 +259,16 @@ def _check_strategy(namespace: dict[str, Any], out: str, workspace: str) -> None
     assert "and the input's size is unknown" in out  # Spark cannot size a local DataFrame
 
 
+def _check_sql_join(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    # the Postgres users of docker/postgres-init.sql: 10 and 11 exist, 99 too; a null key
+    assert "user-10" in out and "user-11" in out and "user-99" in out, out
+    join = namespace["spark"].sql(
+        "SELECT e.event_id, u.name FROM events e LEFT JOIN users u ON e.user_id = u.user_id"
+    )
+    assert "ArrowEvalPythonUDTF" in join._jdf.queryExecution().executedPlan().toString()
+    assert sorted(join.collect()) == [(1, "user-10"), (2, "user-11"), (3, None), (4, "user-99")]
+
+
 def _check_data_source(namespace: dict[str, Any], out: str, workspace: str) -> None:
     if "users" in namespace:
         assert _names(namespace["users"], "user_id") == ["Ada", "Grace"]
@@ -300,5 +316,6 @@ CHECKS = {
     "Lookups, a broadcast or a scan": _check_strategy,
     "Read a dimension table by key": _check_data_source,
     "SQL": _check_sql,
+    "A SQL JOIN is the lookup": _check_sql_join,
     "HTTP connector": _check_http,
 }
