@@ -314,6 +314,8 @@ def table_join(
     spark.dataSource.register(AsyncLookupDataSource)
     reader_options = {k: v for k, v in plan.options.to_strings().items() if k not in _LOOKUP_ONLY}
     reader_options[FILTER_PUSHDOWN] = "false"
+    # this join is the scan's: the SQL extension must not make it lookups again
+    reader_options[STRATEGY] = "broadcast" if broadcast else "scan"
     fields = list(plan.schema.fields)
     if plan.options.error_column:
         fields.append(StructField(ERROR_COLUMN, StringType(), True))

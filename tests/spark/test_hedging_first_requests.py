@@ -104,7 +104,11 @@ def test_an_http_jobs_first_slow_answers_are_hedged(
     )
     slow_keys = KEYS // 50
     assert plain.hedges == 0 and plain.latency_max_ms >= SLOW_S * 1000
-    assert hedged.hedges_won >= slow_keys  # every slow first answer, the first keys included
+    # every slow first answer was hedged, the first keys included: each slow key was asked
+    # twice. (Which of the two reached the service first, and so was the slow one, is the
+    # machine's timing: the hedge wins or the primary does, never the slow answer.)
+    assert all(service.asked[key] >= 2 for key in range(0, KEYS, 50)), service.asked
+    assert hedged.hedges >= slow_keys and hedged.hedges_won >= 1
     assert hedged.latency_max_ms < SLOW_S * 1000 / 2
     within_budget(hedged, 0.05)
     assert hedged_s <= 0.6 * plain_s

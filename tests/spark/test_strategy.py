@@ -98,6 +98,9 @@ def test_a_scan_joined_gives_what_lookups_give_on_every_type(
     # at run time); a broadcast asks for one
     plan = broadcast._jdf.queryExecution().optimizedPlan().toString()
     assert ("strategy=broadcast" in plan) == (strategy == "broadcast"), plan
+    # the table is read whole (the SQL extension leaves this join a join, never lookups)
+    physical = broadcast._jdf.queryExecution().executedPlan().toString()
+    assert "ArrowEvalPythonUDTF" not in physical and "asynclookup" in physical, physical
     assert lookup_metrics(looked).strategy == "lookup"
 
 
