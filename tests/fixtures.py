@@ -41,6 +41,11 @@ def prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}:"
 
 
+JDBC_JAR = os.environ.get("ASYNCLOOKUP_TEST_JDBC_JAR", "/usr/share/java/postgresql.jar")
+"""The Postgres JDBC driver (Debian: libpostgresql-jdbc-java), put in the session's spark.jars
+when it is there; tests of Spark's JDBC reader skip without it, saying so."""
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     # Executors start Python from PYSPARK_PYTHON: it must be the interpreter with our package.
@@ -66,6 +71,8 @@ def spark() -> Iterator[Any]:
         .config("spark.driver.memory", "2g")
         .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="asynclookup-warehouse-"))
     )
+    if os.path.exists(JDBC_JAR):  # strategy=scan reads Postgres through Spark's JDBC reader
+        builder = builder.config("spark.jars", JDBC_JAR)
     if SQL_JOINS.available():  # every Spark test runs with the SQL extension in the session
         from lookup_source import enable_sql_joins
 

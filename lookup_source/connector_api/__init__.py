@@ -29,6 +29,8 @@ msgspec and the exception tree::
 - the kit every connector shares: :func:`require_url`, :func:`password_env_option` and
   :func:`password_from_env`, :func:`excerpt` (of a bad answer), :func:`error_rows`,
   :func:`scanned_keys`, :func:`pooled` (a connection dropped when an exchange is in doubt);
+- Spark's own JDBC reader of a connector's table (:class:`JdbcTable`,
+  :class:`JdbcUnavailable`, ``LookupClient.jdbc_table``);
 - TLS: :func:`tls_option_specs` (the ``<name>.tls.*`` options), :class:`TlsSettings` (their
   ``ssl.SSLContext``), :func:`tls_failure` (a certificate problem as an error naming the
   option to fix) and :func:`handshake_check` (a TLS 1.3 refusal that showed as a reset
@@ -63,6 +65,7 @@ from lookup_source.connector_api.client import (
     LookupResult,
     Record,
 )
+from lookup_source.connector_api.jdbc import JdbcTable, JdbcUnavailable
 from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
 from lookup_source.connector_api.keys import encode_rows, match_rows, python_keys
 from lookup_source.connector_api.kit import (
@@ -144,6 +147,8 @@ __all__ = [
     "ConnectorError",
     "ConnectorOptions",
     "HandshakeCheck",
+    "JdbcTable",
+    "JdbcUnavailable",
     "JsonColumns",
     "Key",
     "KeyTemplate",

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from lookup_source.connector_api.jdbc import JdbcTable, JdbcUnavailable
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.kit import scanned_keys
 from lookup_source.connector_api.matches import Matches
@@ -326,6 +327,20 @@ class LookupClient:
         case-insensitive or padded key types): a broadcast join of the scanned table then gives
         what the lookups give. The default: whenever the connector can scan."""
         return cls.can_scan(config)
+
+    @classmethod
+    def jdbc_table(cls, config: ConnectorConfig) -> JdbcTable:
+        """Optional: how Spark's own JDBC reader reads this table (``strategy=scan`` and
+        ``broadcast`` take it when the driver class is on Spark's classpath: ``scan.reader``).
+        Called on the driver, where it may read secrets from the environment. Raises
+        :class:`JdbcUnavailable` saying why not (the default: the connector has no JDBC
+        form)."""
+        raise JdbcUnavailable(f"the {cls.name} connector's store has no JDBC reader here")
+
+    async def key_range(self) -> tuple[int, int] | None:
+        """Optional: the smallest and largest key of a table with one integer key (a whole-table
+        read is cut into ranges of it), asked once on the driver; None: unknown."""
+        return None
 
     async def keys_match_exactly(self) -> bool:
         """Whether the store matches a key exactly as Spark compares it — asked once on the

@@ -81,7 +81,10 @@ def lookup_join(
     out_schema = output_schema(df.schema, plan)
     choice = strategy_of(df, plan)
     if choice.strategy in ("broadcast", "scan"):
-        joined = table_join(df, on_columns, plan, how=how, broadcast=choice.strategy == "broadcast")
+        broadcast = choice.strategy == "broadcast"
+        joined = table_join(
+            df, on_columns, plan, how=how, broadcast=broadcast, reader=choice.reader
+        )
         return joined.alias(track(lookup, choice))
     if lookup_options.partition_by_key:
         df = partitioned_by_key(df, on_columns)
@@ -97,6 +100,8 @@ def lookup_join(
         metrics=accumulator,
         metrics_rows=metrics_rows,
         client_factory=function,
+        # the latency buckets travel as rows of their own only for an entry of named fields
+        buckets=df.isStreaming and lookup_options.metrics_progress == "fields",
     )
     # the function's id appears in the plan of every DataFrame derived from the result:
     # lookup_metrics finds the accumulator (or the observation) by it
@@ -106,7 +111,8 @@ def lookup_join(
         return df.mapInArrow(task, out_schema)
     with_metrics = StructType([*out_schema.fields, metrics_spark_field()])
     extra = progress_fields(lookup_options)
-    return observed(df.mapInArrow(task, with_metrics), function_id, extra)
+    form = lookup_options.metrics_progress
+    return observed(df.mapInArrow(task, with_metrics), function_id, extra, form)
 
 
 def partitioned_by_key(df: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -127,10 +133,11 @@ def _lookup_partition(
     metrics: Any = None,
     metrics_rows: bool = False,
     client_factory: ClientFactory | None = None,
+    buckets: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The function each task runs (under mapInArrow); module level, so it pickles by name."""
     if metrics_rows:  # a stream, or Spark Connect: the task's metrics leave as its last rows
-        rows = MetricsRows(metrics)
+        rows = MetricsRows(metrics, buckets)
         yield from rows.output(
             run_lookups(
                 rows.watch(batches),

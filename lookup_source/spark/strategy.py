@@ -21,23 +21,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField
 
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.scan import estimate_rows
 from lookup_source.errors import OptionError
-from lookup_source.options import (
-    ERROR_COLUMN,
-    FILTER_PUSHDOWN,
-    PARTITION_BY_KEY,
-    STRATEGY,
-    STRATEGY_BROADCAST_MAX_ROWS,
-    STRATEGY_LOOKUP_MAX_INPUT_ROWS,
-)
+from lookup_source.options import ERROR_COLUMN
 from lookup_source.spark import plan_cost
 from lookup_source.spark.internals import plan_text
 from lookup_source.spark.plan import LookupPlan
 from lookup_source.spark.plan_cost import DEFAULT_COSTS, StoreCosts
+from lookup_source.spark.table_read import TableReader, read_table, table_reader
 from lookup_source.spark.versions import BROADCAST
 
 if TYPE_CHECKING:
@@ -48,10 +42,12 @@ log = logging.getLogger("lookup_source")
 
 @dataclass(frozen=True)
 class Choice:
-    """The strategy of one lookup_join, and why."""
+    """The strategy of one lookup_join, and why (and for a scan or a broadcast, what reads the
+    table)."""
 
     strategy: str
     reason: str
+    reader: TableReader | None = None
 
 
 def _rows(count: int) -> str:
@@ -189,15 +185,19 @@ def row_width(schema: Any) -> int:
     return max(8, width(schema))
 
 
-def _costs(client_class: Any) -> StoreCosts:
-    """The connector's figures, or the defaults for those it does not state."""
+def _costs(client_class: Any, reader: TableReader | None = None) -> StoreCosts:
+    """The connector's figures, or the defaults for those it does not state; a table that
+    Spark's JDBC reader reads costs that reader's figure per row."""
+    scan_us = (
+        DEFAULT_COSTS.scan_us if client_class.scan_cost_us is None else client_class.scan_cost_us
+    )
+    if reader is not None and reader.kind == "jdbc":
+        scan_us = plan_cost.JDBC_SCAN_US
     return StoreCosts(
         lookup_us=DEFAULT_COSTS.lookup_us
         if client_class.lookup_cost_us is None
         else client_class.lookup_cost_us,
-        scan_us=DEFAULT_COSTS.scan_us
-        if client_class.scan_cost_us is None
-        else client_class.scan_cost_us,
+        scan_us=scan_us,
     )
 
 
@@ -239,14 +239,15 @@ def sql_join_limit(plan: LookupPlan) -> tuple[int | None, str]:
 
 def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
     """The strategy of a lookup_join (``strategy``): checked when asked for, chosen from sizes
-    under ``auto``, logged in one line."""
+    under ``auto``, logged in one line; for a scan or a broadcast, the reader of the table
+    (``scan.reader``)."""
     lookup_options = plan.options
     requested = lookup_options.strategy
     client_class = lookup_options.connector_class()
     config = plan.connector_config()
     can_scan = client_class.can_scan(config)
+    reader: TableReader | None = None
     if requested in ("broadcast", "scan"):
-        BROADCAST.require()
         why = (
             "the input is a stream: a table scanned once would go stale"
             if df.isStreaming
@@ -256,6 +257,11 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         )
         if why is not None:
             raise OptionError("strategy", f"is {requested}, but {why}; use lookup or auto")
+        reader = table_reader(df.sparkSession, plan)
+        if reader.kind == "source":  # Spark's JDBC reader needs no Python data source
+            BROADCAST.require()
+    elif requested == "auto" and not df.isStreaming and can_scan:
+        reader = table_reader(df.sparkSession, plan)
 
     unknown: list[str] = []
 
@@ -271,11 +277,14 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         input_rows=lambda: input_rows(df),
         max_rows=lookup_options.broadcast_max_rows,
         connector=client_class.name,
-        costs=_costs(client_class),
+        data_source=BROADCAST.available() or (reader is not None and reader.kind == "jdbc"),
+        costs=_costs(client_class, reader),
         max_lookup_rows=lookup_options.lookup_max_input_rows,
     )
     if unknown and choice.reason == "the table's size is unknown":
         choice = Choice(choice.strategy, f"{choice.reason} ({unknown[0]})")
+    if choice.strategy in ("broadcast", "scan") and reader is not None:
+        choice = Choice(choice.strategy, f"{choice.reason}; {reader.describe()}", reader)
     log.info("asynclookup: strategy %s: %s", choice.strategy, choice.reason)
     return choice
 
@@ -286,13 +295,6 @@ ESTIMATING = (
 )
 """Why a secret is read on the driver when strategy=auto asks the store for its size."""
 
-_LOOKUP_ONLY = (
-    STRATEGY,
-    STRATEGY_BROADCAST_MAX_ROWS,
-    STRATEGY_LOOKUP_MAX_INPUT_ROWS,
-    PARTITION_BY_KEY,
-)
-
 
 def table_join(
     df: DataFrame,
@@ -301,26 +303,20 @@ def table_join(
     *,
     how: str,
     broadcast: bool,
+    reader: TableReader | None = None,
 ) -> DataFrame:
-    """``df`` joined to the whole table, read once through the data source: broadcast
-    (``strategy=broadcast``), or read in parallel and joined as Spark's planner decides, a
-    shuffle and a sort-merge or shuffled hash join (``strategy=scan``). The same rows lookups
-    give, for a table that does not change meanwhile."""
+    """``df`` joined to the whole table, read once (by ``reader``: Spark's JDBC reader or the
+    data source): broadcast (``strategy=broadcast``), or read in parallel and joined as Spark's
+    planner decides, a shuffle and a sort-merge or shuffled hash join (``strategy=scan``). The
+    same rows lookups give, for a table that does not change meanwhile."""
     from pyspark.sql import functions as F
 
-    from lookup_source.spark.datasource import AsyncLookupDataSource
-
     spark = df.sparkSession
-    spark.dataSource.register(AsyncLookupDataSource)
-    reader_options = {k: v for k, v in plan.options.to_strings().items() if k not in _LOOKUP_ONLY}
-    reader_options[FILTER_PUSHDOWN] = "false"
-    # this join is the scan's: the SQL extension must not make it lookups again
-    reader_options[STRATEGY] = "broadcast" if broadcast else "scan"
     fields = list(plan.schema.fields)
     if plan.options.error_column:
         fields.append(StructField(ERROR_COLUMN, StringType(), True))
-    reader = spark.read.format("asynclookup").options(**reader_options)
-    table = reader.schema(StructType(fields)).load()
+    chosen = reader or table_reader(spark, plan)
+    table = read_table(spark, plan, chosen, fields)
     keys = [f"__asynclookup_key_{i}" for i in range(len(on_columns))]
     carried = [F.col(f.name) for f in plan.value_fields]
     if plan.options.error_column:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,36 +18,13 @@ from tests.helpers import needs
 
 pytestmark = needs(BROADCAST)
 
+SOURCE = "; the table read through the asynclookup data source (scan.reader=source)"
+"""How a scan's reason ends here (Spark's JDBC reader: test_jdbc_scan)."""
+
 TYPES = (
     "id long, name string, score double, active boolean, born date, seen timestamp, "
     "amount decimal(38,10), tags array<string>"
 )
-
-
-@pytest.fixture
-def typed(pg: Any, table_name: str) -> Iterator[str]:
-    """Users 0..99 of many column types (104 rows): users 7 and 8 have three rows each; user
-    50 has nulls."""
-    table = f"{table_name}_typed"
-    pg(
-        f"CREATE TABLE {table} (row_id serial PRIMARY KEY, id bigint, name text, "
-        "score double precision, active boolean, born date, seen timestamptz, "
-        "amount numeric, tags text[])"
-    )
-    pg(
-        f"INSERT INTO {table} (id, name, score, active, born, seen, amount, tags) "
-        "SELECT g, 'user ' || g, g / 3.0, g % 2 = 0, date '2000-01-01' + g, "
-        "timestamptz '2024-01-01 00:00:00+00' + g * interval '1 hour', g * 1.25, "
-        "ARRAY['t' || g, 'x'] FROM generate_series(0, 99) g WHERE g <> 50"
-    )
-    pg(f"INSERT INTO {table} (id) VALUES (50)")
-    pg(
-        f"INSERT INTO {table} (id, name) SELECT k, 'extra ' || n FROM (VALUES (7), (8)) v(k), "
-        "generate_series(1, 2) n"
-    )
-    pg(f"CREATE INDEX ON {table} (id)")
-    yield table
-    pg(f"DROP TABLE {table}")
 
 
 def postgres(postgres_srv: Any, table: str, **extra: str) -> dict[str, str]:
@@ -57,6 +33,7 @@ def postgres(postgres_srv: Any, table: str, **extra: str) -> dict[str, str]:
         "url": postgres_srv.url,
         "postgres.table": table,
         "key.column": "id",
+        "scan.reader": "source",  # the data source's scan (test_jdbc_scan: Spark's JDBC reader)
         **extra,
     }
 
@@ -93,7 +70,7 @@ def test_a_scan_joined_gives_what_lookups_give_on_every_type(
         1 for e in range(3_000) if e % 97 and e % 130 == 7
     )  # one row per match
     metrics = lookup_metrics(broadcast)
-    assert (metrics.strategy, metrics.strategy_reason) == (strategy, f"strategy={strategy}")
+    assert (metrics.strategy, metrics.strategy_reason) == (strategy, f"strategy={strategy}{SOURCE}")
     # a scan leaves the join to Spark's planner (which may still broadcast a table this small
     # at run time); a broadcast asks for one
     plan = broadcast._jdf.queryExecution().optimizedPlan().toString()
@@ -115,7 +92,7 @@ def test_auto_broadcasts_a_small_table_scans_past_the_limit_and_looks_up_few_key
     assert re.fullmatch(  # Spark estimates the input from its plan's statistics
         r"the cheapest by estimate: broadcast ~[0-9.]+ core-m?s, (scan|lookup) ~[0-9.]+ "
         r"core-m?s, (scan|lookup) ~[0-9.]+ core-m?s; the table ~104 rows, the input ~[0-9,]+ "
-        r"rows",
+        r"rows" + re.escape(SOURCE),
         metrics.strategy_reason,
     )
     assert metrics.requests == 0  # no lookup at all
@@ -125,7 +102,7 @@ def test_auto_broadcasts_a_small_table_scans_past_the_limit_and_looks_up_few_key
     metrics = lookup_metrics(out)
     assert metrics.strategy == "scan", metrics.strategy_reason  # beyond the broadcast limit
     assert metrics.strategy_reason.endswith(
-        "(more than strategy.broadcast.max-rows, 50: no broadcast)"
+        "(more than strategy.broadcast.max-rows, 50: no broadcast)" + SOURCE
     )
     assert metrics.requests == 0
     few = lookup_join(events(spark, rows=20), "uid", schema=TYPES, options=auto)

@@ -38,12 +38,14 @@ from asynclookup_postgres.catalog import (
     quote_identifier,
     split_table_name,
 )
-from asynclookup_postgres.options import POOL_SIZE, QUERY, TABLE
+from asynclookup_postgres.jdbc import jdbc_table
+from asynclookup_postgres.options import JDBC_KEY_FILE, POOL_SIZE, QUERY, TABLE
 from asynclookup_postgres.query import LookupQuery, scan_filter
 from lookup_source.connector_api import (
     SCAN_CHUNK_ROWS,
     ConnectorConfig,
     ConnectorError,
+    JdbcTable,
     LookupClient,
     Matches,
     OptionError,
@@ -124,6 +126,7 @@ class PostgresLookupClient(LookupClient):
         POOL_SIZE,
         password_env_option("postgres"),
         *tls_option_specs("postgres", "the Postgres server"),
+        JDBC_KEY_FILE,
     )
 
     def __init__(self, config: ConnectorConfig) -> None:
@@ -353,13 +356,14 @@ class PostgresLookupClient(LookupClient):
             await self._connect()
         return all(t in EXACT_KEY_TYPES for t in self._query.key_types)
 
-    async def scan_splits(self, partitions: int) -> list[tuple[int | None, int | None]] | None:
-        """Key ranges, when the key is one integer column (as Spark's JDBC source cuts with
-        ``partitionColumn``, ``lowerBound`` and ``upperBound``): ``partitions`` ranges of equal
-        width between the smallest and the largest key, read through the key's index. The
-        first range is open below (and takes the rows with a NULL key), the last open above:
-        the parts read every row once, even one inserted after the plan. Otherwise None: each
-        part reads the rows whose key hashes into it."""
+    @classmethod
+    def jdbc_table(cls, config: ConnectorConfig) -> JdbcTable:
+        """Spark's JDBC reader's options for the table (:mod:`.jdbc`)."""
+        return jdbc_table(config)
+
+    async def key_range(self) -> tuple[int, int] | None:
+        """The smallest and largest key of a table with one integer key; None otherwise (or for
+        an empty table)."""
         with _ASYNCPG_ERRORS:
             if self._table is None:
                 return None
@@ -372,8 +376,19 @@ class PostgresLookupClient(LookupClient):
                 low, high = await connection.fetchrow(
                     f"SELECT min({key}), max({key}) FROM {table}", timeout=self.config.timeout_s
                 )
-        if low is None:  # an empty table
+        return None if low is None else (int(low), int(high))
+
+    async def scan_splits(self, partitions: int) -> list[tuple[int | None, int | None]] | None:
+        """Key ranges, when the key is one integer column (as Spark's JDBC source cuts with
+        ``partitionColumn``, ``lowerBound`` and ``upperBound``): ``partitions`` ranges of equal
+        width between the smallest and the largest key, read through the key's index. The
+        first range is open below (and takes the rows with a NULL key), the last open above:
+        the parts read every row once, even one inserted after the plan. Otherwise None: each
+        part reads the rows whose key hashes into it."""
+        bounds = await self.key_range()
+        if bounds is None:  # not one integer key, or an empty table
             return None
+        low, high = bounds
         width = high - low + 1
         edges = [None, *(low + width * i // partitions for i in range(1, partitions)), None]
         return [(edges[i], edges[i + 1]) for i in range(partitions)]

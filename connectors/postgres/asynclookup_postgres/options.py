@@ -31,3 +31,14 @@ POOL_SIZE: OptionSpec[int] = OptionSpec(
     "beyond it wait for a free connection: keep Python workers x pool size under the "
     "server's max_connections, or set a budget (docs/deployment.md).",
 )
+
+JDBC_KEY_FILE: OptionSpec[str | None] = OptionSpec(
+    "postgres.tls.jdbc-key-file",
+    parse_text,
+    None,
+    "With a client certificate: the same private key in PKCS-8 DER (.pk8) or PKCS-12, on "
+    "the executors, for Spark's JDBC reader (scan.reader), which cannot read the PEM key of "
+    "postgres.tls.key-file (`openssl pkcs8 -topk8 -inform PEM -outform DER -nocrypt -in "
+    "client.key -out client.pk8`). Without it, a scan with a client certificate reads "
+    "through the data source.",
+)
