@@ -109,7 +109,22 @@ FILTER_PUSHDOWN = "filter.pushdown"
 STRATEGY = "strategy"
 STRATEGY_BROADCAST_MAX_ROWS = "strategy.broadcast.max-rows"
 STRATEGY_LOOKUP_MAX_INPUT_ROWS = "strategy.lookup.max-input-rows"
+SCAN_READER = "scan.reader"
 SQL_JOIN_FUNCTION = "sql.join.function"
+
+
+PROGRESS_FORMS = ("true", "fields", "false")
+"""``metrics.progress``: one text field (the default), named numbers, or no entry."""
+
+
+def _parse_progress(value: str) -> str:
+    text = value.strip().lower()
+    if text == "fields":
+        return "fields"
+    try:
+        return "true" if parse_bool(value) else "false"
+    except ValueError:
+        raise ValueError(f"expected one of {', '.join(PROGRESS_FORMS)}, got {value!r}") from None
 
 
 def option(
@@ -694,14 +709,16 @@ class LookupOptions:
     cache: CacheSettings = group(CacheSettings)
     hedge: HedgeSettings = group(HedgeSettings)
     budget: BudgetSettings = group(BudgetSettings)
-    metrics_progress: bool = option(
+    metrics_progress: str = option(
         "metrics.progress",
-        parse_bool,
-        True,
-        "A streaming lookup_join reports each micro-batch's metrics in its progress "
-        "(observedMetrics['asynclookup_<name>']); false saves what that costs the JVM "
-        "(about 0.1-0.3 core-µs per row), for streams of hundreds of thousands of rows a "
-        "second. See docs/monitoring.md.",
+        _parse_progress,
+        "true",
+        "How a streaming lookup_join reports each micro-batch's metrics in its progress "
+        "(observedMetrics['asynclookup_<name>']): `true`, one text field holding each task's "
+        "metrics, which progress_metrics decodes into numbers (one aggregate: the cheapest "
+        "entry); `fields`, the numbers themselves, one named field each (an aggregate each, "
+        "which Spark plans anew every micro-batch); `false`, no entry (and none of its cost). "
+        "See docs/monitoring.md.",
         scope=LOOKUP_JOIN,
     )
     metrics_opentelemetry: bool = option(
@@ -735,6 +752,18 @@ class LookupOptions:
         1_000_000,
         "strategy=auto: the most rows a table may have to be broadcast (each executor holds it "
         "in memory); a larger one is scanned and joined, or looked up.",
+        scope=LOOKUP_JOIN,
+    )
+    scan_reader: str = option(
+        SCAN_READER,
+        choice("auto", "jdbc", "source"),
+        "auto",
+        "strategy=scan and broadcast: what reads the table. `jdbc`: Spark's own JDBC reader "
+        "(Postgres: the connector's URL, password and TLS options mapped to pgjdbc's, the "
+        "read cut into ranges of an integer key; needs org.postgresql.Driver on Spark's "
+        "classpath, and the password on the driver); `source`: the asynclookup data source; "
+        "`auto`: the JDBC reader where the store has one and its driver is on the classpath, "
+        "else the data source (the reason says which, and why).",
         scope=LOOKUP_JOIN,
     )
     lookup_max_input_rows: int | None = option(

@@ -29,7 +29,13 @@ from typing import Any, Generic, TypeVar
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.errors import ConfigurationError
 from lookup_source.spark import internals
-from lookup_source.spark.progress import METRICS_COLUMN, is_task, progress_columns, progress_key
+from lookup_source.spark.progress import (
+    METRICS_COLUMN,
+    is_task,
+    progress_columns,
+    progress_document,
+    progress_key,
+)
 from lookup_source.spark.versions import CONNECT_METRICS, is_connect
 
 log = logging.getLogger("lookup_source")
@@ -153,7 +159,7 @@ def new_accumulator(spark: Any, table: str | None = None) -> Any:
     return accumulator
 
 
-def observed(df: Any, function_id: str, extra: tuple[str, ...] = ()) -> Any:
+def observed(df: Any, function_id: str, extra: tuple[str, ...] = (), form: str = "true") -> Any:
     """``df`` (a lookup_join's mapInArrow, with :data:`METRICS_COLUMN`) observed, then without
     the metrics rows and column. A stream: under the lookup's progress key, in every
     micro-batch's progress. A batch DataFrame over Spark Connect: by an observation whose
@@ -164,7 +170,8 @@ def observed(df: Any, function_id: str, extra: tuple[str, ...] = ()) -> Any:
 
     tracked = _LOOKUPS[function_id]
     if df.isStreaming:
-        watched = df.observe(progress_key(tracked.name), *progress_columns(extra))
+        columns = progress_columns(extra) if form == "fields" else [progress_document(extra)]
+        watched = df.observe(progress_key(tracked.name), *columns)
     else:
         from pyspark.sql.connect.observation import Observation
 
@@ -176,11 +183,11 @@ def observed(df: Any, function_id: str, extra: tuple[str, ...] = ()) -> Any:
     return watched.filter(F.col(METRICS_COLUMN).isNull()).drop(METRICS_COLUMN)
 
 
-def carries_rows(df: Any, progress: bool = True) -> bool:
+def carries_rows(df: Any, progress: str = "true") -> bool:
     """Whether a lookup_join over ``df`` hands its metrics over in rows: a stream when its
-    micro-batches report in their ``progress`` (``metrics.progress``), a batch DataFrame over
-    Spark Connect (no accumulators there)."""
-    if df.isStreaming and not progress:
+    micro-batches report in their ``progress`` (``metrics.progress`` not ``false``), a batch
+    DataFrame over Spark Connect (no accumulators there)."""
+    if df.isStreaming and progress == "false":
         return False
     if is_connect(df):
         return CONNECT_METRICS.available()

@@ -7,9 +7,14 @@ its latency histogram a bucket a row (:class:`MetricsRows`); an observation
 has exactly the rows and columns of the join.
 
 In a stream, the observation is each micro-batch's entry of ``observedMetrics``, named
-``asynclookup_<name>`` (:func:`progress_key`), with numbers only (:data:`PROGRESS_FIELDS`, built
-by :func:`progress_columns`): what a ``StreamingQueryListener`` reads, and what
-:func:`progress_metrics` reads back from a progress::
+``asynclookup_<name>`` (:func:`progress_key`), in one of two forms (``metrics.progress``):
+
+- ``true`` (the default): one text field, ``tasks``, a JSON list of each task's metrics
+  (:func:`progress_document`): one aggregate, the cheapest entry Spark can keep;
+- ``fields``: the numbers themselves (:data:`PROGRESS_FIELDS`, built by
+  :func:`progress_columns`), an aggregate each, which Spark plans anew every micro-batch.
+
+:func:`progress_metrics` reads either back from a progress, as the same numbers::
 
     for name, figures in progress_metrics(query.lastProgress).items():
         print(name, figures["rows"], figures["latency_p99_ms"])
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -79,11 +85,14 @@ def metrics_spark_field() -> Any:
     return StructField(METRICS_COLUMN, StringType(), True)
 
 
-def carried_rows(metrics: LookupMetrics) -> list[str]:
+def carried_rows(metrics: LookupMetrics, buckets: bool = True) -> list[str]:
     """A task's metrics as the text of its carried rows: the whole :class:`LookupMetrics`
-    (JSON), then one row per latency bucket in use, ``{"ms": upper bound, "n": requests}``."""
-    buckets = [json.dumps({"ms": ms, "n": n}) for ms, n in metrics.latency_samples()]
-    return [metrics.to_json().decode(), *buckets]
+    (JSON), then (``buckets``: for an entry of named fields, whose latency quantiles Spark
+    computes) one row per latency bucket in use, ``{"ms": upper bound, "n": requests}``."""
+    if not buckets:
+        return [metrics.to_json().decode()]
+    samples = [json.dumps({"ms": ms, "n": n}) for ms, n in metrics.latency_samples()]
+    return [metrics.to_json().decode(), *samples]
 
 
 def is_task(document: str) -> bool:
@@ -102,8 +111,9 @@ class MetricsRows:
         yield from rows.output(run_lookups(rows.watch(batches), ..., on_metrics=rows.finished))
     """
 
-    def __init__(self, accumulator: Any = None) -> None:
+    def __init__(self, accumulator: Any = None, buckets: bool = True) -> None:
         self._accumulator = accumulator
+        self._buckets = buckets
         self._last_input: pa.RecordBatch | None = None
         self._metrics: LookupMetrics | None = None
 
@@ -131,7 +141,7 @@ class MetricsRows:
             last.column(field.name) if field.name in last.schema.names else pa.nulls(1, field.type)
             for field in schema
         ]
-        carried = carried_rows(self._metrics)
+        carried = carried_rows(self._metrics, self._buckets)
         repeat = pa.array([0] * len(carried), pa.int32())
         columns = [column.take(repeat) for column in columns]
         columns.append(pa.array(carried, pa.string()))
@@ -179,6 +189,78 @@ def progress_columns(extra: tuple[str, ...] = ()) -> list[Any]:
     return columns
 
 
+TASKS_FIELD = "tasks"
+"""The one field of a progress entry of the default form: a JSON list, its first element the
+entry's field names (``{"fields": [...]}``), then each task's metrics."""
+
+
+def progress_document(extra: tuple[str, ...] = ()) -> Any:
+    """The default progress entry's one column: every task's metrics, as a JSON list — one
+    aggregate (``collect_list``), whatever the number of fields. :func:`progress_metrics`
+    decodes it into the numbers :func:`progress_columns` would have given."""
+    from pyspark.sql import functions as F
+
+    header = json.dumps({"fields": [*PROGRESS_FIELDS, *extra]}, separators=(",", ":"))
+    documents = F.concat_ws(",", F.lit(header), F.collect_list(F.col(METRICS_COLUMN)))
+    return F.concat(F.lit("["), documents, F.lit("]")).alias(TASKS_FIELD)
+
+
+def decode_tasks(text: str) -> dict[str, float]:
+    """A default progress entry's ``tasks`` text as :data:`PROGRESS_FIELDS` (and its extra
+    fields): what the named-field entry holds for the same micro-batch — counters summed over
+    the tasks, the highest peak in flight, and latency quantiles computed as Spark's
+    ``percentile(ms, q, n)`` over every task's histogram buckets."""
+    documents = json.loads(text)
+    fields = list(PROGRESS_FIELDS)
+    tasks: list[LookupMetrics] = []
+    for document in documents:
+        if isinstance(document, dict) and "fields" in document and "tasks" not in document:
+            fields = [str(name) for name in document["fields"]]
+        elif isinstance(document, dict) and "tasks" in document:
+            tasks.append(LookupMetrics.from_json(json.dumps(document)))
+    figures: dict[str, float] = {}
+    samples = [sample for task in tasks for sample in task.latency_samples()]
+    for name in fields:
+        if name in QUANTILES:
+            figures[name] = weighted_percentile(samples, QUANTILES[name])
+        elif name == "peak_in_flight":
+            figures[name] = max((task.peak_in_flight for task in tasks), default=0)
+        elif name.endswith("_ms"):
+            figures[name] = float(sum(float(getattr(task, name, 0) or 0) for task in tasks))
+        else:
+            figures[name] = sum(int(getattr(task, name, 0) or 0) for task in tasks)
+    return figures
+
+
+def weighted_percentile(samples: list[tuple[float, int]], quantile: float) -> float:
+    """Spark's ``percentile(value, quantile, frequency)`` over (value, frequency) pairs: the
+    value at position ``quantile x (count - 1)`` of the values repeated by their frequency,
+    interpolated between its two neighbours; 0 for no sample (``coalesce(..., 0D)``)."""
+    counts: dict[float, int] = {}
+    for value, frequency in samples:
+        if frequency > 0:
+            counts[value] = counts.get(value, 0) + frequency
+    total = sum(counts.values())
+    if not total:
+        return 0.0
+    ordered = sorted(counts.items())
+    position = quantile * (total - 1)
+    lower, higher = math.floor(position), math.ceil(position)
+
+    def at(index: int) -> float:
+        seen = 0
+        for value, frequency in ordered:
+            seen += frequency
+            if index < seen:
+                return value
+        return ordered[-1][0]
+
+    low, high = at(lower), at(higher)
+    if lower == higher:
+        return low
+    return (higher - position) * low + (position - lower) * high
+
+
 def progress_metrics(progress: Any) -> dict[str, dict[str, float]]:
     """Each lookup's metrics in one micro-batch's progress, by lookup name::
 
@@ -187,7 +269,9 @@ def progress_metrics(progress: Any) -> dict[str, dict[str, float]]:
     ``progress``: ``query.lastProgress``, an entry of ``query.recentProgress``, or the
     ``progress`` of a ``StreamingQueryListener`` event, on a classic session or over Spark
     Connect (whose client hands the same numbers over in another shape). The fields are
-    :data:`PROGRESS_FIELDS`; entries that are not a lookup's are left out."""
+    :data:`PROGRESS_FIELDS` (and those of the features the lookup uses), whichever form the
+    entry has (``metrics.progress``: its one text field is decoded); entries that are not a
+    lookup's are left out."""
     observed = progress["observedMetrics"] if _subscriptable(progress) else None
     if observed is None:
         observed = getattr(progress, "observedMetrics", None) or {}
@@ -208,14 +292,22 @@ def _subscriptable(progress: Any) -> bool:
 
 def _fields(value: Any) -> dict[str, float]:
     """One progress entry as {field: number}, whatever form the session's client gave it."""
+    entry = _entry(value)
+    text = entry.get(TASKS_FIELD) if len(entry) == 1 else None
+    return decode_tasks(text) if isinstance(text, str) else entry
+
+
+def _entry(value: Any) -> dict[str, Any]:
     if hasattr(value, "asDict"):  # a Row
         row = value.asDict()
         if set(row) == {"values", "schema"}:  # over Connect: the row's values and its schema
             names = [field["name"] for field in row["schema"]["fields"]]
             return dict(zip(names, row["values"]))
-        return row
+        return dict(row)
     if isinstance(value, dict):
         return dict(value)
+    if isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], str):
+        return {TASKS_FIELD: value[0]}  # a one-field row written as a JSON array
     names = list(PROGRESS_FIELDS)  # a row written as a JSON array: its fields by its length
     extra = len(value) - len(names)
     for chosen in itertools.product((False, True), repeat=len(OPTIONAL_FIELDS)):

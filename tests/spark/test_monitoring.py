@@ -270,3 +270,41 @@ def test_opentelemetry_reaches_an_otlp_endpoint_from_the_executors(
     )
     assert receiver.total("asynclookup.requests", **lookup) == job["requests"]
     assert receiver.total("asynclookup.request.duration", **lookup) == job["requests"]
+
+
+def test_both_progress_entry_forms_give_the_same_numbers(spark: Any) -> None:
+    """One aggregate (the default: each task's metrics as one text field, decoded by
+    progress_metrics) and the entry of named fields (an aggregate each, computed by Spark)
+    give the same figures for the same tasks, the latency quantiles included."""
+    from lookup_source.engine.metrics import LookupMetrics
+    from lookup_source.spark.progress import (
+        HEDGE_FIELDS,
+        carried_rows,
+        progress_columns,
+        progress_document,
+    )
+
+    tasks = []
+    for index, latencies in enumerate(((0.001, 0.002), (0.004, 0.004, 0.03), (0.25,), ())):
+        task = LookupMetrics(tasks=1, rows=100 + index, keys=10 * index, requests=len(latencies))
+        task.peak_in_flight, task.hedges, task.hedges_won = 3 * index, index, index // 2
+        for seconds in latencies:
+            task.record_latency(seconds)
+        tasks.append(task)
+    real_rows: list[tuple[Any]] = [(None,)] * 7  # the join's own rows: null metrics
+
+    def frame(buckets: bool) -> Any:
+        carried = [(text,) for task in tasks for text in carried_rows(task, buckets)]
+        return spark.createDataFrame(real_rows + carried, f"`{METRICS_COLUMN}` string")
+
+    named = frame(True).agg(*progress_columns(HEDGE_FIELDS)).first().asDict()
+    text = frame(False).agg(progress_document(HEDGE_FIELDS)).first()[0]
+    decoded = progress_metrics({"observedMetrics": {"asynclookup_users": {"tasks": text}}})
+    assert list(decoded["users"]) == list(named) == [*PROGRESS_FIELDS, *HEDGE_FIELDS]
+    for name, value in named.items():
+        assert decoded["users"][name] == pytest.approx(value), name
+    assert named["rows"] == 406 and named["hedges"] == 6 and named["latency_p99_ms"] > 200
+    empty = frame(False).limit(3).agg(progress_document()).first()[0]  # no task: zeros
+    assert set(
+        progress_metrics({"observedMetrics": {"asynclookup_x": {"tasks": empty}}})["x"].values()
+    ) == {0}
