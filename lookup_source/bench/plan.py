@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from lookup_source.bench import journal
 from lookup_source.bench.methods import JDBC_JAR, timed
 
 PLAN_TABLE = "asynclookup_bench_plan"
@@ -136,7 +137,8 @@ def jdbc_table(spark: Any, url: str, table: str, rows: int, tasks: int) -> Any:
     )
 
 
-def run_plan(spark: Any, args: Any) -> list[PlanResult]:
+def run_plan(spark: Any, args: Any, results: list[PlanResult] | None = None) -> list[PlanResult]:
+    """The scenario, each method's result added to ``results`` (and reported) as it ends."""
     from lookup_source import lookup_join, lookup_metrics
 
     table_rows = args.plan_table_rows
@@ -150,7 +152,7 @@ def run_plan(spark: Any, args: Any) -> list[PlanResult]:
     }
     has_jdbc = os.path.exists(JDBC_JAR)
     sql = sql_tables(spark, options)
-    results: list[PlanResult] = []
+    results = [] if results is None else results
     for rows in (int(r) for r in args.plan_inputs.split(",") if r.strip()):
         df, distinct = plan_input(spark, rows, table_rows, args.tasks)
         measure = Measure(results, rows, distinct)
@@ -184,9 +186,17 @@ def run_plan(spark: Any, args: Any) -> list[PlanResult]:
         if sql is not None:
             sql_joins(spark, measure, df, sql)
         df.unpersist()
-    results += scan_rates(spark, args, table, table_rows, options, has_jdbc)
-    results += stream_plans(spark, args, table, table_rows, options, has_jdbc)
+    scan_rates(spark, args, table, table_rows, options, has_jdbc, results)
+    stream_plans(spark, args, table, table_rows, options, has_jdbc, results)
     return results
+
+
+def kept(results: list[PlanResult], result: PlanResult) -> PlanResult:
+    """``result`` added to the run's results and reported now."""
+    results.append(result)
+    seconds = f"{result.seconds:.2f} s" if result.seconds else result.note
+    journal.JOURNAL.done(f"plan: {result.input_rows:,} rows, {result.method}: {seconds}")
+    return result
 
 
 class Measure:
@@ -213,8 +223,8 @@ class Measure:
             got = checksum(out)
             note, extra = describe(out) if describe is not None else ("", {})
         except Exception as error:  # one method's failure never ends the run
-            reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-            self.skipped(method, f"FAILED: {type(error).__name__}: {reason}")
+            reason = journal.JOURNAL.failed(f"plan: {self.rows:,} rows, {method}", error)
+            self.skipped(method, f"FAILED: {reason}")
             return
         if reference:
             self.expected = got
@@ -224,12 +234,13 @@ class Measure:
                 for n in (f"ANSWER DIFFERS from JDBC + join: {got} against {self.expected}", note)
                 if n
             )
-        self.results.append(
-            PlanResult(self.rows, self.distinct, method, seconds, got[0], got[1], note, extra)
+        kept(
+            self.results,
+            PlanResult(self.rows, self.distinct, method, seconds, got[0], got[1], note, extra),
         )
 
     def skipped(self, method: str, note: str) -> None:
-        self.results.append(PlanResult(self.rows, self.distinct, method, 0.0, 0, note=note))
+        kept(self.results, PlanResult(self.rows, self.distinct, method, 0.0, 0, note=note))
 
 
 @dataclass(frozen=True)
@@ -278,35 +289,44 @@ def sql_joins(spark: Any, measure: Measure, df: Any, tables: SqlTables) -> None:
         lookups = "ArrowEvalPythonUDTF" in plan
         return ("runs as lookups" if lookups else "Spark's scan and join"), {"lookups": lookups}
 
+    function = f"SELECT * FROM {tables.lookup}_lookup(TABLE({tables.events}), 'uid')"
+    spark.sql(function).write.format("noop").mode("overwrite").save()  # warm: not a method's
     try:
         measure("SQL JOIN", lambda: query(tables.lookup), describe=rewritten)
         measure("SQL JOIN, rewrite off", lambda: query(tables.lookup, False), describe=rewritten)
-        measure(
-            "SQL table function",
-            lambda: spark.sql(
-                f"SELECT * FROM {tables.lookup}_lookup(TABLE({tables.events}), 'uid')"
-            ),
-        )
+        measure("SQL table function", lambda: spark.sql(function))
         measure("SQL JOIN, strategy=auto", lambda: query(tables.auto), describe=rewritten)
     finally:
         spark.conf.unset(ENABLED)
 
 
 def stream_plans(
-    spark: Any, args: Any, table: str, rows: int, options: dict[str, str], has_jdbc: bool
-) -> list[PlanResult]:
+    spark: Any,
+    args: Any,
+    table: str,
+    rows: int,
+    options: dict[str, str],
+    has_jdbc: bool,
+    results: list[PlanResult],
+) -> None:
     """A stream (the stream scenario's source: ``--stream-rate`` rows a second, a micro-batch
     every ``--stream-trigger-ms``) joined to the table: Spark's stream-static join against the
     JDBC reader (which reads the table again every micro-batch), and ``lookup_join``. Each: the
-    median ``addBatch`` and the rows a second while busy (rows over the sum of ``addBatch``)."""
+    median ``addBatch`` and the rows a second while busy (rows over the sum of ``addBatch``).
+
+    Sized to the table: a micro-batch of the stream-static join reads the whole table (about
+    ``rows / JDBC_ROWS_PER_S`` seconds), so it counts fewer micro-batches over a large table,
+    and waits for them as long as they take."""
     from lookup_source import lookup_join
     from lookup_source.bench.stream import _events, _run
 
     events = _events(spark, args).withColumnRenamed("user_id", "uid")
+    reread_s = rows / JDBC_ROWS_PER_S
     methods = [
         (
             "stream: lookup_join",
             lambda: lookup_join(events, "uid", schema=SCHEMA, options=options, how="left"),
+            0.0,
         )
     ]
     if has_jdbc:
@@ -317,33 +337,50 @@ def stream_plans(
                 lambda: events.join(
                     jdbc_table(spark, args.postgres_url, table, rows, args.tasks), "uid", "left"
                 ),
+                reread_s,
             ),
         )
-    out = []
     rate = f"{args.stream_rate:,} rows/s, a micro-batch every {args.stream_trigger_ms} ms"
-    for label, frame in methods:
-        run = _run(spark, frame(), args, "postgres", label)
+    for label, frame, batch_s in methods:
+        # at most about two minutes of micro-batches, at least five
+        batches = max(5, min(args.stream_batches, int(120 / max(batch_s, 0.001))))
+        try:
+            run = _run(spark, frame(), args, "postgres", label, batches=batches, batch_s=batch_s)
+        except Exception as error:  # kept as failed, the run goes on
+            reason = journal.JOURNAL.failed(label, error)
+            kept(results, PlanResult(args.stream_rate, 0, label, 0.0, 0, note=f"FAILED: {reason}"))
+            continue
         busy = run.rows / (sum(run.durations_ms) / 1000) if sum(run.durations_ms) else 0.0
-        out.append(
+        kept(
+            results,
             PlanResult(
                 args.stream_rate,
                 0,
                 label,
                 run.median_ms / 1000,
                 run.rows,
-                note=f"{rate}; busy {busy:,.0f} rows/s",
+                note=f"{rate}; {run.batches} micro-batches; busy {busy:,.0f} rows/s",
                 extra={"busy_rows_per_s": busy, "p90_ms": run.p90_ms},
-            )
+            ),
         )
-    return out
+
+
+JDBC_ROWS_PER_S = 1_500_000
+"""About how fast Spark's JDBC reader reads the table on 2 cores (2.1M rows/s measured): how
+long a stream-static join's micro-batch takes to read it again."""
 
 
 def scan_rates(
-    spark: Any, args: Any, table: str, rows: int, options: dict[str, str], has_jdbc: bool
-) -> list[PlanResult]:
+    spark: Any,
+    args: Any,
+    table: str,
+    rows: int,
+    options: dict[str, str],
+    has_jdbc: bool,
+    results: list[PlanResult],
+) -> None:
     """The table read whole (every column, written nowhere) by Spark's JDBC reader and by the
     data source, over the same partitions."""
-    out = []
     reads = [
         (
             "data source scan",
@@ -359,9 +396,13 @@ def scan_rates(
             ),
         )
     for label, read in reads:
-        best = best_of(read())
-        out.append(PlanResult(rows, rows, label, best, rows, note=f"{args.tasks} partitions"))
-    return out
+        try:
+            best = best_of(read())
+        except Exception as error:  # kept as failed, the run goes on
+            reason = journal.JOURNAL.failed(label, error)
+            kept(results, PlanResult(rows, rows, label, 0.0, 0, note=f"FAILED: {reason}"))
+            continue
+        kept(results, PlanResult(rows, rows, label, best, rows, note=f"{args.tasks} partitions"))
 
 
 def plan_report(results: list[PlanResult], args: Any) -> list[str]:

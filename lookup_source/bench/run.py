@@ -37,13 +37,15 @@ import platform
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lookup_source.bench import journal as journal_module
 from lookup_source.bench import methods as m
 from lookup_source.bench.budget import BudgetResult, budget_report, run_budget
 from lookup_source.bench.budget import as_json as budget_json
 from lookup_source.bench.cpu import GROUPS, CpuMeter
+from lookup_source.bench.journal import Journal
 from lookup_source.bench.methods import Context, Method, Result
 from lookup_source.bench.plan import PlanResult, plan_report, plot_plans, run_plan
 from lookup_source.bench.plan import as_json as plan_json
@@ -160,13 +162,19 @@ def run_scenario(spark: Any, name: str, distribution: str, args: Any) -> list[Re
 
 def _measured(method: Method, ctx: Context, store: Store) -> Result:
     before = store.requests()
-    print(f"  {store.name} / {ctx.distribution}: {method.__name__} ...", flush=True)
+    label = f"{store.name} / {ctx.distribution}: {method.__name__}"
+    print(f"  {label} ...", flush=True)
     m.LAST_CPU = None
-    result = method(ctx)
+    try:
+        result = method(ctx)
+    except Exception as error:  # kept as failed, the run goes on
+        reason = journal_module.JOURNAL.failed(label, error)
+        return ctx.result(method.__name__, 0, 0.0, note=f"FAILED: {reason}")
     if result.requests < 0 and before >= 0:
         result.requests = store.requests() - before
     if m.LAST_CPU is not None:
         result.cpu_us_per_row = m.LAST_CPU.per_row_us(result.rows)
+    journal_module.JOURNAL.done(f"{label}: {result.rows_per_s:,.0f} rows/s")
     return result
 
 
@@ -545,77 +553,117 @@ def _warm_up(spark: Any, args: Any) -> None:
     m.timed(df.mapInArrow(lambda batches: batches, df.schema))
 
 
+@dataclass
+class Collected:
+    """Everything a run has measured so far, by scenario."""
+
+    machine: str = ""
+    results: list[Result] = field(default_factory=list)
+    streams: list[StreamResult] = field(default_factory=list)
+    tails: list[TailResult] = field(default_factory=list)
+    plans: list[PlanResult] = field(default_factory=list)
+    budgets: list[BudgetResult] = field(default_factory=list)
+
+
 def run_bench(args: argparse.Namespace) -> int:
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    results: list[Result] = []
-    machine = ""
-    streams: list[StreamResult] = []
     special = ("sweep", "memory", "stream", "tail", "plan", "budget")
     throughput = [s for s in scenarios if s not in special]
-    tails: list[TailResult] = []
-    plans: list[PlanResult] = []
-    budgets: list[BudgetResult] = []
-    if throughput or {"sweep", "stream", "tail", "plan", "budget"} & set(scenarios):
-        with spark_session(args, reuse_workers=True) as spark:
-            machine = _machine(spark)
-            _warm_up(spark, args)
-            for name in throughput:
-                for distribution in args.distributions.split(","):
-                    results += run_scenario(spark, name, distribution.strip(), args)
-            if "sweep" in scenarios:
-                results += run_sweep(spark, args)
-            if "stream" in scenarios:
-                streams = run_stream(spark, args)
-            if "tail" in scenarios:
-                rows = min(args.http_rows, 20_000)
-                df = events(spark, rows, args.users, args.tasks, "uniform").cache()
-                df.count()
-                tails = run_tail(df, args)
-                df.unpersist()
-            if "plan" in scenarios:
-                plans = run_plan(spark, args)
-            if "budget" in scenarios:
-                budgets = run_budget(spark, args)
-    if "memory" in scenarios:
-        with spark_session(args, reuse_workers=False) as spark:
-            machine = machine or _machine(spark)
-            results += run_memory(spark, args)
+    got = Collected()
     os.makedirs(args.out, exist_ok=True)
-    text = report(results, args, machine)
-    if streams:
-        text += "\n".join(["", *stream_report(streams, args)])
-    if tails:
-        text += "\n".join(["", *tail_report(tails, args)])
-    if plans:
-        text += "\n".join(["", *plan_report(plans, args)])
-    if budgets:
-        text += "\n".join(["", *budget_report(budgets, args)])
+    journal = Journal(lambda: _write(got, args, journal))
+    journal_module.JOURNAL = journal
+
+    def attempt(label: str, run: Any) -> None:
+        try:
+            run()
+        except Exception as error:  # one scenario's failure never ends the run
+            journal.failed(f"scenario {label}", error)
+
+    try:
+        if throughput or {"sweep", "stream", "tail", "plan", "budget"} & set(scenarios):
+            with spark_session(args, reuse_workers=True) as spark:
+                got.machine = _machine(spark)
+                _warm_up(spark, args)
+                for name in throughput:
+                    for distribution in [d.strip() for d in args.distributions.split(",")]:
+                        attempt(
+                            f"{name} ({distribution})",
+                            functools.partial(_scenario, got, spark, name, distribution, args),
+                        )
+                if "sweep" in scenarios:
+                    attempt("sweep", lambda: got.results.extend(run_sweep(spark, args)))
+                if "stream" in scenarios:
+                    attempt("stream", lambda: got.streams.extend(run_stream(spark, args)))
+                if "tail" in scenarios:
+                    attempt("tail", lambda: got.tails.extend(_tails(spark, args)))
+                if "plan" in scenarios:
+                    attempt("plan", lambda: run_plan(spark, args, got.plans))
+                if "budget" in scenarios:
+                    attempt("budget", lambda: got.budgets.extend(run_budget(spark, args)))
+        if "memory" in scenarios:
+            with spark_session(args, reuse_workers=False) as spark:
+                got.machine = got.machine or _machine(spark)
+                attempt("memory", lambda: got.results.extend(run_memory(spark, args)))
+    finally:
+        journal_module.JOURNAL = Journal()
+    text = _write(got, args, journal)
+    if not args.no_plot:
+        plot(got.results, args.out)
+        if got.plans:
+            plot_plans(got.plans, args.out)
+    print(text)
+    return 1 if journal.failures else 0
+
+
+def _scenario(got: Collected, spark: Any, name: str, distribution: str, args: Any) -> None:
+    got.results.extend(run_scenario(spark, name, distribution, args))
+
+
+def _tails(spark: Any, args: Any) -> list[TailResult]:
+    rows = min(args.http_rows, 20_000)
+    df = events(spark, rows, args.users, args.tasks, "uniform").cache()
+    df.count()
+    try:
+        return run_tail(df, args)
+    finally:
+        df.unpersist()
+
+
+def _write(got: Collected, args: Any, journal: Journal) -> str:
+    """The results files, from what is measured so far; the Markdown text."""
+    text = report(got.results, args, got.machine)
+    if got.streams:
+        text += "\n".join(["", *stream_report(got.streams, args)])
+    if got.tails:
+        text += "\n".join(["", *tail_report(got.tails, args)])
+    if got.plans:
+        text += "\n".join(["", *plan_report(got.plans, args)])
+    if got.budgets:
+        text += "\n".join(["", *budget_report(got.budgets, args)])
+    text += "\n".join(journal.report())
     with open(os.path.join(args.out, "results.md"), "w") as handle:
         handle.write(text)
     with open(os.path.join(args.out, "results.json"), "w") as handle:
         json.dump(
             {
-                "machine": machine,
+                "machine": got.machine,
                 "arguments": vars(args),
-                "results": [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results],
-                "stream": [asdict(r) for r in streams],
-                "tail": tail_json(tails),
-                "plan": plan_json(plans),
-                "budget": budget_json(budgets),
+                "results": [{**asdict(r), "rows_per_s": r.rows_per_s} for r in got.results],
+                "stream": [asdict(r) for r in got.streams],
+                "tail": tail_json(got.tails),
+                "plan": plan_json(got.plans),
+                "budget": budget_json(got.budgets),
+                "failed": [{"what": w, "reason": r} for w, r in journal.failures],
                 "targets": [
                     {"scenario": s, "target": t, "ratio": r, "met": ok}
-                    for s, t, r, ok in targets(results)
+                    for s, t, r, ok in targets(got.results)
                 ],
             },
             handle,
             indent=2,
         )
-    if not args.no_plot:
-        plot(results, args.out)
-        if plans:
-            plot_plans(plans, args.out)
-    print(text)
-    return 0
+    return text
 
 
 def _machine(spark: Any) -> str:

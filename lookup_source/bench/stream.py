@@ -9,10 +9,12 @@ each method:
 - no Python step at all;
 - the Spark floor: the same ``mapInArrow`` appending computed columns, no I/O;
 - per store (Redis and Postgres, plain and over TLS): ``lookup_join`` with the clients the
-  Python workers keep (the default), the same without the micro-batch's metrics in its
-  progress (``metrics.progress=false``), and with a client per task (``connection.max-idle.ms=0``,
-  what 0.3 did); and, outside Spark, what one task's lookups of 250 keys cost in this process
-  on a kept client and on a client of its own (medians in the same columns).
+  Python workers keep (the default, its progress entry one text field), the same with an
+  entry of named fields (``metrics.progress=fields``) and without the micro-batch's metrics in
+  its progress (``metrics.progress=false``), and with a client per task
+  (``connection.max-idle.ms=0``, what 0.3 did); and, outside Spark, what one task's lookups
+  of 250 keys cost in this process on a kept client and on a client of its own (medians in
+  the same columns).
 
 Each reports the median and 90th percentile of the micro-batches' ``addBatch`` time (the
 stream's own progress), what it adds to the median of the floor run just before the store's
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from lookup_source.bench import journal
 from lookup_source.bench.stores import SCHEMA, postgres_store, redis_store
 
 
@@ -149,8 +152,12 @@ def _run(
     store: str,
     method: str,
     proxy: CountingProxy | None = None,
+    *,
+    batches: int | None = None,
+    batch_s: float = 0.0,
 ) -> StreamResult:
-    """Run ``frame`` as a stream; measure the micro-batches after the warm-up."""
+    """Run ``frame`` as a stream; measure ``batches`` micro-batches (``--stream-batches``)
+    after the warm-up, waiting as long as micro-batches of about ``batch_s`` seconds take."""
     print(f"  stream / {store}: {method} ...", flush=True)
     checkpoint = tempfile.mkdtemp(prefix="asynclookup-bench-stream-")
     query = (
@@ -159,10 +166,12 @@ def _run(
         .trigger(processingTime=f"{args.stream_trigger_ms} milliseconds")
         .start()
     )
-    warm, total = args.stream_warm_up, args.stream_warm_up + args.stream_batches
+    counted = args.stream_batches if batches is None else batches
+    warm, total = args.stream_warm_up, args.stream_warm_up + counted
     started_count = counted_at = None
     try:
-        deadline = time.monotonic() + 60 + total * (args.stream_trigger_ms / 1000) * 10
+        each = max((args.stream_trigger_ms / 1000) * 10, batch_s * 3)
+        deadline = time.monotonic() + 60 + total * each
         while time.monotonic() < deadline:
             if query.exception() is not None:
                 raise RuntimeError(f"the stream failed: {query.exception()}")
@@ -289,6 +298,10 @@ def run_stream(spark: Any, args: Any) -> list[StreamResult]:
                     for method, extra in (
                         ("asynclookup, clients kept by the workers", {}),
                         (
+                            "asynclookup, progress entry of named fields (metrics.progress=fields)",
+                            {"metrics.progress": "fields"},
+                        ),
+                        (
                             "asynclookup, no progress metrics (metrics.progress=false)",
                             {"metrics.progress": "false"},
                         ),
@@ -303,9 +316,20 @@ def run_stream(spark: Any, args: Any) -> list[StreamResult]:
                             schema=SCHEMA,
                             options={**options, **extra},
                         )
-                        result = _run(spark, frame, args, name, method, proxy)
+                        try:
+                            result = _run(spark, frame, args, name, method, proxy)
+                        except Exception as error:  # kept as failed, the run goes on
+                            reason = journal.JOURNAL.failed(f"stream / {name}: {method}", error)
+                            results.append(
+                                StreamResult(name, method, 0, 0, 0, 0, note=f"FAILED: {reason}")
+                            )
+                            continue
                         result.added_ms = result.median_ms - floor.median_ms
                         results.append(result)
+                        journal.JOURNAL.done(
+                            f"stream / {name}: {method}: addBatch median "
+                            f"{result.median_ms:.0f} ms ({result.added_ms:+.0f} over the floor)"
+                        )
                 finally:
                     proxy.close()
                 direct = {**store.options, "capacity": str(args.capacity)}
