@@ -248,6 +248,10 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
     can_scan = client_class.can_scan(config)
     reader: TableReader | None = None
     if requested in ("broadcast", "scan"):
+        if can_scan and not df.isStreaming:
+            reader = table_reader(df.sparkSession, plan)
+        if reader is None or reader.kind == "source":  # Spark's JDBC reader needs no data source
+            BROADCAST.require()
         why = (
             "the input is a stream: a table scanned once would go stale"
             if df.isStreaming
@@ -257,9 +261,6 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         )
         if why is not None:
             raise OptionError("strategy", f"is {requested}, but {why}; use lookup or auto")
-        reader = table_reader(df.sparkSession, plan)
-        if reader.kind == "source":  # Spark's JDBC reader needs no Python data source
-            BROADCAST.require()
     elif requested == "auto" and not df.isStreaming and can_scan:
         reader = table_reader(df.sparkSession, plan)
 

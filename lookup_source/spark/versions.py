@@ -93,7 +93,8 @@ SQL_JOINS = SparkFeature(
 BROADCAST = SparkFeature(
     "strategy=broadcast and scan (a scan of the table through the data source, joined)",
     (4, 0),
-    "use strategy=lookup (or auto, which keeps lookups there)",
+    "use strategy=lookup (or auto, which keeps lookups there), or a table Spark's JDBC reader "
+    "reads (Postgres, with org.postgresql.Driver on Spark's classpath)",
 )
 CONNECT_METRICS = SparkFeature(
     "lookup_metrics over Spark Connect",

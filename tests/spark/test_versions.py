@@ -112,7 +112,8 @@ def test_strategy_broadcast_says_which_pyspark_it_needs_and_auto_keeps_lookups(
         "strategy=broadcast and scan (a scan of the table through the data source, joined) "
         "needs PySpark >= 4.0 "
         f"(this is PySpark {pyspark.__version__}): on PySpark {minor}, use strategy=lookup (or "
-        "auto, which keeps lookups there)"
+        "auto, which keeps lookups there), or a table Spark's JDBC reader reads (Postgres, with "
+        "org.postgresql.Driver on Spark's classpath)"
     )
     out = lookup_join(
         events, "k", schema="k long, name string", fetch=fetch, options={"strategy": "auto"}
