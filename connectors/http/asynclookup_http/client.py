@@ -24,31 +24,48 @@ is that key's error.
 
 from __future__ import annotations
 
-import email.utils
 import ssl
-import string
-import time
 import zlib
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, ClassVar
-from urllib.parse import quote
 
 import msgspec
 import pyarrow as pa
+from yarl import URL
 
+from asynclookup_http import native_transport as native
+from asynclookup_http.aiohttp_transport import AiohttpTransport, classify, context_of
 from asynclookup_http.answers import (
     Absent,
     BatchAnswers,
     json_key,
     loads,
-    parse_json_path,
     select,
 )
+from asynclookup_http.body import (
+    ACCEPT_ENCODING,
+    BoundedBody,
+    Malformed,
+    TooLarge,
+    parse_retry_after,
+)
+from asynclookup_http.options import (
+    BATCH_KEYS_FIELD,
+    BATCH_POST_SIZE,
+    BATCH_URL,
+    CLIENT,
+    HEADER,
+    JSON_PATH,
+    MAX_REDIRECTS,
+    MAX_RESPONSE_BYTES_OPTION,
+    REDIRECTS,
+    TLS_VERIFY,
+)
+from asynclookup_http.transport import Response, Transport
+from asynclookup_http.urls import UnsafeKey, encode_part, encoded_template, same_origin
 from lookup_source.connector_api import (
-    INT_LIMIT,
     ConnectorConfig,
-    ConnectorError,
     Key,
     KeyTemplate,
     LookupClient,
@@ -62,282 +79,25 @@ from lookup_source.connector_api import (
     TlsSettings,
     TransientError,
     as_records,
-    choice,
     excerpt,
     handshake_check,
-    int_between,
-    parse_bool,
-    parse_text,
     python_keys,
     redact_url,
     require_url,
     secret_from_env,
     tls_option_specs,
-    translated_errors,
 )
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 OVERLOADED_STATUS = frozenset({429, 503})
-BATCH_POST_SIZE = 100
-"""Keys per batch POST unless ``batch.size`` says otherwise."""
+JSON_BODY = {"Content-Type": "application/json"}
 
-MAX_RESPONSE_BYTES = 8 << 20
-"""Default of ``http.max-response-bytes``: 8 MiB."""
-
-MAX_REDIRECTS = 5
-"""Redirects followed for one request with ``http.redirects=same-origin``."""
-
-ACCEPT_ENCODING = "gzip, deflate"
-"""What the connector decodes itself (within the size limit)."""
-
-_READ_CHUNK = 1 << 16
-_JSON_BODY = {"Content-Type": "application/json"}
-_UNSAFE_SEGMENTS = frozenset({"", ".", ".."})
-
-
-def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
-    """What an aiohttp exception means to the engine (see ``translated_errors``)."""
-    import aiohttp
-
-    if isinstance(error, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)):
-        return PermanentError
-    if isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
-        return TransientError  # refused, reset, dropped mid-answer
-    return None
-
-
-_AIOHTTP_ERRORS = translated_errors("aiohttp", classify, tls="http")
-
-
-class UnsafeKey(ValueError):
-    """A key whose text would change the URL's path (``.``, ``..``, empty)."""
-
-
-def _encode_part(text: str) -> str:
-    """A key's text as one percent-encoded part of the URL: every character but letters,
-    digits and ``-._~`` encoded (``;``, ``=``, ``,`` too: a server may cut a path at them)."""
-    if text.isascii() and text.isalnum():  # what quote() leaves as is (ids, numbers)
-        return text
-    if text in _UNSAFE_SEGMENTS:  # a URL library and the server collapse them
-        raise UnsafeKey(text)
-    return quote(text, safe="")
-
-
-def _encoded_template(template: str) -> str:
-    """``template`` with its own text percent-encoded as yarl would (a space as ``%20``), its
-    placeholders kept: the URLs made of it are then sent as they are (``encoded=True``), so
-    no URL library decodes what a key's encoding protects (``%3B`` back to ``;``)."""
-    from yarl import URL
-
-    marks = {}
-    text = template
-    for number, (_, name, spec, conversion) in enumerate(string.Formatter().parse(template)):
-        if name is None:
-            continue
-        field = (
-            "{"
-            + name
-            + (f"!{conversion}" if conversion else "")
-            + (f":{spec}" if spec else "")
-            + "}"
-        )
-        mark = f"ASYNCLOOKUPKEY{number}X"
-        marks[mark] = field
-        text = text.replace(field, mark, 1)
-    try:
-        encoded = str(URL(text))
-    except ValueError:  # validated elsewhere, with its own message
-        return template
-    for mark, field in marks.items():
-        encoded = encoded.replace(mark, field, 1)
-    return encoded
-
-
-def _as_sent(url: str) -> Any:
-    """A URL made of an encoded template and encoded keys, for aiohttp as it is."""
-    from yarl import URL
-
-    return URL(url, encoded=True)
-
-
-def _decompressor(encoding: str, first: bytes) -> Any:
-    """A zlib decompressor for a ``Content-Encoding``, or a PermanentError for one the
-    connector does not decode."""
-    if encoding in ("gzip", "x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if encoding == "deflate":  # RFC 1950 (zlib) as it should be, or raw deflate as often sent
-        return zlib.decompressobj(zlib.MAX_WBITS if first[:1] and first[0] & 0x0F == 8 else -15)
-    raise PermanentError(
-        f"the answer's Content-Encoding {encoding!r} is not one the HTTP connector decodes "
-        f"({ACCEPT_ENCODING}, identity)"
-    )
-
-
-class _TooLarge(Exception):
-    """A body past ``http.max-response-bytes``."""
-
-
-class _Malformed(Exception):
-    """A compressed body that is not what its encoding says."""
-
-
-MAX_MEMBERS = 64
-"""gzip members one answer may hold (a valid gzip body may be several, one after another)."""
-
-
-class _BoundedBody:
-    """A body as it streams in, decoded (``gzip``, ``deflate``) and counted after decoding:
-    past ``limit`` bytes, :class:`_TooLarge` — so a compressed bomb costs at most the limit.
-    Data after the end of a compressed stream must be another gzip member (at most
-    :data:`MAX_MEMBERS`), never bytes kept aside unread."""
-
-    def __init__(self, encoding: str, limit: int) -> None:
-        self.encoding = {"x-gzip": "gzip", "identity": ""}.get(encoding, encoding)
-        self.limit = limit
-        self.out = bytearray()
-        self._decompressor: Any = None
-        self._members = 0
-        self._pending = b""
-
-    def feed(self, chunk: bytes) -> None:
-        if not self.encoding:
-            self.out += chunk
-        else:
-            chunk, self._pending = self._pending + chunk, b""
-            while chunk:
-                if self._decompressor is None:
-                    if self._members and self.encoding == "gzip" and len(chunk) < 2:
-                        self._pending = chunk  # the next member's header, cut between chunks
-                        break
-                    if self._members and (self.encoding == "deflate" or chunk[:2] != b"\x1f\x8b"):
-                        raise _Malformed("data after the end of the compressed answer")
-                    self._members += 1
-                    if self._members > MAX_MEMBERS:
-                        raise _Malformed(f"more than {MAX_MEMBERS} compressed members")
-                    self._decompressor = _decompressor(self.encoding, chunk)
-                decompressor = self._decompressor
-                self.out += decompressor.decompress(chunk, self.limit + 1 - len(self.out))
-                if len(self.out) > self.limit:
-                    break
-                chunk = decompressor.unconsumed_tail
-                if decompressor.eof:  # the member ended: what follows starts the next one
-                    chunk = decompressor.unused_data + chunk
-                    self._decompressor = None
-        if len(self.out) > self.limit:
-            raise _TooLarge
-
-    def finish(self) -> bytes:
-        if self._pending:
-            raise _Malformed("data after the end of the compressed answer")
-        if self._decompressor is not None:
-            self.out += self._decompressor.flush()
-            if not self._decompressor.eof:
-                raise _Malformed("the compressed answer ends before its end")
-        if len(self.out) > self.limit:
-            raise _TooLarge
-        return bytes(self.out)
-
-
-def _same_origin(url: Any, target: Any) -> bool:
-    return bool(target.scheme == url.scheme and target.host == url.host and target.port == url.port)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _parse_header_value(value: str) -> str:
-    if "\n" in value or "\r" in value:
-        raise ValueError("a header value cannot contain a line break")
-    return value
-
-
-def _context_of(setting: Any) -> ssl.SSLContext:
-    """The SSL context aiohttp makes of its ``ssl`` argument (a context, True or False)."""
-    if isinstance(setting, ssl.SSLContext):
-        return setting
-    context = ssl.create_default_context()
-    if not setting:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-BATCH_URL: OptionSpec[str | None] = OptionSpec(
-    "http.batch.url",
-    parse_text,
-    None,
-    'Batch style: this URL receives a POST of `{"keys": [...]}` with `batch.size` keys '
-    "and answers an object (key -> record) or an array of records carrying their key. "
-    "Unset: one GET per key on the `url` template.",
-)
-
-BATCH_KEYS_FIELD: OptionSpec[str] = OptionSpec(
-    "http.batch.keys-field",
-    parse_text,
-    "keys",
-    "Name of the key list in the batch request body.",
-)
-
-JSON_PATH: OptionSpec[tuple[str, ...]] = OptionSpec(
-    "http.json.path",
-    parse_json_path,
-    (),
-    "Dotted path of the record (per key) or of the records (batch) inside the response, "
-    "e.g. `data.user`.",
-    default_doc="(the whole body)",
-)
-
-TLS_VERIFY: OptionSpec[bool] = OptionSpec(
-    "http.tls.verify",
-    parse_bool,
-    True,
-    "Verify TLS certificates. Turning it off is for test servers only.",
-)
-
-REDIRECTS: OptionSpec[str] = OptionSpec(
-    "http.redirects",
-    choice("none", "same-origin"),
-    "none",
-    "`none`: a redirect (3xx) is an error naming its status and where it pointed; "
-    f"`same-origin`: up to {MAX_REDIRECTS} redirects are followed when they stay on the "
-    "same scheme, host and port (a POST only on 307/308), never elsewhere, so the "
-    "lookup's headers never reach another server.",
-)
-
-MAX_RESPONSE_BYTES_OPTION: OptionSpec[int] = OptionSpec(
-    "http.max-response-bytes",
-    int_between(1024, INT_LIMIT),
-    MAX_RESPONSE_BYTES,
-    "Largest answer body, counted after decompression as it streams (a compressed "
-    "bomb costs at most this); a larger answer is an error of its key(s), not retried.",
-)
-
-HEADER: OptionSpec[str] = OptionSpec(
-    "http.header.",
-    _parse_header_value,
-    None,
-    "A request header, e.g. `http.header.Accept=application/json`. "
-    "`http.header.<Name>.env=VAR` takes the value from the executor's environment "
-    "variable VAR, so secrets stay out of query plans.",
-    prefix=True,
-)
+__all__ = ["HttpLookupClient", "classify"]
 
 
 class HttpLookupClient(LookupClient):
-    """Looks keys up over HTTP with aiohttp."""
+    """Looks keys up over HTTP, through the transport ``http.client`` names (aiohttp by
+    default)."""
 
     name: ClassVar[str] = "http"
     honours_cancellation: ClassVar[bool] = True  # checked by the fault tests (slow answers)
@@ -351,6 +111,7 @@ class HttpLookupClient(LookupClient):
         MAX_RESPONSE_BYTES_OPTION,
         *tls_option_specs("http", "the HTTPS server"),
         HEADER,
+        CLIENT,
     )
 
     def __init__(self, config: ConnectorConfig) -> None:
@@ -362,14 +123,15 @@ class HttpLookupClient(LookupClient):
         self._verify = TLS_VERIFY.get(config)
         self._same_origin = REDIRECTS.get(config) == "same-origin"
         self._max_bytes = MAX_RESPONSE_BYTES_OPTION.get(config)
+        self._batch_target = str(URL(self._batch_url)) if self._batch_url else None
         self._template = (
             None
             if self._batch_url
             else KeyTemplate(
-                "url", _encoded_template(config.url or ""), config.key_columns, encode=_encode_part
+                "url", encoded_template(config.url or ""), config.key_columns, encode=encode_part
             )
         )
-        self._session: Any = None
+        self._transport: Transport | None = None
         self._handshake: AbstractAsyncContextManager[None] = nullcontext()
         self._answers = (
             BatchAnswers(self.value_fields, config.key_columns, self._path)
@@ -439,30 +201,42 @@ class HttpLookupClient(LookupClient):
     # -- life cycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
-        import aiohttp
-
-        headers = self.headers()
         tls = self._ssl()
-        connector = aiohttp.TCPConnector(
-            limit=max(1, self.config.capacity),
-            limit_per_host=max(1, self.config.capacity),
-            ssl=tls,
-        )
         self._handshake = handshake_check(
             "http",
             self._batch_url or self.config.url or "",
-            lambda: _context_of(tls),
+            lambda: context_of(tls),
             scheme="https",
             default_port=443,
         )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=None),
-            raise_for_status=False,
-            cookie_jar=aiohttp.DummyCookieJar(),  # one key's answer never reaches the next
-            auto_decompress=False,  # decoded here, within http.max-response-bytes
-        )
+        transport = self._chosen_transport(tls)
+        await transport.open()
+        self._transport = transport
+
+    def _chosen_transport(self, tls: Any) -> Transport:
+        """The transport ``http.client`` asks for (``auto``: the native one where it is
+        installed and keeps the TLS options as given, else aiohttp)."""
+        chosen = CLIENT.get(self.config)
+        if chosen != "aiohttp":
+            settings = TlsSettings.from_options("http", self.config.options)
+            why = native.available() or native.unsupported(settings, self._verify)
+            if why is None:
+                return native.NativeTransport(
+                    self.config.capacity,
+                    self.headers(),
+                    settings,
+                    verify=self._verify,
+                    timeout_s=self.config.timeout_s,
+                    read_ahead=self._max_bytes + 1,
+                )
+            if chosen == "pyreqwest":
+                raise OptionError("http.client", f"is pyreqwest, but {why}")
+        return AiohttpTransport(self.config.capacity, self.headers(), tls)
+
+    @property
+    def transport(self) -> str:
+        """The transport in use (``aiohttp`` or ``pyreqwest``), once open."""
+        return self._transport.name if self._transport is not None else ""
 
     def _ssl(self) -> Any:
         """What aiohttp's ``ssl`` takes: True (the system's CAs), False (no verification) or
@@ -477,9 +251,9 @@ class HttpLookupClient(LookupClient):
         return context
 
     async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        if self._transport is not None:
+            transport, self._transport = self._transport, None
+            await transport.close()
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -490,13 +264,13 @@ class HttpLookupClient(LookupClient):
         return self._batch_url is not None
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
+        if self._transport is None:
+            raise RuntimeError("HttpLookupClient.lookup() called before open()")
         async with self._handshake:
-            with _AIOHTTP_ERRORS:
+            with self._transport.errors:
                 return await self._get(keys)
 
     async def _get(self, keys: Sequence[Key]) -> LookupResult:
-        if self._session is None:
-            raise RuntimeError("HttpLookupClient.lookup() called before open()")
         if self._batch_url:
             return await super().lookup(keys)
         assert self._template is not None
@@ -510,7 +284,7 @@ class HttpLookupClient(LookupClient):
                     "reach another resource"
                 )
                 continue
-            status, body, retry_after = await self._exchange("GET", url, encoded=True)
+            status, body, retry_after = await self._exchange("GET", url)
             if status == 404:
                 continue
             if not 200 <= status < 300:
@@ -519,39 +293,27 @@ class HttpLookupClient(LookupClient):
         return out
 
     async def _exchange(
-        self,
-        method: str,
-        url: str,
-        body: bytes | None = None,
-        headers: Any = None,
-        *,
-        encoded: bool = False,
+        self, method: str, url: str, body: bytes | None = None, headers: Any = None
     ) -> tuple[int, bytes, str | None]:
-        """One request: its status, its body (bounded, decoded) and its Retry-After; a
-        redirect followed only when ``http.redirects=same-origin`` allows it. ``encoded``: the
-        URL is sent as it is (made of an encoded template and encoded keys)."""
+        """One request (``url`` encoded): its status, its body (bounded, decoded) and its
+        Retry-After; a redirect followed only when ``http.redirects=same-origin`` allows it."""
+        assert self._transport is not None
         for _ in range(MAX_REDIRECTS + 1):
-            target = _as_sent(url) if encoded else url
-            async with self._session.request(
-                method, target, data=body, headers=headers, allow_redirects=False
-            ) as response:
+            async with self._transport.send(method, url, body, headers) as response:
                 status = response.status
                 if 300 <= status < 400:
-                    url = self._redirected(method, url, response)
-                    encoded = True  # as yarl joined it
+                    url = self._redirected(method, url, status, response.header("Location"))
                     continue
                 return (
                     status,
                     await self._read(response, method, url),
-                    response.headers.get("Retry-After"),
+                    response.header("Retry-After"),
                 )
         raise PermanentError(f"more than {MAX_REDIRECTS} redirects from {method} {redact_url(url)}")
 
-    def _redirected(self, method: str, url: str, response: Any) -> str:
-        """Where a redirect may be followed, or the PermanentError that says why not."""
-        from yarl import URL
-
-        status, location = response.status, response.headers.get("Location")
+    def _redirected(self, method: str, url: str, status: int, location: str | None) -> str:
+        """Where a redirect may be followed (encoded), or the PermanentError that says why
+        not."""
         where = f"HTTP {status} redirect from {method} {redact_url(url)}"
         if not location:
             raise PermanentError(f"{where} with no Location")
@@ -563,7 +325,7 @@ class HttpLookupClient(LookupClient):
                 f"{where} to {shown}: redirects are not followed (set http.redirects="
                 "same-origin to follow those that stay on the same scheme, host and port)"
             )
-        if not _same_origin(asked, target):
+        if not same_origin(asked, target):
             raise PermanentError(
                 f"{where} to {shown}: it leaves the origin, and the lookup's headers never do"
             )
@@ -571,28 +333,27 @@ class HttpLookupClient(LookupClient):
             raise PermanentError(f"{where} to {shown}: a {method} follows only 307 and 308")
         return str(target)
 
-    async def _read(self, response: Any, method: str, url: str) -> bytes:
+    async def _read(self, response: Response, method: str, url: str) -> bytes:
         """The body, decoded, of at most ``http.max-response-bytes``; the connection is
         dropped, not reused, when the body is cut short."""
         limit = self._max_bytes
         length = response.content_length
-        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        encoding = (response.header("Content-Encoding") or "").strip().lower()
         if length is not None and length > limit and encoding in ("", "identity"):
-            response.close()
+            response.abort()
             raise self._too_large(method, url, length)
         if encoding in ("", "identity") and length is not None:
-            return bytes(await response.read())  # exactly Content-Length bytes
-        decoder = _BoundedBody(encoding, limit)
-        content = response.content
+            return await response.read()  # exactly Content-Length bytes
+        decoder = BoundedBody(encoding, limit)
         try:
-            while chunk := await content.read(_READ_CHUNK):
+            async for chunk in response.chunks():
                 decoder.feed(chunk)
             return decoder.finish()
-        except _TooLarge:
-            response.close()
+        except TooLarge:
+            response.abort()
             raise self._too_large(method, url, None) from None
-        except (zlib.error, _Malformed) as exc:
-            response.close()
+        except (zlib.error, Malformed) as exc:
+            response.abort()
             raise PermanentError(
                 f"the answer to {method} {redact_url(url)} is not valid {encoding}: {exc}"
             ) from None
@@ -631,14 +392,14 @@ class HttpLookupClient(LookupClient):
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         if not self._batch_url:
             return await super().lookup_arrow(keys)
+        if self._transport is None:
+            raise RuntimeError("HttpLookupClient.lookup_arrow() called before open()")
         async with self._handshake:
-            with _AIOHTTP_ERRORS:
+            with self._transport.errors:
                 return await self._post(keys)
 
     async def _post(self, keys: pa.RecordBatch) -> Matches:
-        assert self._batch_url is not None
-        if self._session is None:
-            raise RuntimeError("HttpLookupClient.lookup_arrow() called before open()")
+        assert self._batch_target is not None
         columns = self.config.key_columns
         if len(columns) == 1:
             column = keys.column(0)
@@ -649,7 +410,7 @@ class HttpLookupClient(LookupClient):
             payload = [dict(zip(columns, map(json_key, key))) for key in python_keys(keys)]
         body = msgspec.json.encode({self._keys_field: payload})
         status, answer, retry_after = await self._exchange(
-            "POST", self._batch_url, body, _JSON_BODY
+            "POST", self._batch_target, body, JSON_BODY
         )
         what = f"POST {self._batch_url_shown} ({keys.num_rows} keys)"
         if status == 404:

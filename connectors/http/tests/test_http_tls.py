@@ -132,12 +132,16 @@ def test_a_private_ca(https: BackgroundHttpServer, pki: Pki) -> None:
     assert "set http.tls.ca-file" in str(error)
 
 
-def test_a_wrong_host_name(https: BackgroundHttpServer, pki: Pki) -> None:
+def test_a_wrong_host_name(https: BackgroundHttpServer, pki: Pki, transport: str) -> None:
     by_ip = url(https, host="127.0.0.1")
     error = failure(by_ip, **{"http.tls.ca-file": pki.ca})
     assert "it is not for the host name of the URL" in str(error)
     assert "http.tls.check-hostname=false" in str(error) and error.attempts == 1
     options = {"http.tls.ca-file": pki.ca, "http.tls.check-hostname": "false"}
+    if transport == "pyreqwest":  # rustls cannot skip the host name alone: auto takes aiohttp
+        with pytest.raises(OptionError, match="'http.client': is pyreqwest, but rustls cannot"):
+            lookup(by_ip, **options)
+        options["http.client"] = "auto"
     assert lookup(by_ip, **options) == FOUND
 
 

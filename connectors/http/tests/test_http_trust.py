@@ -126,7 +126,7 @@ def test_a_batch_post_follows_only_307_and_308_on_its_origin(service: Recorder) 
 
 
 def test_https_to_http_is_never_the_same_origin() -> None:
-    from asynclookup_http.client import _same_origin
+    from asynclookup_http.urls import same_origin as _same_origin
     from yarl import URL
 
     asked = URL("https://api.example.com/users/1")
