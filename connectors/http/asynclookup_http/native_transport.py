@@ -6,10 +6,11 @@ Set up to keep every promise of the connector: no redirect followed (the client 
 ``http.redirects`` allows), no cookie store, no decompression (the client decodes within
 ``http.max-response-bytes``), the body streamed; TLS from the ``http.tls.*`` options (a CA in
 PEM, a client certificate and key in PEM, an encrypted key decrypted in memory with
-``cryptography``). What rustls cannot do as the options ask — not checking the host name alone
-— is said by :func:`unsupported`, and ``http.client=auto`` then takes aiohttp. Errors are translated at this
-boundary, their text redacted (pyreqwest quotes a request's query string), and a certificate
-problem named with the option to fix, in the same words as over aiohttp.
+``cryptography``). What rustls cannot do as the options ask — not checking the host name
+alone — is said by :func:`unsupported`, and ``http.client=auto`` then takes aiohttp. Errors
+are translated at this boundary, their text redacted (pyreqwest quotes a request's query
+string), and a certificate problem named with the option to fix, in the same words as over
+aiohttp.
 
 A request that the engine abandons (a timeout, a hedge's loser) goes on in pyreqwest's runtime
 until its own timeout: each request carries the attempt's ``timeout.ms``, and the pool is not
