@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from asynclookup_http import native_transport, options
 
 TRANSPORTS = ["aiohttp", "pyreqwest"]
