@@ -437,8 +437,8 @@ class CacheSettings:
         1024,
         "Memory (estimated, MiB) the caches of all lookups in one Python worker may hold "
         "together; beyond it, the least recently used lookups' caches are dropped (a partial "
-        "cache in use alone above it keeps its most recent keys). The latest task's value "
-        "applies to the worker.",
+        "cache in use alone above it keeps its most recent keys). While lookups with "
+        "different values run in one worker, the smallest applies; else the latest task's.",
     )
     shared: SharedCacheSettings = group(SharedCacheSettings)
 
@@ -643,6 +643,14 @@ class LookupOptions:
         "it (credentials that expire, DNS that moves). A client is also replaced as soon as "
         "what it was made from changes on the executor: a `*.env` variable's value, a "
         "certificate or key file's content. 0 = no age limit.",
+    )
+    loop: str = option(
+        "loop",
+        choice("auto", "asyncio", "uvloop"),
+        "auto",
+        "The event loop a task's requests run on: `asyncio`, the standard library's; `uvloop` "
+        "(libuv), which needs the `uvloop` extra on the executors; `auto`, uvloop for a "
+        "connector measured faster on it (http) where it is installed, else asyncio.",
     )
     gc_threshold: int = option(
         "gc.threshold",

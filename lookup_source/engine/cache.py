@@ -228,7 +228,10 @@ class WorkerCaches:
     def __init__(
         self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_entries: int = MAX_KEPT_LOOKUPS
     ) -> None:
-        self.max_bytes = max_bytes
+        self._latest_budget = max_bytes
+        self._budgets: Counter[int] = Counter()
+        """The budgets (``cache.worker.max-mb``) of the tasks that run now, with how many ask
+        each: the smallest applies while they run."""
         self.max_entries = max_entries
         self.dropped = 0
         """Caches dropped to keep within the budget (for tests and logs)."""
@@ -240,6 +243,31 @@ class WorkerCaches:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def max_bytes(self) -> int:
+        """What the caches may hold together: the smallest budget of the tasks that run now
+        (:meth:`hold_budget`), else the latest task's."""
+        return min(self._budgets) if self._budgets else self._latest_budget
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._latest_budget = value
+
+    def hold_budget(self, max_bytes: int) -> None:
+        """A task that asks the caches to keep within ``max_bytes`` begins; hand it back with
+        :meth:`release_budget` when it ends. While tasks with different budgets run together,
+        the smallest holds (no task's budget is ever passed)."""
+        with self._lock:
+            self._budgets[max_bytes] += 1
+            self._latest_budget = max_bytes  # (fitted to as the task takes its caches)
+
+    def release_budget(self, max_bytes: int) -> None:
+        """The task that held ``max_bytes`` ended."""
+        with self._lock:
+            self._budgets[max_bytes] -= 1
+            if self._budgets[max_bytes] <= 0:
+                del self._budgets[max_bytes]
 
     @property
     def nbytes(self) -> int:

@@ -43,7 +43,9 @@ class AttemptTimer:
 
     def __init__(self) -> None:
         self._watches: deque[_Watch] = deque()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_when = 0.0
+        """When the timer is set for (uvloop's handle of a time already past has no ``when``)."""
 
     async def within(self, awaitable: Awaitable[Any], seconds: float) -> Any:
         """Await ``awaitable`` (which ends promptly when cancelled) for at most ``seconds``."""
@@ -62,13 +64,18 @@ class AttemptTimer:
         watch = _Watch(task, when)
         watches.append(watch)
         timer = self._timer
-        if timer is None or when < timer.when():  # none, or one set for ended attempts
+        if timer is None or when < self._timer_when:  # none, or one set for ended attempts
             self._set_timer(loop, when)
         try:
             result = await awaitable
         except asyncio.CancelledError:
             if watch.expired and task.uncancel() == 0:
                 raise TimeoutError from None
+            raise
+        except Exception as exc:
+            if watch.expired:  # it ended otherwise as it was cancelled (a client's own timer
+                task.uncancel()  # went off too): the cancellation is taken back, never left
+                raise TimeoutError from exc  # to hit the task's next await
             raise
         finally:
             watch.task = None
@@ -117,6 +124,7 @@ class AttemptTimer:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = loop.call_at(when, self._expire, loop)
+        self._timer_when = when
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         """Cancel the attempts past their limit; set the timer for the next one."""

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
 from lookup_source.engine.identity import LookupIdentity
@@ -87,6 +88,14 @@ class Lease:
     """Whether the client is the worker's (kept for later tasks) rather than the task's own."""
     _release: Callable[[bool], None] = field(repr=False)
     _released: bool = field(default=False, repr=False)
+    shares_loop: bool = False
+    """Whether ``loop`` is a thread's loop that other tasks of the thread run on too (a kept
+    client's, an overflow client's), rather than the task's own: work on it found in another
+    thread waits for that thread (:meth:`~.worker.Worker.defer`)."""
+    beside: dict[str, Any] = field(default_factory=dict, repr=False)
+    """What the worker keeps beside the client (never on it), for as long as the client: the
+    same dictionary for every task that leases a kept client, dropped with it (a shared tier's
+    store health)."""
 
     def release(self, *, reusable: bool) -> None:
         """The task is done with the client: keep it for the next task if ``reusable`` (and
@@ -112,32 +121,33 @@ def task_lease(
         loop.run(client.open())
     except BaseException:
         if client is not None:
-            _close_quietly(loop, client, config)
+            close_quietly(loop, client, config)
         if given is None:
             loop.close()
         raise
 
     def release(reusable: bool) -> None:
         try:
-            _close_quietly(loop, client, config)
+            close_quietly(loop, client, config)
         finally:
             if given is None:
                 loop.close()
 
-    return Lease(loop, client, False, release)
+    return Lease(loop, client, False, release, shares_loop=given is not None)
 
 
-def _close_quietly(
+def close_quietly(
     loop: TaskLoop,
     client: LookupClient,
     config: ConnectorConfig,
-    timeout_s: float = CLOSE_TIMEOUT_S,
+    timeout_s: float | None = None,
 ) -> None:
-    """Close ``client`` on ``loop`` within ``timeout_s`` (past it, or if the close ignores its
-    cancellation, it is abandoned: never waited for longer); a failure to close is logged,
-    never raised (it must not mask the task's own outcome)."""
+    """Close ``client`` on ``loop`` within ``timeout_s`` (:data:`CLOSE_TIMEOUT_S` by default;
+    past it, or if the close ignores its cancellation, it is abandoned: never waited for
+    longer); a failure to close is logged, never raised (it must not mask the task's own
+    outcome)."""
     try:
-        loop.run(_close_within(client, timeout_s))
+        loop.run(_close_within(client, CLOSE_TIMEOUT_S if timeout_s is None else timeout_s))
     except Exception:
         log.warning("asynclookup: closing the %s client failed", config.connector, exc_info=True)
 
@@ -165,6 +175,7 @@ class _Kept:
     last_used: float
     opened_at: float
     users: int = 0
+    beside: dict[str, Any] = field(default_factory=dict)
     doomed: bool = False
     """Handed back as not reusable while another task still held it: closed when the last
     task hands it back."""
@@ -220,7 +231,7 @@ class WorkerClients:
                 try:
                     self.loop.run(client.open())
                 except BaseException:
-                    _close_quietly(self.loop, client, config)
+                    close_quietly(self.loop, client, config)
                     raise
                 self.opened += 1
                 kept = self._clients[key] = _Kept(client, config, max_idle_s, now, now)
@@ -238,7 +249,14 @@ class WorkerClients:
             kept.users += 1
             self._leases += 1
             chosen = kept
-            return Lease(self.loop, kept.client, True, lambda ok: self._back(key, chosen, ok))
+            return Lease(
+                self.loop,
+                kept.client,
+                True,
+                lambda ok: self._back(key, chosen, ok),
+                shares_loop=True,
+                beside=kept.beside,
+            )
 
     def _overflow(self, factory: ClientFactory, config: ConnectorConfig) -> Lease:
         """A client for one task, on the worker's loop (the task's other clients are on it),
@@ -251,7 +269,7 @@ class WorkerClients:
                 self._leases -= 1
                 lease.release(reusable=False)
 
-        return Lease(self.loop, lease.client, False, back)
+        return Lease(self.loop, lease.client, False, back, shares_loop=True)
 
     def _back(self, key: str, kept: _Kept, reusable: bool) -> None:
         with self._lock:
@@ -263,18 +281,18 @@ class WorkerClients:
                 if self._clients.get(key) is kept:
                     del self._clients[key]  # the next task makes a new one
             if kept.doomed and kept.users == 0:
-                _close_quietly(self.loop, kept.client, kept.config)
+                close_quietly(self.loop, kept.client, kept.config)
 
     def _retire(self, key: str, kept: _Kept) -> None:
         """No task gets ``kept`` any more; closed now, or when the last holder hands it back."""
         del self._clients[key]
         kept.doomed = True
         if kept.users == 0:
-            _close_quietly(self.loop, kept.client, kept.config)
+            close_quietly(self.loop, kept.client, kept.config)
 
     def _forget(self, key: str, kept: _Kept) -> None:
         del self._clients[key]
-        _close_quietly(self.loop, kept.client, kept.config)
+        close_quietly(self.loop, kept.client, kept.config)
 
     def _idle(self, now: float) -> list[tuple[float, str]]:
         """(last used, key) of the clients no task holds that have idled past their limit."""
@@ -304,7 +322,7 @@ class WorkerClients:
                 return 0
             _, key = min(idle)
             kept = self._clients.pop(key)
-            _close_quietly(self.loop, kept.client, kept.config, SWEEP_CLOSE_TIMEOUT_S)
+            close_quietly(self.loop, kept.client, kept.config, SWEEP_CLOSE_TIMEOUT_S)
             return 1
         finally:
             self._lock.release()
@@ -348,6 +366,7 @@ __all__ = [
     "Lease",
     "WorkerClients",
     "client_key",
+    "close_quietly",
     "factory_identity",
     "task_lease",
     "worker_reuse",

@@ -39,6 +39,51 @@ LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 """Makes an event loop: ``asyncio.new_event_loop`` by default; a test may give
 :class:`~lookup_source.testing.clock.VirtualTimeLoop` (the engine keeps its time by its loop)."""
 
+LOOP_KINDS = ("asyncio", "uvloop")
+"""The event loops a task may run on (option ``loop``): the standard library's, or uvloop's
+(libuv, in Cython), where it is installed."""
+
+
+class LoopUnavailable(RuntimeError):
+    """``loop=uvloop`` asked for on an executor without uvloop."""
+
+
+def uvloop_installed() -> bool:
+    """Whether uvloop can be imported here."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def loop_kind(setting: str, preferred: str) -> str:
+    """The loop a task runs on: ``setting`` (option ``loop``) unless it is ``auto``, then the
+    connector's ``preferred`` one (:attr:`~lookup_source.connector_api.LookupClient.preferred_loop`,
+    what measured faster for its library) where it is installed, else asyncio's."""
+    if setting != "auto":
+        return setting
+    if preferred == "uvloop" and uvloop_installed():
+        return "uvloop"
+    return "asyncio"
+
+
+def loop_factory_of(kind: str) -> LoopFactory:
+    """What makes a loop of ``kind`` (one of :data:`LOOP_KINDS`)."""
+    if kind == "asyncio":
+        return asyncio.new_event_loop
+    if kind != "uvloop":
+        raise ValueError(f"loop: expected one of auto, {', '.join(LOOP_KINDS)}, got {kind!r}")
+    try:
+        import uvloop
+    except ImportError:
+        raise LoopUnavailable(
+            "loop=uvloop: uvloop is not installed on this executor "
+            "(pip install 'asynclookup[uvloop]'; it has no Windows build), or use loop=auto"
+        ) from None
+    factory: LoopFactory = uvloop.new_event_loop
+    return factory
+
 
 _PAUSES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[float]] = (
     weakref.WeakKeyDictionary()

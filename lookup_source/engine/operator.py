@@ -31,7 +31,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.connector_api import LookupClient
+from lookup_source.connector_api import ConnectorError, LookupClient
 from lookup_source.engine.answers import Answer
 from lookup_source.engine.batches import Job, Request
 from lookup_source.engine.budget import TaskBudget
@@ -52,6 +52,11 @@ from lookup_source.engine.shared_cache import SharedTier
 from lookup_source.engine.slots import RequestSlots
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.redaction import Redactor
+
+STRAY_CANCELLATION = (
+    "the request was cancelled, though not by asynclookup (a cancellation the client left "
+    "behind): its keys have no answer"
+)
 
 MIN_BUFFER_ROWS = 20_000
 """Input rows a task may hold back at least, whatever its capacity and batch size."""
@@ -241,6 +246,12 @@ class LookupEngine:
                 answer = await self._requests.run(request)
             except FinalFailure as failure:
                 self._request_failed(request, failure)
+            except asyncio.CancelledError:
+                if self._closed:
+                    raise
+                # a cancellation the engine never asked for (a client's, leaked): the keys
+                # fail, as any error of the request does; never completed without an answer
+                self._request_failed(request, FinalFailure(ConnectorError(STRAY_CANCELLATION), 1))
             else:
                 self._answered(request, answer)
         except asyncio.CancelledError:

@@ -20,15 +20,15 @@ from typing import Any
 import pyarrow as pa
 
 import lookup_source.engine.telemetry as telemetry
-from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_from_env
+from lookup_source.connector_api import ConnectorConfig, secret_from_env
 from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.hedge import Hedging
 from lookup_source.engine.identity import LookupIdentity, implicit_inputs
 from lookup_source.engine.lifetime import ClientFactory, Lease
-from lookup_source.engine.loop import LoopFactory
+from lookup_source.engine.loop import LoopFactory, loop_kind
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.operator import LookupEngine
-from lookup_source.engine.shared_cache import SharedTier
+from lookup_source.engine.shared_cache import SharedTier, StoreHealth
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.engine.worker import Worker, current_worker
 
@@ -71,6 +71,7 @@ class LookupTask:
         self._gc_held = False
         self._telemetry: Any = None
         self._pins: list[str] = []  # the worker's caches this task uses (never dropped meanwhile)
+        self._cache_budget = 0  # the memory budget this task holds the worker's caches to
         factory = client_factory or spec.options.connector_class()
         self._worker: Worker = worker or current_worker()
         self._identities = task_identities(spec, config, factory)
@@ -82,6 +83,7 @@ class LookupTask:
             max_idle_s=spec.options.connection_max_idle_s,
             max_age_s=spec.options.connection_max_age_s,
             keep=keep_client,
+            loop_kind=loop_kind(spec.options.loop, getattr(factory, "preferred_loop", "asyncio")),
             loop_factory=loop_factory,
         )
         self._loop = self._lease.loop
@@ -90,6 +92,8 @@ class LookupTask:
             self._telemetry = (
                 self._worker.telemetry() if spec.options.metrics_opentelemetry else None
             )
+            self._cache_budget = int(spec.options.cache.worker_max_mb * 2**20)
+            self._worker.caches.hold_budget(self._cache_budget)
             cache = self._worker.task_cache(
                 spec.options.cache,
                 config,
@@ -127,10 +131,10 @@ class LookupTask:
         settings = self._spec.options.cache.shared
         if settings.url is None:
             return None
-        store = self._kept_plugin(settings.store_class(), settings.url)
+        lease = self._kept_plugin(settings.store_class(), settings.url)
         assert self._identities.shared is not None
         return SharedTier(
-            store,  # type: ignore[arg-type]
+            lease.client,  # type: ignore[arg-type]
             self._identities.shared,
             self._spec.value_fields,
             metrics,
@@ -138,7 +142,7 @@ class LookupTask:
             timeout_s=settings.timeout_s,
             cache_missing=settings.missing_keys,
             max_value_bytes=settings.max_value_bytes,
-            health=self._worker.store_health(store),
+            health=lease.beside.setdefault("health", StoreHealth()),  # the store's, kept with it
             clock=self._worker.clock,
         )
 
@@ -150,11 +154,11 @@ class LookupTask:
             return None
         coordinator = None
         if settings.url is not None:
-            coordinator = self._kept_plugin(settings.coordinator_class(), settings.url)
+            coordinator = self._kept_plugin(settings.coordinator_class(), settings.url).client
         name = settings.name or self._identity.digest("budget")[:32]
         return TaskBudget.of(settings, coordinator, name, metrics)  # type: ignore[arg-type]
 
-    def _kept_plugin(self, plugin_class: Any, url: str) -> LookupClient:
+    def _kept_plugin(self, plugin_class: Any, url: str) -> Lease:
         """A plugin's client for ``url`` (the shared tier's store, a budget's coordinator),
         kept by the worker like the lookup's own client, handed back when the task closes."""
         options = self._spec.options
@@ -168,7 +172,7 @@ class LookupTask:
             loop=self._loop,
         )
         self._plugin_leases.append(lease)
-        return lease.client
+        return lease
 
     @property
     def metrics(self) -> LookupMetrics | None:
@@ -198,8 +202,13 @@ class LookupTask:
         may be running there now)."""
         if self._closed:
             return
-        if threading.get_ident() != self._thread and self._lease.kept:
-            self._worker.defer(self._thread, lambda: self.close(failed=failed))
+        if threading.get_ident() != self._thread and self._lease.shares_loop:
+            self._worker.defer(self._thread, lambda: self._close(failed))
+            return
+        self._close(failed)
+
+    def _close(self, failed: bool) -> None:
+        if self._closed:
             return
         self._closed = True
         sound = not failed
@@ -218,6 +227,9 @@ class LookupTask:
             if self._gc_held:
                 self._gc_held = False
                 self._worker.gc.release()
+            if self._cache_budget:
+                self._worker.caches.release_budget(self._cache_budget)
+                self._cache_budget = 0
             if self._pins:
                 self._worker.caches.unpin(self._pins)
                 self._pins = []

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
-from lookup_source.engine.loop import TaskLoop
+from lookup_source.engine.loop import TaskLoop, loop_kind
 from lookup_source.engine.scan_rows import scan_rows
 from lookup_source.engine.worker import lease_client
 from lookup_source.options import LookupOptions
@@ -32,6 +32,7 @@ def scan_batches(
         config,
         max_idle_s=options.connection_max_idle_s,
         max_age_s=options.connection_max_age_s,
+        loop_kind=loop_kind(options.loop, client_class.preferred_loop),
     )
     client, loop = lease.client, lease.loop
     sound = False

@@ -320,7 +320,7 @@ class SharedTier:
     def _available(self) -> bool:
         return self._clock() >= self.health.unavailable_until
 
-    def _failed(self, what: str, error: BaseException) -> None:
+    def _failed(self, what: str, error: Exception) -> None:
         self.metrics.shared_errors += 1
         self.health.unavailable_until = self._clock() + COOL_OFF_S
         log.warning(
@@ -346,9 +346,7 @@ class SharedTier:
             return CacheAnswer(everything)  # a key the tier cannot name: asked of the store
         try:
             found = await asyncio.wait_for(self.store_client.lookup(names), self.timeout_s)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
+        except Exception as exc:  # (never an interrupt or a cancellation)
             self._failed("read", exc)
             return CacheAnswer(everything)
         decoded: dict[Key, Any] = {}
@@ -422,9 +420,7 @@ class SharedTier:
             try:
                 write = self.store_client.store(items, self.ttl_s)
                 await asyncio.wait_for(write, self.timeout_s * WRITE_TIMEOUTS)
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:
+            except Exception as exc:  # (never an interrupt or a cancellation)
                 self._failed("write", exc)
         self._pending = []
 

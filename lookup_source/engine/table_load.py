@@ -15,6 +15,7 @@ from lookup_source.connector_api import Key, LookupClient
 from lookup_source.connector_api.keys import encode_rows, python_keys
 from lookup_source.engine.answers import CachedError, CachedRows
 from lookup_source.engine.cache import FullCache
+from lookup_source.engine.lifetime import close_quietly
 from lookup_source.engine.loop import TaskLoop
 from lookup_source.engine.scan_rows import scan_rows
 from lookup_source.options import ERROR_COLUMN
@@ -69,7 +70,8 @@ def reload_table(
     value_fields: Sequence[pa.Field],
 ) -> None:
     """Reload ``cache`` with a loop and a client of its own (the worker runs this in a thread
-    it tracks); a failure is logged and the old table kept."""
+    it tracks); a failure is logged and the old table kept. Never raises: the client's close
+    is bounded and a failure to close is logged (:func:`~.lifetime.close_quietly`)."""
     with TaskLoop() as loop:
         client = None
         try:
@@ -84,4 +86,4 @@ def reload_table(
             cache.release_reload()
         finally:
             if client is not None:
-                loop.run(client.close())
+                close_quietly(loop, client, client.config)

@@ -5,8 +5,8 @@ such a worker has ``SPARK_REUSE_WORKER=1`` in its environment). What a task leav
 the next ones is kept by the process's :class:`Worker` (:func:`current_worker`), and only there.
 This is the one place that says what lives how long:
 
-- **the event loop**: one per thread (asyncio loops are per thread), until the thread ends
-  or :meth:`Worker.close`;
+- **the event loops**: one per thread (asyncio loops are per thread) and kind (option
+  ``loop``: asyncio's, uvloop's), until the thread ends or :meth:`Worker.close`;
 - **opened clients** (:mod:`.lifetime`): per thread and configuration, at most
   :data:`~.lifetime.MAX_KEPT_CLIENTS` (the least recently used one no task holds is closed;
   when every kept one is in use, a task gets a client of its own, closed when it ends); closed
@@ -20,7 +20,7 @@ This is the one place that says what lives how long:
 - **the collector's threshold** (:mod:`.gc_tuning`): raised while any task holds it;
 - **the OpenTelemetry exporter**: per process, made by the first task that asks;
 - **the shared tier's health** (:class:`~.shared_cache.StoreHealth`): per kept store client,
-  beside it, dropped with it.
+  beside it (:attr:`~.lifetime.Lease.beside`), dropped with it.
 
 Every one of them reads the worker's one clock (:attr:`Worker.clock`; tests give a virtual
 one). Spark ends a worker with ``os._exit`` or SIGKILL: nothing here runs then, and the
@@ -42,7 +42,6 @@ when it ends::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import threading
@@ -68,8 +67,7 @@ from lookup_source.engine.lifetime import (
     task_lease,
     worker_reuse,
 )
-from lookup_source.engine.loop import Clock, LoopFactory, TaskLoop
-from lookup_source.engine.shared_cache import StoreHealth
+from lookup_source.engine.loop import Clock, LoopFactory, TaskLoop, loop_factory_of
 from lookup_source.engine.table_load import load_table, reload_table
 
 if TYPE_CHECKING:
@@ -112,10 +110,11 @@ class Worker:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._clients: weakref.WeakSet[WorkerClients] = weakref.WeakSet()
-        self._ended: list[WorkerClients] = []
+        self._ended: list[tuple[list[Callable[[], None]], list[WorkerClients]]] = []
+        """What ended threads left to close (deferred work, then their clients), found while
+        a loop ran: done by the next :meth:`clients` call."""
         self._reloads: set[threading.Thread] = set()
         self._deferred: dict[int, list[Callable[[], None]]] = {}
-        self._health: dict[int, StoreHealth] = {}
         self._exporter: Any = None
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
@@ -123,19 +122,23 @@ class Worker:
 
     # -- the loop and kept clients ------------------------------------------------------------
 
-    def clients(self) -> WorkerClients:
-        """This thread's loop and kept clients, made on first use; closed when the thread
-        ends. What was deferred to this thread (:meth:`defer`) runs first."""
+    def clients(self, kind: str = "asyncio") -> WorkerClients:
+        """This thread's loop of ``kind`` (one of :data:`~.loop.LOOP_KINDS`) and the clients
+        kept on it, made on first use; closed when the thread ends. What was deferred to this
+        thread (:meth:`defer`) runs first."""
         while self._ended:
-            _close_quietly(self._ended.pop())
+            self._end_thread(*self._ended.pop())
         self._run_deferred()
-        current: WorkerClients | None = getattr(self._local, "clients", None)
-        if current is None or current.loop.closed:
-            current = self._local.clients = WorkerClients(
-                clock=self.clock, loop_factory=self._loop_factory
-            )
+        kept: dict[str, WorkerClients] | None = getattr(self._local, "clients", None)
+        if kept is None:
+            kept = self._local.clients = {}
             self._local.end = end = _ThreadEnd()
-            weakref.finalize(end, self._thread_ended, current)
+            weakref.finalize(end, self._thread_ended, threading.get_ident(), kept)
+        current = kept.get(kind)
+        if current is None or current.loop.closed:
+            current = kept[kind] = WorkerClients(
+                clock=self.clock, loop_factory=self._loop_factory or loop_factory_of(kind)
+            )
             with self._lock:
                 self._clients.add(current)
         return current
@@ -150,11 +153,7 @@ class Worker:
     def _run_deferred(self) -> None:
         with self._lock:
             work = self._deferred.pop(threading.get_ident(), [])
-        for item in work:
-            try:
-                item()
-            except Exception:  # one task's clean-up never fails the next task
-                log.warning("asynclookup: a deferred clean-up failed", exc_info=True)
+        _run_quietly(work)
 
     def lease_client(
         self,
@@ -165,13 +164,15 @@ class Worker:
         max_idle_s: float,
         max_age_s: float = 0.0,
         keep: bool | None = None,
+        loop_kind: str = "asyncio",
         loop_factory: LoopFactory | None = None,
         loop: TaskLoop | None = None,
     ) -> Lease:
-        """A loop and an opened client for one task: this thread's kept ones when the worker
-        serves task after task (``keep``: whether it does; by default, what Spark says) and
-        ``max_idle_s`` > 0, else a loop (``loop``, the task's own already; or one made by
-        ``loop_factory``) and a client of the task's own. A kept client older than
+        """A loop and an opened client for one task: this thread's kept ones, on its loop of
+        ``loop_kind``, when the worker serves task after task (``keep``: whether it does; by
+        default, what Spark says) and ``max_idle_s`` > 0, else a loop (``loop``, the task's own
+        already; or one made by ``loop_factory``, else of ``loop_kind``) and a client of the
+        task's own. A kept client older than
         ``max_age_s`` (0: no limit) is replaced. ``identity``: the lookup's, computed once by
         the task; by default (a plugin's client: a store, a coordinator), made from ``config``
         and what ``factory``'s library reads on its own, when the client is kept."""
@@ -183,10 +184,10 @@ class Worker:
             if identity is None:
                 identity = LookupIdentity.of(config, implicit=implicit_inputs(factory, config))
             key = client_key(factory_id, config, identity)
-            lease = self.clients().lease(key, factory, config, max_idle_s, max_age_s)
+            lease = self.clients(loop_kind).lease(key, factory, config, max_idle_s, max_age_s)
             self._start_sweeper()
             return lease
-        return task_lease(factory, config, loop_factory, loop)
+        return task_lease(factory, config, loop_factory or loop_factory_of(loop_kind), loop)
 
     def sweep(self) -> int:
         """Close the kept clients idle past their limit, in every thread that runs no task
@@ -219,19 +220,26 @@ class Worker:
             except Exception:  # the sweeper never dies of one client that fails to close
                 log.warning("asynclookup: closing idle clients failed", exc_info=True)
 
-    def _thread_ended(self, clients: WorkerClients) -> None:
-        """What a thread kept, closed as the thread ends (never in a forked child); what was
-        deferred to it is dropped (closing its clients ends that work's leases)."""
-        if clients.pid != os.getpid() or clients.loop.closed:
-            return
+    def _thread_ended(self, thread: int, kept: dict[str, WorkerClients]) -> None:
+        """What a thread kept, closed as the thread ends (never in a forked child), after the
+        work deferred to it (a task's close seen elsewhere: its caches unpinned, its metrics
+        reported), which runs now that no loop of the thread can be running."""
         with self._lock:
-            self._deferred.pop(clients.thread, None)
+            work = self._deferred.pop(thread, [])
+        clients = [c for c in kept.values() if c.pid == os.getpid() and not c.loop.closed]
+        if not clients and not work:
+            return
         try:
             asyncio.get_running_loop()
-        except RuntimeError:  # no loop runs here: close now
-            _close_quietly(clients)
+        except RuntimeError:  # no loop runs here: now
+            self._end_thread(work, clients)
         else:  # seen inside a running loop, which cannot run another: the next clients() call
-            self._ended.append(clients)
+            self._ended.append((work, clients))
+
+    def _end_thread(self, work: list[Callable[[], None]], clients: list[WorkerClients]) -> None:
+        _run_quietly(work)
+        for each in clients:
+            _close_quietly(each)
 
     # -- caches, hedging windows, reloads ------------------------------------------------------
 
@@ -259,9 +267,9 @@ class Worker:
         """The cache a task's settings ask for, kept for the worker's other tasks: a full
         cache (loaded now by ``client`` if this worker has not yet, reloaded in the background
         when due), a partial one, or None. The worker's caches together keep within
-        ``cache.worker.max-mb`` (this task's setting applies from now on); the task's own is
+        ``cache.worker.max-mb`` (the smallest of the tasks that run: the caller releases it
+        with :meth:`~.cache.WorkerCaches.release_budget` when the task ends); the task's own is
         pinned (its key added to ``pins``: unpin them when the task ends)."""
-        self.caches.max_bytes = int(settings.worker_max_mb * 2**20)
         clock = self.clock
         if settings.mode == "full":
             key, full = self._pinned(
@@ -321,7 +329,7 @@ class Worker:
 
         def run() -> None:
             try:
-                reload_table(cache, factory, key_fields, value_fields)
+                reload_table(cache, factory, key_fields, value_fields)  # (never raises)
                 self.caches.fit(protect=key)
             finally:
                 with self._lock:
@@ -333,17 +341,6 @@ class Worker:
         thread.start()
 
     # -- the rest ----------------------------------------------------------------------------
-
-    def store_health(self, store: Any) -> StoreHealth:
-        """The health of a shared tier's ``store`` client, kept beside it, never on it (and
-        forgotten with it)."""
-        with self._lock:
-            health = self._health.get(id(store))
-            if health is None:
-                health = self._health[id(store)] = StoreHealth()
-                with contextlib.suppress(TypeError):  # no weak references: kept (a few bytes)
-                    weakref.finalize(store, self._health.pop, id(store), None)
-            return health
 
     def telemetry(self) -> Any:
         """The process's OpenTelemetry instruments (:class:`~.telemetry.Exporter`), made on
@@ -371,6 +368,14 @@ class Worker:
         for thread in reloads:
             thread.join(RELOAD_JOIN_S)
         self.caches.clear()
+
+
+def _run_quietly(work: list[Callable[[], None]]) -> None:
+    for item in work:
+        try:
+            item()
+        except Exception:  # one task's clean-up never fails the next task
+            log.warning("asynclookup: a deferred clean-up failed", exc_info=True)
 
 
 def _close_quietly(clients: WorkerClients, *, everything: bool = True) -> None:

@@ -138,6 +138,34 @@ def test_an_answer_racing_its_limit_and_errors_pass_through() -> None:
     assert virtual_time.run(scenario()) == ("just in time", "the store said no", 1.849)
 
 
+@one_timer
+def test_a_client_whose_own_timer_fires_with_the_limit_leaves_no_cancellation_behind() -> None:
+    """A client with a timer of its own (pyreqwest's, aiohttp's) may end in its own error just
+    as the attempt's limit cancels it: the attempt times out, and the task's next await is
+    not cancelled (its keys would be lost silently)."""
+
+    async def own_timer() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:  # told to stop: ends in an error of its own instead
+            raise ConnectionError("the client's own timeout") from None
+
+    async def scenario() -> tuple[str, int, str]:
+        timer = AttemptTimer()
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            await timer.within(own_timer(), 1.0)
+            outcome = "answered"
+        except TimeoutError as exc:
+            outcome = f"timeout from {type(exc.__cause__).__name__}"
+        await asyncio.sleep(0.5)  # the next await: not cancelled
+        retried = await timer.within(answer_after(0.1, "the retry answered"), 1.0)
+        return outcome, task.cancelling(), retried
+
+    assert virtual_time.run(scenario()) == ("timeout from ConnectionError", 0, "the retry answered")
+
+
 def test_a_client_that_swallows_cancellation_is_abandoned_after_the_grace() -> None:
     async def scenario() -> tuple[float, int, bool, Any]:
         loop = asyncio.get_running_loop()

@@ -102,6 +102,7 @@ class HttpLookupClient(LookupClient):
     name: ClassVar[str] = "http"
     honours_cancellation: ClassVar[bool] = True  # checked by the fault tests (slow answers)
     default_batch_size: ClassVar[int] = 1
+    preferred_loop: ClassVar[str] = "uvloop"  # less CPU per GET on both transports (the bench)
     option_specs: ClassVar[tuple[OptionSpec, ...]] = (
         BATCH_URL,
         BATCH_KEYS_FIELD,

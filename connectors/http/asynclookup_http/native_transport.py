@@ -13,9 +13,10 @@ string), and a certificate problem named with the option to fix, in the same wor
 aiohttp.
 
 A request that the engine abandons (a timeout, a hedge's loser) goes on in pyreqwest's runtime
-until its own timeout: each request carries the attempt's ``timeout.ms``, and the pool is not
-capped at ``capacity`` (the engine's slots are), so an abandoned request never holds a slot the
-engine has handed on.
+until its own timeout: each request carries ``timeout.ms`` and :data:`BACKSTOP` (the engine's
+limit comes first, so an attempt ends in the engine's timeout, never in a race with
+pyreqwest's), and the pool is not capped at ``capacity`` (the engine's slots are), so an
+abandoned request never holds a slot the engine has handed on.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from lookup_source.connector_api import (
     TransientError,
     translated_errors,
 )
+
+BACKSTOP = timedelta(seconds=1)
+"""How much longer than ``timeout.ms`` pyreqwest's own timer waits (see the module)."""
 
 IDLE = timedelta(seconds=90)
 """How long an idle keep-alive connection stays in the pool (reqwest's default)."""
@@ -161,7 +165,7 @@ class NativeTransport:
         self._headers = dict(headers)
         self._tls = tls
         self._verify = verify
-        self._timeout = timedelta(seconds=max(0.001, timeout_s))
+        self._timeout = timedelta(seconds=max(0.001, timeout_s)) + BACKSTOP
         self._read_ahead = read_ahead
         self._client: Any = None
 

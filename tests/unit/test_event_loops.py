@@ -1,0 +1,123 @@
+"""The event loop a task runs on (option ``loop``, lookup_source.engine.loop): asyncio's or
+uvloop's, chosen per connector by ``loop=auto``; a worker keeps one of each kind per thread."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import pytest
+
+from lookup_source.connector_api import ConnectorConfig
+from lookup_source.engine.loop import LoopUnavailable, loop_kind
+from lookup_source.engine.runner import run_lookups
+from lookup_source.engine.worker import current_worker, forget_worker
+from lookup_source.errors import OptionError
+from lookup_source.options import parse_options
+from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+
+uvloop = pytest.importorskip("uvloop", reason="the uvloop extra is not installed")
+
+TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(10)}
+
+
+class LoopRecording(FakeClient):
+    """A fake client that notes the type of the loop each lookup runs on."""
+
+    seen: ClassVar[list[str]] = []
+
+    async def lookup(self, keys: Sequence[Any]) -> Any:
+        LoopRecording.seen.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+        return await super().lookup(keys)
+
+
+class PrefersUvloop(LoopRecording):
+    preferred_loop: ClassVar[str] = "uvloop"
+
+
+@pytest.fixture(autouse=True)
+def fresh_worker() -> Iterator[None]:
+    forget_worker()
+    LoopRecording.seen.clear()
+    yield
+    forget_worker()
+
+
+def run_task(client_class: type[FakeClient], loop: str, store: FakeStore) -> list[Any]:
+    spec = make_spec(make_options(loop=loop))
+
+    def factory(config: ConnectorConfig) -> FakeClient:
+        return client_class(config, store)
+
+    factory.identity = client_class.__name__  # type: ignore[attr-defined]  # kept by the worker
+    factory.preferred_loop = client_class.preferred_loop  # type: ignore[attr-defined]
+    out = run_lookups(
+        [key_batch([1, 2, 99, None])],
+        spec,
+        make_config(spec),
+        client_factory=factory,
+        keep_client=True,
+    )
+    return [row["name"] for batch in out for row in batch.to_pylist()]
+
+
+@pytest.mark.parametrize(
+    ("client_class", "setting", "expected"),
+    [
+        (LoopRecording, "auto", "asyncio"),
+        (PrefersUvloop, "auto", "uvloop"),
+        (PrefersUvloop, "asyncio", "asyncio"),
+        (LoopRecording, "uvloop", "uvloop"),
+    ],
+)
+def test_the_loop_is_the_option_or_the_connectors_preference(
+    client_class: type[FakeClient], setting: str, expected: str
+) -> None:
+    store = FakeStore(TABLE)
+    assert run_task(client_class, setting, store) == ["user-1", "user-2", None, None]
+    assert LoopRecording.seen and set(LoopRecording.seen) == {expected}
+
+
+def test_a_worker_keeps_a_loop_of_each_kind_per_thread_and_closes_both_with_it() -> None:
+    store = FakeStore(TABLE)
+    loops: dict[str, Any] = {}
+
+    def work() -> None:
+        for _ in range(3):  # task after task: each kind's client opened once
+            assert run_task(LoopRecording, "asyncio", store)[0] == "user-1"
+            assert run_task(LoopRecording, "uvloop", store)[1] == "user-2"
+        worker = current_worker()
+        loops.update(asyncio=worker.clients("asyncio").loop, uvloop=worker.clients("uvloop").loop)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert LoopRecording.seen == ["asyncio", "uvloop"] * 3
+    assert isinstance(loops["uvloop"]._loop, uvloop.Loop)
+    assert not isinstance(loops["asyncio"]._loop, uvloop.Loop)
+    assert store.opened == 2 and store.closed == 2  # one client per loop, closed with the thread
+    assert loops["asyncio"].closed and loops["uvloop"].closed
+
+
+def test_without_uvloop_auto_falls_back_and_uvloop_is_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as on an executor without it
+    assert loop_kind("auto", "uvloop") == "asyncio"
+    store = FakeStore(TABLE)
+    assert run_task(PrefersUvloop, "auto", store) == ["user-1", "user-2", None, None]
+    assert LoopRecording.seen == ["asyncio"]
+    with pytest.raises(LoopUnavailable, match=r"^loop=uvloop: uvloop is not installed") as failed:
+        run_task(LoopRecording, "uvloop", store)
+    assert "\n" not in str(failed.value)
+
+
+def test_an_unknown_loop_names_the_option() -> None:
+    with pytest.raises(OptionError, match=r"'loop'.*tokio"):
+        parse_options({"connector": "redis", "url": "redis://localhost", "loop": "tokio"})
+    assert parse_options({"connector": "redis", "url": "redis://localhost"}).loop == "auto"
