@@ -76,6 +76,10 @@ class LookupTask:
         self._worker: Worker = worker or current_worker()
         self._identities = task_identities(spec, config, factory)
         self._identity = self._identities.local
+        # the task's loop kind: its plugins' clients (a shared tier's store, a coordinator)
+        # are kept on the same loop as its own
+        preferred = getattr(factory, "preferred_loop", "asyncio")
+        self._loop_kind = loop_kind(spec.options.loop, preferred)
         self._lease: Lease = self._worker.lease_client(
             factory,
             config,
@@ -83,7 +87,7 @@ class LookupTask:
             max_idle_s=spec.options.connection_max_idle_s,
             max_age_s=spec.options.connection_max_age_s,
             keep=keep_client,
-            loop_kind=loop_kind(spec.options.loop, getattr(factory, "preferred_loop", "asyncio")),
+            loop_kind=self._loop_kind,
             loop_factory=loop_factory,
         )
         self._loop = self._lease.loop
@@ -169,6 +173,7 @@ class LookupTask:
             max_idle_s=options.connection_max_idle_s,
             max_age_s=options.connection_max_age_s,
             keep=self._lease.kept,
+            loop_kind=self._loop_kind,
             loop=self._loop,
         )
         self._plugin_leases.append(lease)

@@ -281,3 +281,42 @@ def test_a_store_failing_mid_job_writes_nothing_wrong_and_leaves_nothing_running
     ]
     assert metrics.shared_hits + metrics.shared_misses == 300
     assert sum(len(r) for r in again.requests) == metrics.shared_misses  # the rest: the tier
+
+
+@pytest.mark.parametrize("loops", [("uvloop", "asyncio"), ("asyncio", "uvloop")])
+def test_tasks_on_two_loop_kinds_each_read_the_tier_on_their_own_loop(
+    cache_url: str, loops: tuple[str, str]
+) -> None:
+    """A worker keeps a loop of each kind per thread: the tier's client is kept on the loop
+    of the task that uses it (an HTTP lookup prefers uvloop, a function asyncio), never used
+    from another kind's loop."""
+    pytest.importorskip("uvloop", reason="the uvloop extra is not installed")
+    from lookup_source.engine.worker import forget_worker
+
+    spec = make_spec(make_options(cache=shared(cache_url)))
+    keys = list(range(40))
+    forget_worker()
+    try:
+        for round_, loop in enumerate([*loops, *loops]):
+            store = FakeStore(TABLE)
+
+            def factory(config: Any, store: FakeStore = store) -> FakeClient:
+                return FakeClient(config, store)
+
+            factory.identity = "kept"  # type: ignore[attr-defined]  # kept by the worker
+            factory.preferred_loop = loop  # type: ignore[attr-defined]
+            metrics: list[Any] = []
+            out = run_lookups(
+                [key_batch(keys)],
+                spec,
+                make_config(spec),
+                client_factory=factory,
+                on_metrics=metrics.append,
+                keep_client=True,
+            )
+            rows = [r for b in out for r in b.to_pylist()]
+            assert [r["name"] for r in rows] == [TABLE.get(k, {}).get("name") for k in keys]
+            assert metrics[0].shared_errors == 0, (round_, loop)
+            assert metrics[0].shared_hits == (40 if round_ else 0), (round_, loop)
+    finally:
+        forget_worker()
