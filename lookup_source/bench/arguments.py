@@ -11,7 +11,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenarios",
         default="http-1,http-5,http-20,http-batch-5,redis,redis-net,postgres,postgres-net",
         help="comma-separated: http-<ms>, http-batch-<ms>, redis, redis-net, postgres, "
-        "postgres-net, sweep, memory, stream, tail, plan, budget (default: %(default)s)",
+        "postgres-net, sweep, memory, stream, tail, plan, budget, http-transports "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--rows", type=int, default=1_000_000, help="input rows per method (default: %(default)s)"
@@ -164,6 +165,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=400.0,
         help="budget scenario: requests the service allows a second (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--transports-keys",
+        type=int,
+        default=60_000,
+        help="http-transports scenario: distinct keys, each asked once (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--transports-latency-ms",
+        type=float,
+        default=5.0,
+        help="http-transports scenario: the service's time per GET (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--peers-python",
+        default="",
+        help="http-transports scenario: a Python with Daft and/or Ray Data and aiohttp, "
+        "which runs the peers (default: none, the peers are skipped)",
+    )
+    parser.add_argument(
+        "--peers-timeout-s",
+        type=float,
+        default=600.0,
+        help="http-transports scenario: how long a peer may run (default: %(default)s)",
     )
     parser.add_argument("--no-plot", action="store_true", help="write no PNG plots")
 

@@ -129,9 +129,11 @@ class RawClient:
         await client.close()
     """
 
-    def __init__(self, store: Store, capacity: int) -> None:
+    def __init__(self, store: Store, capacity: int, http_client: str = "aiohttp") -> None:
         self.store = store
         self.capacity = capacity
+        self.http_client = http_client
+        """aiohttp, or pyreqwest (a per-key GET)."""
         self._semaphore = asyncio.Semaphore(capacity)
         self._size = int(store.options.get("batch.size", "1"))
         self._client: Any = None
@@ -139,7 +141,11 @@ class RawClient:
     async def open(self) -> None:
         """Open the client and as many connections as it will use."""
         store = self.store
-        if store.kind == "http":
+        if store.kind == "http" and self.http_client == "pyreqwest":
+            from pyreqwest.client import ClientBuilder
+
+            self._client = ClientBuilder().follow_redirects(False).build()
+        elif store.kind == "http":
             import aiohttp
 
             connector = aiohttp.TCPConnector(limit=self.capacity)
@@ -172,7 +178,12 @@ class RawClient:
                 if store.batch:
                     async with session.post(store.target, json={"keys": list(chunk)}) as r:
                         return len(await r.json())
-                async with session.get(store.target.replace("{key}", str(chunk[0]))) as r:
+                url = store.target.replace("{key}", str(chunk[0]))
+                if self.http_client == "pyreqwest":
+                    answer = await session.get(url).build().send()
+                    await answer.bytes()
+                    return int(answer.status == 200)
+                async with session.get(url) as r:
                     await r.read()
                     return int(r.status == 200)
             if store.kind == "redis":

@@ -73,6 +73,15 @@ def _descendants(root: int, processes: dict[int, _Stat]) -> Iterator[_Stat]:
         stack.extend(children.get(stat.pid, []))
 
 
+def tree_cpu_seconds(root: int) -> dict[int, float]:
+    """CPU seconds (its own and its reaped children's) of ``root`` and each of its
+    descendants, by pid: what a process tree has used so far."""
+    processes = _processes()
+    tree = [processes[root]] if root in processes else []
+    tree += list(_descendants(root, processes))
+    return {stat.pid: stat.own + stat.reaped for stat in tree}
+
+
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:

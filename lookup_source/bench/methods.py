@@ -250,9 +250,17 @@ def jdbc_broadcast(ctx: Context) -> Result:
 _COLD_CACHES = itertools.count()
 
 
-def asynclookup(mode: str = "ordered", cache: bool = False, by_key: bool = False) -> Method:
+def asynclookup(
+    mode: str = "ordered",
+    cache: bool = False,
+    by_key: bool = False,
+    *,
+    extra: dict[str, str] | None = None,
+    label: str = "",
+) -> Method:
     """``lookup_join``; ``cache`` adds a per-worker LRU, ``by_key`` hash-partitions the input by
-    the key first (``partition.by-key``), so that the workers cache disjoint shares of the keys."""
+    the key first (``partition.by-key``), so that the workers cache disjoint shares of the keys;
+    ``extra``: more options (named by ``label`` in the report)."""
 
     def method(ctx: Context) -> Result:
         from lookup_source import lookup_join, lookup_metrics
@@ -267,6 +275,7 @@ def asynclookup(mode: str = "ordered", cache: bool = False, by_key: bool = False
             options["cache.max-rows"] = str(100_000 + next(_COLD_CACHES))
         if by_key:
             options["partition.by-key"] = "true"
+        options.update(extra or {})
         out = lookup_join(ctx.df, "user_id", schema=SCHEMA, options=options)
         seconds = timed(out)
         metrics = lookup_metrics(out)
@@ -275,9 +284,9 @@ def asynclookup(mode: str = "ordered", cache: bool = False, by_key: bool = False
             notes.append(f"cache hit rate {metrics.cache_hit_rate:.1%}")
         if metrics.shared_keys:
             notes.append(f"{metrics.shared_keys:,} keys shared with requests in flight")
-        label = f"asynclookup {mode}" + (" + cache" if cache else "")
+        name = f"asynclookup {mode}" + (" + cache" if cache else "")
         return ctx.result(
-            label + (", partitioned by key" if by_key else ""),
+            name + (", partitioned by key" if by_key else "") + (f" ({label})" if label else ""),
             metrics.rows,
             seconds,
             requests=metrics.requests,
@@ -287,7 +296,10 @@ def asynclookup(mode: str = "ordered", cache: bool = False, by_key: bool = False
         )
 
     method.__name__ = (
-        f"asynclookup_{mode}" + ("_cache" if cache else "") + ("_by_key" if by_key else "")
+        f"asynclookup_{mode}"
+        + ("_cache" if cache else "")
+        + ("_by_key" if by_key else "")
+        + (f"_{label}".replace(", ", "_").replace(" ", "_") if label else "")
     )
     return method
 
@@ -456,7 +468,14 @@ SLOW_METHODS: tuple[Method, ...] = (sync_udf, arrow_udf, thread_pool)
 
 
 def _raw_process(
-    store: Store, keys: list[int], capacity: int, ready: Any, go: Any, measured: Any
+    store: Store,
+    keys: list[int],
+    capacity: int,
+    ready: Any,
+    go: Any,
+    measured: Any,
+    http_client: str = "aiohttp",
+    loop: str = "asyncio",
 ) -> None:
     """One raw client process: opens its client, says it is ready, waits for the go, looks its
     keys up, hands back the wall and CPU seconds of the lookups alone, and closes its client
@@ -465,7 +484,7 @@ def _raw_process(
     import asyncio
 
     async def main() -> None:
-        client = RawClient(store, capacity)
+        client = RawClient(store, capacity, http_client)
         await client.open()
         try:
             ready.put(None)
@@ -478,7 +497,12 @@ def _raw_process(
             await client.close()
 
     try:
-        asyncio.run(main())
+        if loop == "uvloop":
+            import uvloop
+
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
     except BaseException as error:  # said to the parent, which would otherwise wait for it
         ready.put(f"the raw client failed: {error!r}")
         raise
@@ -491,17 +515,27 @@ def _raw_answer(ready: Any) -> Any:
     return answer
 
 
-def ceiling(ctx: Context, keys_per_task: list[list[int]], rows: int) -> Result:
+def ceiling(
+    ctx: Context,
+    keys_per_task: list[list[int]],
+    rows: int,
+    *,
+    http_client: str = "aiohttp",
+    loop: str = "asyncio",
+) -> Result:
     """The raw async client alone, outside Spark, in as many processes as tasks, asking the
     keys asynclookup asks (each batch's distinct keys). Each process opens its client and
     connections before it is measured (asynclookup's live as long as the worker); its CPU is
-    what it spends on the lookups (its own count: the meter would see its start too)."""
+    what it spends on the lookups (its own count: the meter would see its start too).
+    ``http_client`` and ``loop``: which client (per-key HTTP: aiohttp or pyreqwest) on which
+    event loop."""
     global LAST_CPU
     context = multiprocessing.get_context("fork")
     ready, go, measured = context.Queue(), context.Event(), context.Event()
     processes = [
         context.Process(
-            target=_raw_process, args=(ctx.store, keys, ctx.capacity, ready, go, measured)
+            target=_raw_process,
+            args=(ctx.store, keys, ctx.capacity, ready, go, measured, http_client, loop),
         )
         for keys in keys_per_task
     ]
@@ -526,8 +560,9 @@ def ceiling(ctx: Context, keys_per_task: list[list[int]], rows: int) -> Result:
             process.join()
     requests = sum(len(k) for k in keys_per_task)
     decode = " + json.loads" if ctx.store.kind == "redis" else ""
+    which = f" ({http_client}, {loop})" if ctx.store.kind == "http" and not ctx.store.batch else ""
     return ctx.result(
-        f"raw async client alone{decode}, {len(processes)} processes",
+        f"raw async client alone{which}{decode}, {len(processes)} processes",
         rows,
         seconds,
         note=f"{requests:,} keys, as asynclookup sends them; connections opened before",

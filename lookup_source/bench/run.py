@@ -59,6 +59,8 @@ from lookup_source.bench.stores import (
 from lookup_source.bench.stream import StreamResult, run_stream, stream_report
 from lookup_source.bench.tail import TailResult, run_tail, tail_report
 from lookup_source.bench.tail import as_json as tail_json
+from lookup_source.bench.transports import TransportRun, run_transports, transports_report
+from lookup_source.bench.transports import as_json as transports_json
 
 BATCH_ROWS = 10_000
 
@@ -561,13 +563,14 @@ class Collected:
     results: list[Result] = field(default_factory=list)
     streams: list[StreamResult] = field(default_factory=list)
     tails: list[TailResult] = field(default_factory=list)
+    transports: list[TransportRun] = field(default_factory=list)
     plans: list[PlanResult] = field(default_factory=list)
     budgets: list[BudgetResult] = field(default_factory=list)
 
 
 def run_bench(args: argparse.Namespace) -> int:
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    special = ("sweep", "memory", "stream", "tail", "plan", "budget")
+    special = ("sweep", "memory", "stream", "tail", "plan", "budget", "http-transports")
     throughput = [s for s in scenarios if s not in special]
     got = Collected()
     os.makedirs(args.out, exist_ok=True)
@@ -581,7 +584,8 @@ def run_bench(args: argparse.Namespace) -> int:
             journal.failed(f"scenario {label}", error)
 
     try:
-        if throughput or {"sweep", "stream", "tail", "plan", "budget"} & set(scenarios):
+        spark_scenarios = {"sweep", "stream", "tail", "plan", "budget", "http-transports"}
+        if throughput or spark_scenarios & set(scenarios):
             with spark_session(args, reuse_workers=True) as spark:
                 got.machine = _machine(spark)
                 _warm_up(spark, args)
@@ -597,6 +601,11 @@ def run_bench(args: argparse.Namespace) -> int:
                     attempt("stream", lambda: got.streams.extend(run_stream(spark, args)))
                 if "tail" in scenarios:
                     attempt("tail", lambda: got.tails.extend(_tails(spark, args)))
+                if "http-transports" in scenarios:
+                    attempt(
+                        "http-transports",
+                        lambda: got.transports.extend(run_transports(spark, args)),
+                    )
                 if "plan" in scenarios:
                     attempt("plan", lambda: run_plan(spark, args, got.plans))
                 if "budget" in scenarios:
@@ -637,6 +646,8 @@ def _write(got: Collected, args: Any, journal: Journal) -> str:
         text += "\n".join(["", *stream_report(got.streams, args)])
     if got.tails:
         text += "\n".join(["", *tail_report(got.tails, args)])
+    if got.transports:
+        text += "\n".join(["", *transports_report(got.transports, args)])
     if got.plans:
         text += "\n".join(["", *plan_report(got.plans, args)])
     if got.budgets:
@@ -652,6 +663,7 @@ def _write(got: Collected, args: Any, journal: Journal) -> str:
                 "results": [{**asdict(r), "rows_per_s": r.rows_per_s} for r in got.results],
                 "stream": [asdict(r) for r in got.streams],
                 "tail": tail_json(got.tails),
+                "http_transports": transports_json(got.transports),
                 "plan": plan_json(got.plans),
                 "budget": budget_json(got.budgets),
                 "failed": [{"what": w, "reason": r} for w, r in journal.failures],

@@ -19,7 +19,8 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "lookup_source",
         "bench",
         "--scenarios",
-        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream,tail,plan,budget",
+        "http-2,http-batch-2,redis,redis-net,postgres,sweep,memory,stream,tail,plan,budget,"
+        "http-transports",
         "--rows",
         "3000",
         "--http-rows",
@@ -52,6 +53,8 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "400,8000",
         "--budget-keys",
         "200",
+        "--transports-keys",
+        "600",
         "--out",
         str(tmp_path),
         "--redis-url",
@@ -161,6 +164,38 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     assert "| a stream joined to the table |" in table
     assert (tmp_path / "throughput.png").stat().st_size > 1000
     assert (tmp_path / "capacity.png").stat().st_size > 1000
+    transports = {(r["kind"], r["client"], r["loop"]): r for r in data["http_transports"]}
+    ran = [r for r in transports.values() if r["kind"] in ("asynclookup", "raw", "floor")]
+    assert {r["kind"] for r in ran} == {"asynclookup", "raw", "floor"}
+    for r in transports.values():
+        if r["kind"] == "peer":  # no --peers-python: each peer said to be skipped, never failed
+            assert r["rows"] == 0 and r["note"].startswith("skipped: no --peers-python"), r
+        elif not r["note"].startswith("skipped: "):  # a transport installed here
+            assert r["rows"] == 600 and r["cpu_us_per_row"]["total"] > 0, r
+    assert transports[("asynclookup", "aiohttp", "asyncio")]["rows"] == 600  # every Python
+    assert transports[("asynclookup", "aiohttp", "asyncio")]["method"].endswith(
+        "(aiohttp, asyncio)"
+    )
+    assert "### http-transports: per-key GET at 5 ms, 600 distinct keys" in table
+
+
+def test_a_peer_that_is_not_installed_is_skipped_with_its_reason() -> None:
+    """The peers script runs in an interpreter of its own; without the engine it says so."""
+    import importlib.util
+
+    script = Path(__file__).parents[2] / "lookup_source" / "bench" / "peers.py"
+    for engine in ("daft", "ray"):
+        if importlib.util.find_spec(engine) is not None:
+            continue
+        done = subprocess.run(
+            [sys.executable, str(script), "--engine", engine, "--url", "http://x/{key}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        said = json.loads(done.stdout.strip().splitlines()[-1])
+        assert said["engine"] == engine and "not installed here" in said["skipped"]
 
 
 def test_latency_proxy_delays_each_way_and_keeps_data_intact(redis_srv: Any) -> None:
