@@ -650,7 +650,8 @@ class LookupOptions:
         "auto",
         "The event loop a task's requests run on: `asyncio`, the standard library's; `uvloop` "
         "(libuv), which needs the `uvloop` extra on the executors; `auto`, uvloop for a "
-        "connector measured faster on it (http) where it is installed, else asyncio.",
+        "connector measured faster on it (http, redis, postgres: 5-30% less CPU per key) where "
+        "it is installed, else asyncio.",
     )
     gc_threshold: int = option(
         "gc.threshold",

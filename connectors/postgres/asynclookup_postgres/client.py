@@ -110,6 +110,9 @@ class PostgresLookupClient(LookupClient):
     """Looks keys up in a Postgres table (or a custom query) with asyncpg."""
 
     name: ClassVar[str] = "postgres"
+    # engine CPU per key, = ANY of 500, 100,000 keys outside Spark, two warm runs each:
+    # 1.85-1.92 µs on uvloop, 2.10-2.31 on asyncio (540k and 477k keys/s at best)
+    preferred_loop: ClassVar[str] = "uvloop"
     default_batch_size: ClassVar[int] = 500
     # asyncpg can swallow the cancellation of a query on a connection cut under it: the
     # engine must be able to abandon a request that overstays its deadline

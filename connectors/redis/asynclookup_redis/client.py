@@ -142,6 +142,9 @@ class RedisLookupClient(LookupClient):
     """
 
     name: ClassVar[str] = "redis"
+    # engine CPU per key, MGET of 500, 100,000 keys outside Spark, two warm runs each:
+    # 1.30-1.31 µs on uvloop, 1.37-1.38 on asyncio (771k and 725k keys/s)
+    preferred_loop: ClassVar[str] = "uvloop"
     honours_cancellation: ClassVar[bool] = True  # checked by the fault tests (slow answers)
     default_batch_size: ClassVar[int] = 500
     supports_scan: ClassVar[bool] = True
