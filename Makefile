@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar
+.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -112,6 +112,9 @@ spark-%: .venvs/pyspark-%/.installed
 spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
 
 spark-oldest: spark-$(SPARK_OLDEST)
+
+# the environments of CI's two legs (.venv, and the oldest PySpark's), made one after the other
+environments: install .venvs/pyspark-$(SPARK_OLDEST)/.installed
 
 docs: install
 	$(PY) -m lookup_source.docs --write docs/options.md
