@@ -86,8 +86,6 @@ class LookupEngine:
         self._fields = list(spec.value_fields)
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._budget = budget
-        if hedging is None and options.hedge.after is not None:
-            hedging = Hedging.of(options.hedge)
         redact = Redactor(secret_values(client.config))  # messages never quote our secrets
         limit = limit_of(
             options.capacity,
