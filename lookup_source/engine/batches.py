@@ -3,7 +3,7 @@ store (:class:`Request`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,8 +32,14 @@ class Output(Protocol):
 
 @dataclass(eq=False)
 class Job:
-    """One input batch on its way through the engine: its distinct keys, the answers gathered
-    for them, and how many requests it still waits for."""
+    """One input batch on its way through the engine — an entry of the output queue: its
+    distinct keys, the answers gathered for them, and its completion, which it owns.
+
+    The entry is told how many parts of its answer to expect (:meth:`expect`: a request of
+    its own, or one it shares), receives them (:meth:`receive`, :meth:`receive_failure`),
+    hears each expected part end (:meth:`settle`) and completes exactly once, through
+    ``on_complete``, when the last has ended and the engine has said no more will be asked
+    (:meth:`seal`). Nothing else reads or writes its count (Flink's ``ResultFuture``)."""
 
     number: int
     batch: pa.RecordBatch
@@ -42,9 +48,8 @@ class Job:
     """Answers for some of its keys (from the store or the cache), at its key positions."""
     failed_parts: list[Matches] = field(default_factory=list)
     """Error rows of its keys whose request failed (``on.error=null|column``)."""
-    pending: int = 0
     done: bool = False
-    """Set by the output queue (:mod:`.queue`), which owns its progress."""
+    """Set by the output queue (:mod:`.queue`), which owns its output's progress."""
     output: Output | None = None
     held_rows: int = 0
     """Rows this batch holds in the engine's buffer: its input rows, then its matches."""
@@ -53,12 +58,55 @@ class Job:
     column, more matches than ``lookup.max-matches`` (counted when its output is built)."""
     costs: np.ndarray | None = None
     """``budget.cost.column``: the cost of each distinct key (the largest of its rows')."""
+    on_complete: Callable[[Job], None] | None = None
+    """Called once, when the entry completes."""
     _python_keys: list[Any] | None = None
+    _pending: int = 1
+    """Parts still to end, and the engine's own until it seals the entry."""
+    _completed: bool = False
+
+    def expect(self, parts: int = 1) -> None:
+        """``parts`` more parts of the answer will come (requests it sends or shares)."""
+        if self._completed:
+            raise RuntimeError(f"batch {self.number} is complete: it expects nothing more")
+        self._pending += parts
+
+    def receive(self, *parts: Part) -> None:
+        """Answers to some of its keys, at its key positions."""
+        self.parts.extend(parts)
+
+    def receive_failure(self, rows: Matches) -> None:
+        """Error rows for keys whose request failed (``on.error=null|column``)."""
+        self.failed_parts.append(rows)
+
+    def settle(self) -> None:
+        """An expected part ended, answered or failed; the last completes the entry."""
+        self._pending -= 1
+        if self._pending == 0 and not self._completed:
+            self._completed = True
+            if self.on_complete is not None:
+                self.on_complete(self)
+
+    def seal(self) -> None:
+        """The engine will ask nothing more for it: complete once its parts have ended."""
+        self.settle()
+
+    @property
+    def completed(self) -> bool:
+        return self._completed
 
     @classmethod
-    def of(cls, number: int, batch: pa.RecordBatch, spec: EngineSpec, names: list[str]) -> Job:
+    def of(
+        cls,
+        number: int,
+        batch: pa.RecordBatch,
+        spec: EngineSpec,
+        names: list[str],
+        on_complete: Callable[[Job], None] | None = None,
+    ) -> Job:
         """Input batch ``batch``, its key columns (``spec.key_columns``) cast to the declared
-        key types and reduced to distinct keys named ``names``."""
+        key types and reduced to distinct keys named ``names``; ``on_complete`` is called
+        when it completes."""
         columns = []
         for position, column in enumerate(spec.key_columns):
             array = batch.column(column)
@@ -69,7 +117,9 @@ class Job:
         distinct = distinct_keys(columns, names)
         cost_column = spec.options.budget.cost_column
         costs = key_costs(batch, cost_column, distinct) if cost_column is not None else None
-        return cls(number, batch, distinct, held_rows=batch.num_rows, costs=costs)
+        return cls(
+            number, batch, distinct, held_rows=batch.num_rows, costs=costs, on_complete=on_complete
+        )
 
     def cost(self, positions: np.ndarray) -> float:
         """What the distinct keys at ``positions`` cost the budget: their costs, or one each."""

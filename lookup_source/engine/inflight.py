@@ -51,7 +51,7 @@ class InFlightKeys(Generic[R]):
         taken = np.zeros(len(wanted), dtype=bool)
         for request, rows, request_rows in shared:
             request.subscribers.append((job, wanted[rows], request_rows))
-            job.pending += 1
+            job.expect()
             taken[rows] = True
         return wanted[~taken], int(taken.sum())
 
@@ -82,9 +82,9 @@ def deliver(request: Request, answer: Answer) -> int:
     """Hand ``answer`` (to the request's keys) to the batch that asked and to each batch
     sharing the request, placed at its own key positions; return how many of their keys are
     missing."""
-    request.owner.parts.append(Part(request.positions, answer))
+    request.owner.receive(Part(request.positions, answer))
     missing = answer.missing_among()
     for job, positions, request_rows in request.subscribers:
-        job.parts.append(Part(positions, answer.take(request_rows)))
+        job.receive(Part(positions, answer.take(request_rows)))
         missing += answer.missing_among(request_rows)
     return missing

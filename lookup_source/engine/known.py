@@ -36,7 +36,7 @@ class KnownAnswers:
         if self.cache is None or not len(job.distinct):
             return np.arange(len(job.distinct), dtype=np.int64)
         known = self.cache.lookup(job.python_keys())
-        job.parts.extend(known.parts)
+        job.receive(*known.parts)
         self._metrics.cache_hits += known.hits
         self._metrics.cache_misses += known.misses
         self._metrics.missing_keys += known.missing
@@ -46,17 +46,13 @@ class KnownAnswers:
     async def from_shared(self, job: Job, wanted: np.ndarray) -> np.ndarray:
         """Answer what the shared tier knows of the keys at ``wanted`` (also kept in the
         worker's cache); return the positions still to fetch. The batch is not complete while
-        the tier is asked."""
+        the tier is asked (the engine seals it after)."""
         if self.shared is None or not len(wanted):
             return wanted
-        job.pending += 1
-        try:
-            everything = job.python_keys()
-            known = await self.shared.lookup([everything[p] for p in wanted.tolist()])
-        finally:
-            job.pending -= 1
+        everything = job.python_keys()
+        known = await self.shared.lookup([everything[p] for p in wanted.tolist()])
         for part in known.parts:
-            job.parts.append(Part(wanted[part.positions], part.answer))
+            job.receive(Part(wanted[part.positions], part.answer))
             if self.cache is not None:
                 self.cache.store(part.answer, ttl_s=known.ttl_s)  # its time left
         self._metrics.missing_keys += known.missing

@@ -86,8 +86,6 @@ class LookupEngine:
         self._fields = list(spec.value_fields)
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._budget = budget
-        if hedging is None and options.hedge.after is not None:
-            hedging = Hedging.of(options.hedge)
         redact = Redactor(secret_values(client.config))  # messages never quote our secrets
         limit = limit_of(
             options.capacity,
@@ -156,9 +154,8 @@ class LookupEngine:
         self.metrics.shared_keys += shared
         wanted = await self._known.from_shared(job, wanted)
         size = self._batch_size
-        job.pending += (len(wanted) + size - 1) // size
-        if job.pending == 0:
-            self._emitter.complete(job)
+        job.expect((len(wanted) + size - 1) // size)
+        job.seal()  # nothing more is asked for it: it completes when its requests end
         # a columnar client takes its keys in Arrow: taken once for the batch, then sliced
         keys = job.keys_at(wanted) if self._columnar and len(wanted) > size else None
         for start in range(0, len(wanted), size):
@@ -222,11 +219,18 @@ class LookupEngine:
     # -- a batch's keys ------------------------------------------------------------------------
 
     def _new_job(self, batch: pa.RecordBatch) -> Job:
-        job = Job.of(next(self._numbers), batch, self.spec, self._key_names)
+        job = Job.of(
+            next(self._numbers), batch, self.spec, self._key_names, on_complete=self._completed
+        )
         self.metrics.rows += batch.num_rows
         self.metrics.keys += len(job.distinct)
         self.metrics.null_keys += job.distinct.indices.null_count
         return job
+
+    def _completed(self, job: Job) -> None:
+        """A batch's lookups are all done: its output is built, unless the task stops."""
+        if not self._closed and self._failure is None:
+            self._emitter.complete(job)
 
     # -- one request ---------------------------------------------------------------------------
 
@@ -263,9 +267,7 @@ class LookupEngine:
             self._in_flight_keys.discard(request)
             self._queue.request_done(request.targets)
             for job in request.jobs():
-                job.pending -= 1
-                if job.pending == 0 and not self._closed and self._failure is None:
-                    self._emitter.complete(job)
+                job.settle()
             request.subscribers = []  # done: what it delivered owes it nothing (no cycle)
             self._slots.notify()
 

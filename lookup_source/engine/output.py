@@ -314,7 +314,7 @@ class OutputBuilder:
         after = f" after {attempts} attempts" if attempts > 1 else ""
         message = f"{self.connector} lookup failed{after}: {reason}"
         for job, positions in targets:
-            job.failed_parts.append(failed_rows(positions, self.fields, message))
+            job.receive_failure(failed_rows(positions, self.fields, message))
         return failure
 
     def build(self, job: Job) -> JoinedRows:

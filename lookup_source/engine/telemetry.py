@@ -187,6 +187,10 @@ class Exporter:
         for ms, count in metrics.latency_samples():
             for _ in range(count):
                 histogram.record(ms / 1000.0, attributes)
+        self.flush()
+
+    def flush(self) -> None:
+        """Export what is recorded now (the provider may be the user's: never shut down)."""
         flush = getattr(self.provider, "force_flush", None)
         if flush is not None:
             flush(timeout_millis=FLUSH_TIMEOUT_MS)

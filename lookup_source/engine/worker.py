@@ -71,6 +71,8 @@ from lookup_source.engine.loop import Clock, LoopFactory, TaskLoop, loop_factory
 from lookup_source.engine.table_load import load_table, reload_table
 
 if TYPE_CHECKING:
+    from lookup_source.engine.spec import EngineSpec
+    from lookup_source.engine.task_resources import TaskResources
     from lookup_source.options import CacheSettings, HedgeSettings
 
 log = logging.getLogger("lookup_source")
@@ -78,6 +80,9 @@ log = logging.getLogger("lookup_source")
 
 SWEEP_EVERY_S = 1.0
 """How often the worker looks for kept clients idle past their limit."""
+
+SWEEP_JOIN_S = 5.0
+"""How long :meth:`Worker.close` waits for a sweep that is running (closing idle clients)."""
 
 RELOAD_JOIN_S = 10.0
 """How long :meth:`Worker.close` waits for a full-cache reload that is running."""
@@ -241,6 +246,22 @@ class Worker:
         for each in clients:
             _close_quietly(each)
 
+    def open_task(
+        self,
+        spec: EngineSpec,
+        config: ConnectorConfig,
+        factory: ClientFactory,
+        *,
+        keep: bool | None = None,
+        loop_factory: LoopFactory | None = None,
+    ) -> TaskResources:
+        """Everything a task holds of this worker — its loop and client, cache, hedging
+        window, shared tier, budget, the collector's threshold —, taken in one place and
+        handed back by one :meth:`~.task_resources.TaskResources.release`."""
+        from lookup_source.engine.task_resources import TaskResources
+
+        return TaskResources.open(self, spec, config, factory, keep=keep, loop_factory=loop_factory)
+
     # -- caches, hedging windows, reloads ------------------------------------------------------
 
     def _pinned(
@@ -355,19 +376,28 @@ class Worker:
 
     def close(self) -> None:
         """Close what the worker keeps that no task holds (every thread's clients, its
-        caches), wait for the reloads that run; the next :func:`current_worker` makes a new
-        worker."""
+        caches), stop its sweeper, wait for the reloads that run and flush its OpenTelemetry
+        exporter; the next :func:`current_worker` makes a new worker."""
         self.closed = True
         self._stop.set()
         with self._lock:
             kept = list(self._clients)
             reloads = list(self._reloads)
+            sweeper, self._sweeper = self._sweeper, None
+            exporter, self._exporter = self._exporter, None
+        if sweeper is not None and sweeper is not threading.current_thread():
+            sweeper.join(SWEEP_JOIN_S)  # between two sweeps: at once; in one, when it ends
         for clients in kept:
             if clients.pid == os.getpid():
                 _close_quietly(clients, everything=False)
         for thread in reloads:
             thread.join(RELOAD_JOIN_S)
         self.caches.clear()
+        if exporter is not None:
+            try:
+                exporter.flush()
+            except Exception:  # the metrics of a closing worker are not worth failing for
+                log.warning("asynclookup: flushing the OpenTelemetry metrics failed", exc_info=True)
 
 
 def _run_quietly(work: list[Callable[[], None]]) -> None:

@@ -143,7 +143,7 @@ def test_a_task_keys_what_the_worker_keeps_by_the_function_and_the_tier_by_its_s
     """Two function objects with equal state (arrays the state does not look into) never share
     a worker's cache, client or budget name; the shared tier, across jobs, knows a function by
     its state; a function whose state changes as it runs keeps one local identity."""
-    from lookup_source.engine.runner import task_identities
+    from lookup_source.engine.task_resources import task_identities
     from lookup_source.functions import LookupFunction
     from lookup_source.options import CacheSettings, SharedCacheSettings
     from tests.fakes import make_options, make_spec

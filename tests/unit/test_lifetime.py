@@ -433,6 +433,30 @@ def test_the_workers_sweeper_closes_idle_clients_between_tasks() -> None:
         worker.close()
 
 
+def test_closing_the_worker_stops_its_sweeper_and_flushes_its_exporter() -> None:
+    worker = Worker(sweep_every_s=0.01)
+    store = FakeStore(TABLE)
+    config = make_config(make_spec(make_options()))
+    lease = worker.lease_client(
+        StoreFactory(store), config, identity=LookupIdentity.of(config), max_idle_s=5.0, keep=True
+    )
+    lease.release(reusable=True)
+    sweeper = worker._sweeper
+    assert sweeper is not None and sweeper.is_alive()
+
+    class Exporter:
+        flushed = 0
+
+        def flush(self) -> None:
+            Exporter.flushed += 1
+
+    worker._exporter = Exporter()
+    worker.close()
+    assert not sweeper.is_alive() and worker._sweeper is None
+    assert Exporter.flushed == 1 and worker._exporter is None
+    assert store.closed == 1  # and the kept client with it
+
+
 def test_a_close_that_hangs_holds_the_sweeper_back_no_longer_than_its_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

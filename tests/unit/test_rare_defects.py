@@ -220,7 +220,9 @@ def test_1_an_overflow_clients_task_closed_from_another_thread_is_closed_by_its_
     kept_store, extra_store = FakeStore(TABLE_ONE), FakeStore(TABLE_ONE)
     holder, _ = opened_task(Config2Factory(kept_store, "kept"))  # holds the one kept client
     extra, reported = opened_task(Config2Factory(extra_store, "extra"))
-    assert not extra._lease.kept and extra._loop is holder._loop  # the overflow: shared loop
+    assert (
+        not extra._resources.lease.kept and extra._loop is holder._loop
+    )  # the overflow: shared loop
 
     async def collected_elsewhere() -> None:  # while the loop runs in this thread
         await asyncio.to_thread(extra.close)

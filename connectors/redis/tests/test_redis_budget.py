@@ -158,8 +158,10 @@ def test_rate_across_holders_holds_in_every_second_and_is_used(
         run_holders(redis_srv.url, budget_name, limits, [75, 75, 75, 75], capacity=20)
     )
     assert counter.done == 300
-    assert window_peak(counter.admitted, 1.0) <= 200 + 1
-    assert window_peak(counter.admitted, 0.5) <= 100 + 1
+    # admissions are seen when their holder wakes, up to a loop's lateness after the grant
+    # (tens of ms on a loaded machine): windows a tenth shorter than the budget's own
+    assert window_peak(counter.admitted, 0.9) <= 200 + 1
+    assert window_peak(counter.admitted, 0.45) <= 100 + 1
     # 300 requests at 200/s: 1.5 s of slots; grants left unused at the end cost a little
     assert 1.4 <= elapsed <= 2.2, elapsed
     calls = sum(b.metrics.budget_grants for b in budgets)
