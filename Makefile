@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments
+.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -115,6 +115,13 @@ spark-oldest: spark-$(SPARK_OLDEST)
 
 # the environments of CI's two legs (.venv, and the oldest PySpark's), made one after the other
 environments: install .venvs/pyspark-$(SPARK_OLDEST)/.installed
+
+# the engines the bench's http-transports scenario compares with (Daft, Ray Data), in an
+# environment of their own: asynclookup bench --scenarios http-transports --peers-python
+# .venvs/peers/bin/python
+peers:
+	$(PYTHON) -m venv .venvs/peers
+	.venvs/peers/bin/python -m pip install --quiet "daft>=0.7" "ray[data]>=2.50" aiohttp
 
 docs: install
 	$(PY) -m lookup_source.docs --write docs/options.md
