@@ -180,9 +180,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--peers-python",
-        default="",
+        default=None,
         help="http-transports scenario: a Python with Daft and/or Ray Data and aiohttp, "
-        "which runs the peers (default: none, the peers are skipped)",
+        "which runs the peers (make peers makes one; without it the peers are skipped)",
     )
     parser.add_argument(
         "--peers-timeout-s",
