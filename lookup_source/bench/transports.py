@@ -72,13 +72,14 @@ def missing(client: str, loop: str) -> str | None:
 
 
 def run_transports(spark: Any, args: Any) -> list[TransportRun]:
-    from lookup_source.bench.run import events
+    from pyspark.sql import functions as F
 
     keys = args.transports_keys
     runs: list[TransportRun] = []
     with http_store(max(keys, args.users), args.transports_latency_ms, batch=False) as store:
         store.name = f"http-transports-{args.transports_latency_ms:g}ms"
-        df = events(spark, keys, keys, args.tasks, "distinct").cache()
+        ids = spark.range(keys, numPartitions=args.tasks)  # each key once, in order
+        df = ids.select(F.col("id").alias("event_id"), F.col("id").alias("user_id")).cache()
         df.count()
         ctx = Context(spark, store, df, df, args, args.capacity, "distinct")
         meter = CpuMeter(store.server_port)
