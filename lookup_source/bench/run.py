@@ -59,8 +59,9 @@ from lookup_source.bench.stores import (
 from lookup_source.bench.stream import StreamResult, run_stream, stream_report
 from lookup_source.bench.tail import TailResult, run_tail, tail_report
 from lookup_source.bench.tail import as_json as tail_json
-from lookup_source.bench.transports import TransportRun, run_transports, transports_report
-from lookup_source.bench.transports import as_json as transports_json
+from lookup_source.bench.transports import TransportRun, run_transports
+from lookup_source.bench.transports_report import as_json as transports_json
+from lookup_source.bench.transports_report import transports_report
 
 BATCH_ROWS = 10_000
 
