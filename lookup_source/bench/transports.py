@@ -20,11 +20,13 @@ of workers included.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,8 +99,13 @@ def run_transports(spark: Any, args: Any) -> list[TransportRun]:
                 method = m.asynclookup(
                     "ordered", extra={"http.client": client, "loop": loop}, label=label
                 )
-                runs.append(TransportRun(_measured(ctx, method, keys), "asynclookup", client, loop))
-            runs.append(TransportRun(_measured(ctx, m.floor, keys), "floor"))
+                result = _measured(ctx, method.__name__, functools.partial(method, ctx), keys)
+                runs.append(TransportRun(result, "asynclookup", client, loop))
+            runs.append(
+                TransportRun(
+                    _measured(ctx, "floor", functools.partial(m.floor, ctx), keys), "floor"
+                )
+            )
             task_keys = [[k for k in range(keys) if k % args.tasks == t] for t in range(args.tasks)]
             for client, loop in RAW_CLIENTS:
                 why = missing(client, loop)
@@ -107,9 +114,11 @@ def run_transports(spark: Any, args: Any) -> list[TransportRun]:
                         _skipped(ctx, f"raw client ({client}, {loop})", why, "raw", client, loop)
                     )
                     continue
-                runs.append(
-                    TransportRun(_raw(ctx, task_keys, keys, client, loop), "raw", client, loop)
+                ceiling = functools.partial(
+                    m.ceiling, ctx, task_keys, keys, http_client=client, loop=loop
                 )
+                result = _measured(ctx, f"raw client ({client}, {loop})", ceiling, keys)
+                runs.append(TransportRun(result, "raw", client, loop))
         finally:
             m.METER = None
             df.unpersist()
@@ -141,30 +150,16 @@ def _skipped(
     return TransportRun(ctx.result(name, 0, 0.0, note=f"skipped: {why}"), kind, client, loop)
 
 
-def _measured(ctx: Context, method: m.Method, keys: int) -> Result:
-    label = f"{ctx.store.name}: {method.__name__}"
+def _measured(ctx: Context, name: str, run: Callable[[], Result], keys: int) -> Result:
+    """One method's result, its CPU per GET; a failure kept as failed (the run goes on)."""
+    label = f"{ctx.store.name}: {name}"
     print(f"  {label} ...", flush=True)
     m.LAST_CPU = None
     try:
-        result = method(ctx)
-    except Exception as error:  # kept as failed, the run goes on
-        reason = journal_module.JOURNAL.failed(label, error)
-        return ctx.result(method.__name__, 0, 0.0, note=f"FAILED: {reason}")
-    if m.LAST_CPU is not None:
-        result.cpu_us_per_row = m.LAST_CPU.per_row_us(keys)
-    journal_module.JOURNAL.done(f"{label}: {result.rows_per_s:,.0f} rows/s")
-    return result
-
-
-def _raw(ctx: Context, task_keys: list[list[int]], keys: int, client: str, loop: str) -> Result:
-    label = f"{ctx.store.name}: raw client ({client}, {loop})"
-    print(f"  {label} ...", flush=True)
-    m.LAST_CPU = None
-    try:
-        result = m.ceiling(ctx, task_keys, keys, http_client=client, loop=loop)
+        result = run()
     except Exception as error:
         reason = journal_module.JOURNAL.failed(label, error)
-        return ctx.result(f"raw client ({client}, {loop})", 0, 0.0, note=f"FAILED: {reason}")
+        return ctx.result(name, 0, 0.0, note=f"FAILED: {reason}")
     if m.LAST_CPU is not None:
         result.cpu_us_per_row = m.LAST_CPU.per_row_us(keys)
     journal_module.JOURNAL.done(f"{label}: {result.rows_per_s:,.0f} rows/s")
