@@ -28,7 +28,7 @@ install_log_redaction(logging.getLogger("lookup_source"))  # no secret in any lo
 
 if TYPE_CHECKING:
     from lookup_source.engine.metrics import LookupMetrics
-    from lookup_source.options import LookupOptions, parse_options
+    from lookup_source.settings import LookupOptions, parse_options
     from lookup_source.spark.datasource import AsyncLookupDataSource
     from lookup_source.spark.join import lookup_join
     from lookup_source.spark.metrics import log_metrics, lookup_metrics

@@ -8,8 +8,8 @@ docs/options.md`` rewrites the page's generated part (``make docs``); a test che
 from __future__ import annotations
 
 from lookup_source.connector_api.options import OptionSpec
-from lookup_source.options import DECLARED, CoreOption
 from lookup_source.registry import FIRST_PARTY, resolve_connector
+from lookup_source.settings import DECLARED, CoreOption
 
 
 def _default(spec: OptionSpec) -> str:

@@ -25,7 +25,7 @@ from lookup_source.connector_api import (
     Matches,
 )
 from lookup_source.engine.spec import EngineSpec
-from lookup_source.options import LookupOptions, RetrySettings
+from lookup_source.settings import LookupOptions, RetrySettings
 
 INT64 = pa.int64()
 

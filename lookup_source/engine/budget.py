@@ -58,7 +58,7 @@ from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.rate_limit import RateLimiter
 
 if TYPE_CHECKING:
-    from lookup_source.options import BudgetSettings
+    from lookup_source.settings import BudgetSettings
 
 log = logging.getLogger("lookup_source")
 

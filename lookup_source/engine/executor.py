@@ -26,7 +26,7 @@ from lookup_source.errors import OverloadedError, RecordError
 from lookup_source.redaction import redact_text
 
 if TYPE_CHECKING:
-    from lookup_source.options import LookupOptions
+    from lookup_source.settings import LookupOptions
 
 
 class AskedKeys(Protocol):

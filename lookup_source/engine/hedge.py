@@ -35,7 +35,7 @@ import numpy as np
 from lookup_source.engine.loop import paused_for
 
 if TYPE_CHECKING:
-    from lookup_source.options import HedgeSettings
+    from lookup_source.settings import HedgeSettings
 
 WINDOW = 512
 """Latencies a :class:`LatencyWindow` keeps (the most recent ones)."""

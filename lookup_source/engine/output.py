@@ -31,8 +31,8 @@ from lookup_source.connector_api import Matches
 from lookup_source.engine.answers import Part, concat_matches, gather
 from lookup_source.engine.batches import Job
 from lookup_source.errors import LookupFailedError
-from lookup_source.options import ERROR_COLUMN, LookupOptions
 from lookup_source.redaction import redact_text
+from lookup_source.settings import ERROR_COLUMN, LookupOptions
 
 
 def failed_keys(matches: Matches) -> np.ndarray:

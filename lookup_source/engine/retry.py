@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lookup_source.options import RetrySettings
+from lookup_source.settings import RetrySettings
 
 Sleep = Callable[[float], Awaitable[Any]]
 

@@ -12,7 +12,7 @@ from lookup_source.connector_api import ConnectorConfig, LookupClient
 from lookup_source.engine.loop import TaskLoop, loop_kind
 from lookup_source.engine.scan_rows import scan_rows
 from lookup_source.engine.worker import lease_client
-from lookup_source.options import LookupOptions
+from lookup_source.settings import LookupOptions
 
 
 def scan_batches(

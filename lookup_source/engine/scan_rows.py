@@ -17,7 +17,7 @@ from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_column, conform_matches
 from lookup_source.engine.answers import concat_matches, keyed_messages
 from lookup_source.engine.output import JoinedRows, value_failure
-from lookup_source.options import ERROR_COLUMN
+from lookup_source.settings import ERROR_COLUMN
 
 
 def _typed_keys(

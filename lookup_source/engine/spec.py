@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from lookup_source.options import LookupOptions
+from lookup_source.settings import LookupOptions
 
 DEFAULT_OUTPUT_ROWS = 10_000
 """Most rows per output batch unless the spec says otherwise (Spark's default

@@ -18,7 +18,7 @@ from lookup_source.engine.cache import FullCache
 from lookup_source.engine.lifetime import close_quietly
 from lookup_source.engine.loop import TaskLoop
 from lookup_source.engine.scan_rows import scan_rows
-from lookup_source.options import ERROR_COLUMN
+from lookup_source.settings import ERROR_COLUMN
 
 log = logging.getLogger("lookup_source")
 

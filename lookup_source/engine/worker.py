@@ -73,7 +73,7 @@ from lookup_source.engine.table_load import load_table, reload_table
 if TYPE_CHECKING:
     from lookup_source.engine.spec import EngineSpec
     from lookup_source.engine.task_resources import TaskResources
-    from lookup_source.options import CacheSettings, HedgeSettings
+    from lookup_source.settings import CacheSettings, HedgeSettings
 
 log = logging.getLogger("lookup_source")
 

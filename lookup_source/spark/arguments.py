@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lookup_source.errors import ConfigurationError, OptionError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import (
+from lookup_source.settings import (
     BUDGET_TASKS,
     RATE_LIMIT_TOTAL,
     LookupOptions,

@@ -38,7 +38,7 @@ from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.scan import scan_batches, scan_splits
 from lookup_source.errors import MissingSecretError, OptionError, SchemaError
 from lookup_source.functions import FUNCTION_CONNECTOR
-from lookup_source.options import (
+from lookup_source.settings import (
     DEFAULT_SCAN_PARTITIONS,
     ERROR_COLUMN,
     KEYS_PER_PARTITION,
@@ -151,7 +151,7 @@ class AsyncLookupDataSource(DataSource):
         # not in the options, and reader() runs in a Python worker with no SparkSession). Its
         # filter-pushdown worker runs only when the setting is true, so only that caller gets
         # the reader that accepts filters; every other caller gets the plain one.
-        if options.filter_pushdown and _called_from(_PUSHDOWN_MODULE):
+        if options.read.filter_pushdown and _called_from(_PUSHDOWN_MODULE):
             return FilteringLookupReader(plan)
         return AsyncLookupReader(plan)
 
@@ -178,10 +178,10 @@ class AsyncLookupReader(DataSourceReader):
         self.pushed_keys: list[Any] | None = None
 
     def _has_keys(self) -> bool:
-        return self.plan.options.keys is not None or self.pushed_keys is not None
+        return self.plan.options.read.keys is not None or self.pushed_keys is not None
 
     def _keys(self) -> list[Any]:
-        option_keys = self.plan.options.keys
+        option_keys = self.plan.options.read.keys
         keys: list[Any] = []
         if option_keys is not None:
             keys = [self._normalise(key, position) for position, key in enumerate(option_keys)]
@@ -226,7 +226,9 @@ class AsyncLookupReader(DataSourceReader):
             return self._scan_partitions()
         keys = self._keys()
         typed = self._typed_keys(keys)
-        wanted = self.plan.options.partitions or max(1, math.ceil(len(typed) / KEYS_PER_PARTITION))
+        wanted = self.plan.options.read.partitions or max(
+            1, math.ceil(len(typed) / KEYS_PER_PARTITION)
+        )
         count = max(1, min(wanted, len(typed)))
         size = math.ceil(len(typed) / count) if typed else 0
         return [
@@ -250,7 +252,7 @@ class AsyncLookupReader(DataSourceReader):
                 f"whole table: set option keys='[...]'{pushdown}; to enrich a DataFrame, use "
                 "lookup_source.lookup_join (or the SQL table function)",
             )
-        count = plan.options.partitions or DEFAULT_SCAN_PARTITIONS
+        count = plan.options.read.partitions or DEFAULT_SCAN_PARTITIONS
         try:
             splits = scan_splits(plan.options.connector_class(), plan.connector_config(), count)
         except MissingSecretError as missing:  # the executors have it: they split by hash

@@ -14,7 +14,7 @@ from lookup_source.engine.runner import ClientFactory, run_lookups
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.errors import SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import LookupOptions
+from lookup_source.settings import LookupOptions
 from lookup_source.spark.arguments import concurrent_tasks, lookup_options_of
 from lookup_source.spark.metrics import carries_rows, lookup_name, new_accumulator, observed, track
 from lookup_source.spark.plan import LookupPlan, output_rows

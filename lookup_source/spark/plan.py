@@ -19,7 +19,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS, EngineSpec
 from lookup_source.errors import OptionError, SchemaError
-from lookup_source.options import ERROR_COLUMN, LookupOptions, parse_options
+from lookup_source.settings import ERROR_COLUMN, LookupOptions, parse_options
 from lookup_source.spark.ddl import DDLError, parse_ddl
 
 INFERRING = (

@@ -19,7 +19,7 @@ from pyspark.sql.types import (
 )
 
 from lookup_source.errors import SchemaError
-from lookup_source.options import ERROR_COLUMN, LookupOptions
+from lookup_source.settings import ERROR_COLUMN, LookupOptions
 from lookup_source.spark.plan import LookupPlan, parse_schema
 
 

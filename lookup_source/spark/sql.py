@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.errors import SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import (
+from lookup_source.settings import (
     FILTER_PUSHDOWN,
     KEY_COLUMN,
     PARTITION_BY_KEY,
@@ -143,7 +143,7 @@ def _sql_join_limit(view_options: dict[str, str], plan: LookupPlan, name: str) -
     """``strategy=auto``: the input size up to which a SQL JOIN against the view runs as
     lookups, worked out once (the store is asked for its table's size) and handed to the SQL
     extension in the view's options."""
-    if plan.options.strategy != "auto":
+    if plan.options.plan.strategy != "auto":
         return
     limit, why = sql_join_limit(plan)
     if limit is None:

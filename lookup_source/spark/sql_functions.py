@@ -17,7 +17,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from lookup_source.options import parse_options
+from lookup_source.settings import parse_options
 from lookup_source.spark.datasource import marked_keys
 from lookup_source.spark.plan import LookupPlan
 from lookup_source.spark.table_function import lookup_handler

@@ -26,7 +26,7 @@ from pyspark.sql.types import StringType, StructField
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.scan import estimate_rows
 from lookup_source.errors import OptionError
-from lookup_source.options import ERROR_COLUMN
+from lookup_source.settings import ERROR_COLUMN
 from lookup_source.spark import plan_cost
 from lookup_source.spark.internals import plan_text
 from lookup_source.spark.plan import LookupPlan
@@ -219,8 +219,8 @@ def sql_join_limit(plan: LookupPlan) -> tuple[int | None, str]:
     estimated costs of lookups and of a scan and Spark's join cross — or None (always
     lookups); and why. Asks the store for its table's size once."""
     lookup_options = plan.options
-    if lookup_options.lookup_max_input_rows is not None:
-        return lookup_options.lookup_max_input_rows, "strategy.lookup.max-input-rows"
+    if lookup_options.plan.lookup_max_input_rows is not None:
+        return lookup_options.plan.lookup_max_input_rows, "strategy.lookup.max-input-rows"
     client_class = lookup_options.connector_class()
     config = plan.connector_config()
     if not client_class.can_scan(config):
@@ -242,7 +242,7 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
     under ``auto``, logged in one line; for a scan or a broadcast, the reader of the table
     (``scan.reader``)."""
     lookup_options = plan.options
-    requested = lookup_options.strategy
+    requested = lookup_options.plan.strategy
     client_class = lookup_options.connector_class()
     config = plan.connector_config()
     can_scan = client_class.can_scan(config)
@@ -276,11 +276,11 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         exact_keys=client_class.exact_key_match(config),
         table_rows=table_rows,
         input_rows=lambda: input_rows(df),
-        max_rows=lookup_options.broadcast_max_rows,
+        max_rows=lookup_options.plan.broadcast_max_rows,
         connector=client_class.name,
         data_source=BROADCAST.available() or (reader is not None and reader.kind == "jdbc"),
         costs=_costs(client_class, reader),
-        max_lookup_rows=lookup_options.lookup_max_input_rows,
+        max_lookup_rows=lookup_options.plan.lookup_max_input_rows,
     )
     if unknown and choice.reason == "the table's size is unknown":
         choice = Choice(choice.strategy, f"{choice.reason} ({unknown[0]})")

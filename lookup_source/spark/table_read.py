@@ -16,7 +16,7 @@ from lookup_source.connector_api import JdbcTable, JdbcUnavailable
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.loop import TaskLoop
 from lookup_source.errors import OptionError
-from lookup_source.options import (
+from lookup_source.settings import (
     FILTER_PUSHDOWN,
     PARTITION_BY_KEY,
     SCAN_READER,
@@ -50,7 +50,7 @@ class TableReader:
 
 def table_reader(spark: Any, plan: LookupPlan) -> TableReader:
     """The reader ``scan.reader`` asks for (``auto``: JDBC where it can, else the source)."""
-    requested = plan.options.scan_reader
+    requested = plan.options.plan.scan_reader
     if requested == "source":
         return TableReader("source", "scan.reader=source")
     client_class = plan.options.connector_class()
@@ -101,7 +101,7 @@ def read_table(spark: Any, plan: LookupPlan, reader: TableReader, fields: list[A
         source = spark.read.format("asynclookup").options(**options)
         return source.schema(StructType(fields)).load()
     jdbc = reader.jdbc
-    parts = plan.options.partitions or DEFAULT_PARTS
+    parts = plan.options.read.partitions or DEFAULT_PARTS
     table = _jdbc_frame(spark, plan, jdbc, parts)
     columns = {name.lower(): name for name in table.columns}
     selected = []

@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 
 from lookup_source import lookup_join, register_lookup_table
 from lookup_source.errors import OptionError
-from lookup_source.options import parse_options
 from lookup_source.service import BackgroundHttpServer
+from lookup_source.settings import parse_options
 from lookup_source.spark.versions import TABLE_FUNCTION
 from tests.helpers import needs
 

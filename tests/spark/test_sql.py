@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lookup_source import register_lookup_table
-from lookup_source.options import parse_options
+from lookup_source.settings import parse_options
 from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
 from tests.helpers import needs
 from tests.servers import RedisServer

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import OptionError, lookup_join, lookup_metrics
-from lookup_source.options import parse_options
+from lookup_source.settings import parse_options
 from lookup_source.spark.versions import BROADCAST
 from tests.helpers import needs
 

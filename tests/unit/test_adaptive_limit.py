@@ -13,7 +13,7 @@ from lookup_source.engine.limit import AdaptiveLimit, FixedLimit
 from lookup_source.engine.metrics import LIMIT_POINTS, LookupMetrics
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.errors import OptionError, OverloadedError
-from lookup_source.options import parse_options
+from lookup_source.settings import parse_options
 from lookup_source.testing import clock as virtual_time
 from tests.fakes import FakeClient, FakeStore, flat, key_batch, make_config, make_options, make_spec
 

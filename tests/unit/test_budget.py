@@ -22,7 +22,7 @@ from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import OptionError, SchemaError
-from lookup_source.options import BudgetSettings, parse_options
+from lookup_source.settings import BudgetSettings, parse_options
 from lookup_source.spark.progress import _fields, progress_fields
 from lookup_source.testing import clock as virtual_time
 from lookup_source.testing.clock import VirtualTimeLoop

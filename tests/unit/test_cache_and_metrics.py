@@ -14,7 +14,7 @@ from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.worker import forget_worker
 from lookup_source.errors import LookupFailedError, OptionError
-from lookup_source.options import CacheSettings, parse_options
+from lookup_source.settings import CacheSettings, parse_options
 from lookup_source.spark.plan import LookupPlan
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
 
@@ -404,7 +404,7 @@ def test_a_task_with_hedging_keeps_its_full_cache_over_the_budget() -> None:
 
     table = {i: {"name": "n" * 2_000, "n": i} for i in range(1_000)}  # about 2 MB
     store = FakeStore(table)
-    from lookup_source.options import HedgeAfter, HedgeSettings
+    from lookup_source.settings import HedgeAfter, HedgeSettings
 
     hedge = HedgeSettings(after=HedgeAfter(seconds=0.05), budget=1.0)
     options = make_options(hedge=hedge, cache=CacheSettings(mode="full", worker_max_mb=1))

@@ -14,7 +14,7 @@ from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import ConfigurationError, LookupFailedError, SchemaError
 from lookup_source.functions import LookupFunction
-from lookup_source.options import parse_options
+from lookup_source.settings import parse_options
 from lookup_source.spark.plan import LookupPlan
 from lookup_source.testing.clock import VirtualTimeLoop
 

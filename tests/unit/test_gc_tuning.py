@@ -13,7 +13,7 @@ import lookup_source.engine.gc_tuning as gc_tuning
 from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.worker import forget_worker
 from lookup_source.errors import OptionError
-from lookup_source.options import parse_options
+from lookup_source.settings import parse_options
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
 
 

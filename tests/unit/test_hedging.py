@@ -23,7 +23,7 @@ from lookup_source.engine.hedge import (
 )
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, TransientError
-from lookup_source.options import HedgeAfter, HedgeSettings, parse_options
+from lookup_source.settings import HedgeAfter, HedgeSettings, parse_options
 from lookup_source.testing.clock import VirtualTimeLoop
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
 

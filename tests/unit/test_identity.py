@@ -145,7 +145,7 @@ def test_a_task_keys_what_the_worker_keeps_by_the_function_and_the_tier_by_its_s
     its state; a function whose state changes as it runs keeps one local identity."""
     from lookup_source.engine.task_resources import task_identities
     from lookup_source.functions import LookupFunction
-    from lookup_source.options import CacheSettings, SharedCacheSettings
+    from lookup_source.settings import CacheSettings, SharedCacheSettings
     from tests.fakes import make_options, make_spec
 
     memo: dict[Any, Any] = {}

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookup_source.errors import ConnectorNotFoundError, OptionError
-from lookup_source.options import CORE_OPTIONS, LookupOptions, parse_options
+from lookup_source.settings import CORE_OPTIONS, LookupOptions, parse_options
 
 BASE = {"connector": "redis", "url": "redis://localhost:6379/0"}
 KNOWN = {spec.name for spec in CORE_OPTIONS} | {
@@ -30,7 +30,7 @@ def test_defaults() -> None:
     assert opts.retry.max_delay_s == 5.0
     assert opts.output_mode == "ordered" and opts.ordered
     assert opts.on_error == "fail"
-    assert opts.key_columns is None and opts.keys is None and opts.partitions is None
+    assert opts.key_columns is None and opts.read.keys is None and opts.read.partitions is None
     assert opts.connector_options == {
         "redis.key.pattern": "{key}",
         "redis.password.env": None,
@@ -70,14 +70,14 @@ def test_every_option_parses() -> None:
     assert opts.retry.max_attempts == 1 and opts.retry.backoff == "fixed"
     assert (opts.retry.initial_delay_s, opts.retry.max_delay_s) == (0, 0.01)
     assert not opts.ordered and opts.error_column
-    assert opts.keys == (("a", 1), ("b", 2))
-    assert opts.partitions == 4
+    assert opts.read.keys == (("a", 1), ("b", 2))
+    assert opts.read.partitions == 4
     assert opts.connector_options["redis.value.format"] == "hash"
 
 
 def test_names_are_case_insensitive_and_values_may_be_python_values() -> None:
     opts = parse_options({"Connector": "redis", "URL": "redis://h", "Capacity": 7, "keys": [1, 2]})
-    assert opts.capacity == 7 and opts.keys == (1, 2)
+    assert opts.capacity == 7 and opts.read.keys == (1, 2)
 
 
 def test_unknown_option_names_it_and_suggests_the_nearest() -> None:
@@ -226,7 +226,7 @@ def test_arbitrary_text_never_crashes_the_parser(value: str) -> None:
 def test_parsed_options_turn_back_into_the_strings_that_parse_into_them(
     raw: dict[str, object],
 ) -> None:
-    from lookup_source.options import option_strings
+    from lookup_source.settings import option_strings
 
     options = parse_options(option_strings(raw))
     text = options.to_strings()

@@ -22,7 +22,7 @@ from lookup_source.engine.runner import LookupTask, run_lookups
 from lookup_source.engine.shared_cache import SharedTier, StoreHealth
 from lookup_source.engine.worker import current_worker, forget_worker
 from lookup_source.errors import LookupFailedError
-from lookup_source.options import CacheSettings
+from lookup_source.settings import CacheSettings
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
 
 TABLE_ONE = {1: {"name": "one", "n": 1}}

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from lookup_source.options import CORE_OPTIONS
 from lookup_source.registry import FIRST_PARTY, resolve_connector
+from lookup_source.settings import CORE_OPTIONS
 from tests.documentation import text
 
 README = text()  # the README and the pages under docs/

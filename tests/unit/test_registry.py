@@ -10,7 +10,7 @@ from asynclookup_redis import RedisLookupClient
 
 from lookup_source import registry
 from lookup_source.errors import ConnectorNotFoundError
-from lookup_source.options import parse_options
+from lookup_source.settings import parse_options
 from tests.fakes import FakeClient
 
 

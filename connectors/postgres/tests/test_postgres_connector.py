@@ -15,7 +15,7 @@ from asynclookup_postgres.catalog import split_table_name
 from asynclookup_postgres.client import PostgresLookupClient
 
 from lookup_source.errors import LookupFailedError, OptionError, SchemaError
-from lookup_source.options import parse_options
+from lookup_source.settings import parse_options
 from lookup_source.spark.plan import LookupPlan
 from tests.helpers import INT64, run_keys
 from tests.servers import free_port

@@ -18,7 +18,7 @@ from lookup_source.engine.identity import LookupIdentity, function_state
 from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.shared_cache import COOL_OFF_S, ValueCodec, namespace
 from lookup_source.functions import LookupFunction
-from lookup_source.options import CacheSettings, SharedCacheSettings, parse_options
+from lookup_source.settings import CacheSettings, SharedCacheSettings, parse_options
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
 from tests.servers import free_port
 
