@@ -31,7 +31,12 @@ class OptionSpec(Generic[T]):
     """One option: its name, how to parse its string value, its default and its documentation.
 
     ``prefix=True`` declares a family of options (``http.header.`` matches
-    ``http.header.Authorization``).
+    ``http.header.Authorization``). ``secret=True``: a value may be a credential (a header),
+    so it is never shown (plans, logs, the lookup's public identity) and any text that quotes
+    one reading like a credential is redacted; an option whose name says it is a secret
+    (``*password*``, ``*token*``...) or names an environment variable (``*.env``) is treated
+    so without it. ``url=True``: the value is a URL whose password and secret query
+    parameters are secrets, as the ``url`` option's are.
     """
 
     name: str
@@ -40,6 +45,12 @@ class OptionSpec(Generic[T]):
     doc: str
     prefix: bool = False
     default_doc: str | None = None
+    secret: bool = False
+    url: bool = False
+
+    def matches(self, name: str) -> bool:
+        """Whether ``name`` is this option (or, for a family, one of it)."""
+        return self.name == name or (self.prefix and name.startswith(self.name))
 
     def get(self, config: Any) -> T:
         """This option's parsed value in ``config`` (a ``ConnectorConfig``, or a mapping of

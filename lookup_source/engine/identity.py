@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from lookup_source.connector_api import ConnectorConfig
+from lookup_source.connector_api import ConnectorConfig, OptionSpec
 from lookup_source.redaction import redact_text, redact_url, secret_name
 
 KDF_ITERATIONS = 100_000
@@ -78,8 +78,24 @@ def _file_fingerprint(path: Any) -> bytes:
         return f"unreadable:{exc.errno}".encode()
 
 
-def _public_option(name: str, value: Any) -> str:
-    if secret_name(name) or _is_env_option(name) or name.lower().startswith("http.header."):
+def declared_options(factory: Any) -> tuple[OptionSpec[Any], ...]:
+    """The options a client ``factory`` (a connector class) declares (``option_specs``): which
+    of them are secrets and which hold URLs is theirs to say; nothing for a user's function."""
+    declared = getattr(factory, "option_specs", ()) if isinstance(factory, type) else ()
+    return tuple(spec for spec in declared if isinstance(spec, OptionSpec))
+
+
+def _declared(name: str, declared: Sequence[OptionSpec[Any]]) -> OptionSpec[Any] | None:
+    return next((spec for spec in declared if spec.matches(name)), None)
+
+
+def _declared_secret(name: str, declared: Sequence[OptionSpec[Any]]) -> bool:
+    spec = _declared(name, declared)
+    return spec is not None and spec.secret
+
+
+def _public_option(name: str, value: Any, declared: Sequence[OptionSpec[Any]]) -> str:
+    if secret_name(name) or _is_env_option(name) or _declared_secret(name, declared):
         return f"{name}=(secret)"
     if name == "function.id":  # made anew for each job: the function's state stands for it
         return ""
@@ -115,18 +131,21 @@ class LookupIdentity:
         secret: str | None = None,
         scope: str = "",
         implicit: Sequence[str] = (),
+        declared: Sequence[OptionSpec[Any]] = (),
     ) -> LookupIdentity:
         """The identity of the lookup ``config`` (with ``function``, a ``fetch=`` function;
         ``secret``, more secret material; ``scope``, a text that narrows it, such as
         ``cache.shared.namespace``; ``implicit``, what the connector's library reads on its own:
-        ``env:NAME`` and ``file:PATH``, from ``LookupClient.implicit_inputs``)."""
+        ``env:NAME`` and ``file:PATH``, from ``LookupClient.implicit_inputs``; ``declared``, the
+        connector's option specs, which say which options are secrets:
+        :func:`declared_options`)."""
         options = sorted(config.options.items(), key=lambda item: str(item[0]))
+        shown = (_public_option(name, value, declared) for name, value in options)
         public = "\n".join(
             [
                 f"connector={config.connector}",
                 f"url={redact_url(config.url) if config.url else ''}",
-                "options="
-                + ",".join(t for name, value in options if (t := _public_option(name, value))),
+                "options=" + ",".join(text for text in shown if text),
                 f"keys={list(config.key_columns)}:{[str(t) for t in config.key_types]}",
                 f"values={list(zip(config.value_columns, map(str, config.value_types)))}",
                 f"function={'yes' if function is not None else 'no'}",
@@ -169,10 +188,11 @@ class LookupIdentity:
         return hmac.new(self._key, b"key\x00" + purpose.encode(), "sha256").digest()
 
 
-def secret_values(config: ConnectorConfig) -> list[str]:
+def secret_values(config: ConnectorConfig, declared: Sequence[OptionSpec[Any]] = ()) -> list[str]:
     """The lookup's own secrets as texts might quote them: the values of options whose name is
-    a secret's and of every header, the values ``*.env`` options name (as this process reads
-    them), the URL's password and its secret parameters' values."""
+    a secret's and of those the connector declares secret (``declared``; a header) when they
+    read like a credential, the values ``*.env`` options name (as this process reads them),
+    the password and secret parameters of the URL and of every option declared to hold one."""
     found: list[str] = []
     for name, value in config.options.items():
         name = str(name)
@@ -182,12 +202,15 @@ def secret_values(config: ConnectorConfig) -> list[str]:
             resolved = os.environ.get(str(value))
             if resolved:
                 found += [resolved, resolved.split(" ", 1)[-1]]  # "Bearer x": x alone too
-        elif secret_name(name) or (
-            name.lower().startswith("http.header.") and _looks_secret(str(value))
-        ):
+        elif secret_name(name) or (_declared_secret(name, declared) and _looks_secret(str(value))):
             text = str(value)
             found += [text, text.split(" ", 1)[-1]]
-    for url in (config.url, config.options.get("http.batch.url")):
+    urls = [config.url] + [
+        value
+        for name, value in config.options.items()
+        if (spec := _declared(str(name), declared)) is not None and spec.url
+    ]
+    for url in urls:
         if not isinstance(url, str) or "://" not in url:
             continue
         parts = urlsplit(url)

@@ -40,7 +40,7 @@ from lookup_source.engine.deadline import cancel_abandoned
 from lookup_source.engine.emitter import Emitter
 from lookup_source.engine.executor import RequestExecutor
 from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import secret_values
+from lookup_source.engine.identity import declared_options, secret_values
 from lookup_source.engine.inflight import InFlightKeys, deliver
 from lookup_source.engine.known import KnownAnswers
 from lookup_source.engine.limit import limit_of
@@ -86,7 +86,8 @@ class LookupEngine:
         self._fields = list(spec.value_fields)
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._budget = budget
-        redact = Redactor(secret_values(client.config))  # messages never quote our secrets
+        # messages never quote our secrets
+        redact = Redactor(secret_values(client.config, declared_options(type(client))))
         limit = limit_of(
             options.capacity,
             adaptive=options.capacity_adaptive,

@@ -25,7 +25,7 @@ from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_fr
 from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.cache_layer import CacheLayer
 from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import LookupIdentity, implicit_inputs
+from lookup_source.engine.identity import LookupIdentity, declared_options, implicit_inputs
 from lookup_source.engine.lifetime import ClientFactory, Lease
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_kind
 from lookup_source.engine.metrics import LookupMetrics
@@ -59,7 +59,8 @@ def task_identities(
 ) -> TaskIdentities:
     """The lookup's identities for one task (see :class:`TaskIdentities`)."""
     implicit = implicit_inputs(factory, config)
-    local = LookupIdentity.of(config, implicit=implicit)
+    declared = declared_options(factory)
+    local = LookupIdentity.of(config, implicit=implicit, declared=declared)
     settings = spec.options.cache.shared
     if settings.url is None:
         return TaskIdentities(local, None)
@@ -74,6 +75,7 @@ def task_identities(
         secret=secret,
         scope=settings.namespace,
         implicit=implicit,
+        declared=declared,
     )
     return TaskIdentities(local, shared)
 

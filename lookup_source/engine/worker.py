@@ -57,7 +57,7 @@ from lookup_source.engine.cache import FullCache, PartialCache, WorkerCaches
 from lookup_source.engine.cache_layer import CacheLayer, PartialCacheLayer, ReadingLayer
 from lookup_source.engine.gc_tuning import GcHold
 from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import LookupIdentity, implicit_inputs
+from lookup_source.engine.identity import LookupIdentity, declared_options, implicit_inputs
 from lookup_source.engine.lifetime import (
     ClientFactory,
     Lease,
@@ -187,7 +187,11 @@ class Worker:
         factory_id = factory_identity(factory)
         if keep and max_idle_s > 0 and reusable_class and factory_id is not None:
             if identity is None:
-                identity = LookupIdentity.of(config, implicit=implicit_inputs(factory, config))
+                identity = LookupIdentity.of(
+                    config,
+                    implicit=implicit_inputs(factory, config),
+                    declared=declared_options(factory),
+                )
             key = client_key(factory_id, config, identity)
             lease = self.clients(loop_kind).lease(key, factory, config, max_idle_s, max_age_s)
             self._start_sweeper()

@@ -28,10 +28,7 @@ _SPARK_ADDED_OPTIONS = frozenset({"path"})
 
 
 def _find_spec(name: str, specs: tuple[OptionSpec, ...]) -> OptionSpec | None:
-    for spec in specs:
-        if spec.name == name or (spec.prefix and name.startswith(spec.name)):
-            return spec
-    return None
+    return next((spec for spec in specs if spec.matches(name)), None)
 
 
 def _suggest(name: str, names: list[str]) -> str | None:

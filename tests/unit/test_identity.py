@@ -13,9 +13,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.connector_api import ConnectorConfig
+from lookup_source.connector_api import ConnectorConfig, OptionSpec
 from lookup_source.engine.identity import (
     LookupIdentity,
+    declared_options,
     function_state,
     implicit_inputs,
     secret_values,
@@ -115,28 +116,61 @@ def test_what_a_function_reads_at_call_time_is_in_its_state(
     assert [function_state(f) for f in functions] == before
 
 
+class _AcmeClient:
+    """A third party's connector: it says which of its options are secrets and which hold
+    URLs; the engine knows no connector's option names."""
+
+    option_specs = (
+        OptionSpec("acme.header.", str, None, "A header.", prefix=True, secret=True),
+        OptionSpec("acme.mirror.url", str, None, "Another address.", url=True),
+        OptionSpec("acme.table", str, None, "A table."),
+    )
+
+
 def test_the_lookups_own_secrets_are_known_for_texts_and_the_public_part_shows_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("API_TOKEN", "Bearer env-secret-value")
     config = ConnectorConfig(
-        connector="http",
+        connector="acme",
         url="https://me:url-password@api/users/{key}?api_key=query-secret",
         key_columns=("id",),
         value_columns=("name",),
         value_types=(pa.string(),),
         options={
-            "http.header.authorization": "Bearer header-secret",
-            "http.header.x-token.env": "API_TOKEN",
-            "http.batch.url": "https://u:batch-password@api/batch?token=batch-secret",
+            "acme.header.authorization": "Bearer header-secret",
+            "acme.header.x-token.env": "API_TOKEN",
+            "acme.mirror.url": "https://u:mirror-password@api/batch?token=mirror-secret",
+            "acme.table": "users",
         },
     )
-    known = secret_values(config)
-    for secret in ("header-secret", "env-secret-value", "url-password", "query-secret"):
+    declared = declared_options(_AcmeClient)
+    known = secret_values(config, declared)
+    for secret in (
+        "header-secret",
+        "env-secret-value",
+        "url-password",
+        "query-secret",
+        "mirror-password",
+        "mirror-secret",
+    ):
         assert secret in known, secret
-    public = repr(LookupIdentity.of(config))
-    for secret in ("header-secret", "url-password", "query-secret", "batch-password"):
+    assert "users" not in known  # an option neither named nor declared a secret
+    public = LookupIdentity.of(config, declared=declared).public
+    for secret in ("header-secret", "url-password", "query-secret", "mirror-password"):
         assert secret not in public, (secret, public)
+    assert "acme.table='users'" in public and "acme.header.authorization=(secret)" in public
+    # what is declared secret is in the identity by its digest: another header, another lookup
+    header = {**config.options, "acme.header.authorization": "Bearer other"}
+    other = ConnectorConfig(**{**config.__dict__, "options": header})
+    assert LookupIdentity.of(other, declared=declared).digest("cache") != LookupIdentity.of(
+        config, declared=declared
+    ).digest("cache")
+
+
+def test_a_header_that_reads_like_a_word_is_not_taken_for_a_secret() -> None:
+    config = ConnectorConfig("acme", None, ("id",), options={"acme.header.accept": "text/plain"})
+    assert secret_values(config, declared_options(_AcmeClient)) == []
 
 
 def test_a_task_keys_what_the_worker_keeps_by_the_function_and_the_tier_by_its_state() -> None:

@@ -104,7 +104,15 @@ ALLOWED = {
     "engine": {"connector_api", "errors", "redaction", "settings"},
     # a user's async function, adapted to the connector API like a connector
     "functions": {"connector_api", "errors", "redaction"},
-    "spark": {"connector_api", "errors", "redaction", "settings", "registry", "engine", "functions"},
+    "spark": {
+        "connector_api",
+        "errors",
+        "redaction",
+        "settings",
+        "registry",
+        "engine",
+        "functions",
+    },
     # the contract suite drives a connector as a Spark task would: it may use every layer
     "testing": {
         "connector_api",
@@ -180,3 +188,19 @@ def _public_names() -> set[str]:
     import lookup_source.connector_api as api
 
     return set(api.__all__)
+
+
+def test_the_engine_names_no_connectors_option() -> None:
+    """Which options are secrets, which hold URLs, is the connector's to declare
+    (``OptionSpec(secret=..., url=...)``): no text in the engine names a first-party
+    connector's option."""
+    prefixes = ("http.", "redis.", "postgres.")
+    named = sorted(
+        f"{path.name}: {node.value}"
+        for path in (PACKAGE / "engine").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith(prefixes)
+    )
+    assert named == [], f"the engine names connectors' options: {named}"

@@ -36,6 +36,7 @@ BATCH_URL: OptionSpec[str | None] = OptionSpec(
     'Batch style: this URL receives a POST of `{"keys": [...]}` with `batch.size` keys '
     "and answers an object (key -> record) or an array of records carrying their key. "
     "Unset: one GET per key on the `url` template.",
+    url=True,
 )
 
 BATCH_KEYS_FIELD: OptionSpec[str] = OptionSpec(
@@ -87,6 +88,7 @@ HEADER: OptionSpec[str] = OptionSpec(
     "`http.header.<Name>.env=VAR` takes the value from the executor's environment "
     "variable VAR, so secrets stay out of query plans.",
     prefix=True,
+    secret=True,
 )
 
 CLIENT: OptionSpec[str] = OptionSpec(

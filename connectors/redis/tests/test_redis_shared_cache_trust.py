@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.answers import MISSING
-from lookup_source.engine.identity import LookupIdentity, function_state
+from lookup_source.engine.identity import LookupIdentity, declared_options, function_state
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.shared_cache import (
     TAG_BYTES,
@@ -29,6 +29,7 @@ from lookup_source.engine.shared_cache import (
     ValueCodec,
     namespace,
 )
+from lookup_source.registry import resolve_connector
 from lookup_source.service import BackgroundHttpServer
 from tests.helpers import run_keys
 from tests.servers import RedisServer
@@ -50,8 +51,11 @@ def config(url: str = "https://api.example.com/users/{key}", **options: Any) -> 
     )
 
 
+HTTP_OPTIONS = declared_options(resolve_connector("http"))  # which of them are secrets
+
+
 def tier_of(cfg: ConnectorConfig, **given: Any) -> bytes:
-    return namespace(LookupIdentity.of(cfg, **given))
+    return namespace(LookupIdentity.of(cfg, declared=HTTP_OPTIONS, **given))
 
 
 # -- the namespace knows who is asking ---------------------------------------------------------
@@ -114,7 +118,7 @@ def test_a_namespace_only_narrows() -> None:
     # what does not decide an answer keeps lookups together: capacity, batch size, timeouts
     sized = ConnectorConfig(**{**alice.__dict__, "capacity": 7, "batch_size": 3})
     assert tier_of(sized) == tier_of(alice)
-    assert "Bearer" not in LookupIdentity.of(alice).public
+    assert "Bearer" not in LookupIdentity.of(alice, declared=HTTP_OPTIONS).public
 
 
 class Fetcher:
