@@ -21,7 +21,6 @@ import logging
 import math
 import sys
 import threading
-import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -30,7 +29,7 @@ import pyarrow as pa
 
 from lookup_source.connector_api import Key
 from lookup_source.engine.answers import MISSING, CachedError, CachedRows
-from lookup_source.engine.loop import Clock
+from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 
 log = logging.getLogger("lookup_source")
 
@@ -82,7 +81,9 @@ class PartialCache:
     estimated memory counts each Arrow batch its entries point into once, whole, for as long
     as any entry points into it."""
 
-    def __init__(self, max_rows: int, ttl_s: float = 0.0, *, clock: Clock = time.monotonic):
+    def __init__(
+        self, max_rows: int, ttl_s: float = 0.0, *, clock: Clock = SYSTEM_CLOCKS.monotonic
+    ):
         self.max_rows = max_rows
         self.ttl_s = ttl_s
         self._clock = clock
@@ -165,7 +166,7 @@ class PartialCache:
 class FullCache:
     """The whole table in memory, loaded once per worker and reloaded in the background."""
 
-    def __init__(self, reload_s: float, *, clock: Clock = time.monotonic) -> None:
+    def __init__(self, reload_s: float, *, clock: Clock = SYSTEM_CLOCKS.monotonic) -> None:
         self.reload_s = reload_s
         self._clock = clock
         self._table: dict[Key, Any] | None = None

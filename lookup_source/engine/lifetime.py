@@ -21,14 +21,14 @@ import asyncio
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
+from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 from lookup_source.engine.identity import LookupIdentity
-from lookup_source.engine.loop import Clock, LoopFactory, TaskLoop
+from lookup_source.engine.loop import LoopFactory, TaskLoop
 
 log = logging.getLogger("lookup_source")
 
@@ -186,7 +186,7 @@ class WorkerClients:
     thread); :class:`~.worker.Worker` holds one per thread and sweeps them."""
 
     def __init__(
-        self, *, clock: Clock = time.monotonic, loop_factory: LoopFactory | None = None
+        self, *, clock: Clock = SYSTEM_CLOCKS.monotonic, loop_factory: LoopFactory | None = None
     ) -> None:
         self.pid = os.getpid()
         self.thread = threading.get_ident()

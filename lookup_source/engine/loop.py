@@ -14,18 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-T = TypeVar("T")
+from lookup_source.engine.clock import monotonic
 
-Clock = Callable[[], float]
-"""What reads the time, in seconds: the worker's one clock (``time.monotonic`` unless a test
-gives a virtual one), handed by :class:`~lookup_source.engine.worker.Worker` to every cache,
-client keeper and shared tier of the worker; the engine reads its loop's (:meth:`TaskLoop.time`)."""
+T = TypeVar("T")
 
 
 class _Closable(Protocol):
@@ -95,7 +91,7 @@ def _precise_uvloop_class(base: type) -> type:
 
     class PreciseUvloop(base):
         def time(self) -> float:
-            return time.monotonic()
+            return monotonic()
 
     return PreciseUvloop
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from lookup_source.engine.loop import Clock
+from lookup_source.engine.clock import Clock
 
 
 class RateLimiter:

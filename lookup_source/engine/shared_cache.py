@@ -38,7 +38,6 @@ import hmac
 import json
 import logging
 import struct
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,8 +53,8 @@ from lookup_source.engine.answers import (
     cache_rows,
 )
 from lookup_source.engine.cache_layer import CacheAnswer, known_answer
+from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
 from lookup_source.engine.identity import LookupIdentity
-from lookup_source.engine.loop import Clock
 from lookup_source.engine.metrics import LookupMetrics
 
 FORMAT = 2
@@ -298,8 +297,7 @@ class SharedTier:
         cache_missing: bool,
         max_value_bytes: int,
         health: StoreHealth | None = None,
-        clock: Clock = time.monotonic,
-        wall_clock: Clock = time.time,
+        clocks: Clocks = SYSTEM_CLOCKS,
     ) -> None:
         self.store_client = store
         self.health = health or StoreHealth()
@@ -310,8 +308,8 @@ class SharedTier:
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s
         self.cache_missing = cache_missing
-        self._clock = clock
-        self._wall_clock = wall_clock
+        self._clock = clocks.monotonic
+        self._wall_clock = clocks.wall
         self._pending: list[tuple[bytes, bytes]] = []
         self._writer: asyncio.Future[None] | None = None
 

@@ -9,11 +9,10 @@ anything changes, and re-checks.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
+from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 from lookup_source.engine.limit import ConcurrencyLimit
-from lookup_source.engine.loop import Clock
 from lookup_source.engine.metrics import LookupMetrics
 
 
@@ -29,7 +28,7 @@ class RequestSlots:
         metrics: LookupMetrics,
         check: Callable[[], None],
         *,
-        wall_clock: Clock = time.time,
+        wall_clock: Clock = SYSTEM_CLOCKS.wall,
     ) -> None:
         self.limit = limit
         self._wall_clock = wall_clock

@@ -192,7 +192,7 @@ class TaskResources:
             cache_missing=settings.missing_keys,
             max_value_bytes=settings.max_value_bytes,
             health=lease.beside.setdefault("health", StoreHealth()),  # the store's, kept with it
-            clock=self.worker.clock,
+            clocks=self.worker.clocks,
         )
 
     def _task_budget(self) -> TaskBudget | None:

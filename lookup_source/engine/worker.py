@@ -45,7 +45,6 @@ import asyncio
 import logging
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -55,6 +54,7 @@ import pyarrow as pa
 from lookup_source.connector_api import ConnectorConfig, LookupClient
 from lookup_source.engine.cache import FullCache, PartialCache, WorkerCaches
 from lookup_source.engine.cache_layer import CacheLayer, PartialCacheLayer, ReadingLayer
+from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
 from lookup_source.engine.gc_tuning import GcHold
 from lookup_source.engine.hedge import Hedging
 from lookup_source.engine.identity import LookupIdentity, declared_options, implicit_inputs
@@ -67,7 +67,7 @@ from lookup_source.engine.lifetime import (
     task_lease,
     worker_reuse,
 )
-from lookup_source.engine.loop import Clock, LoopFactory, TaskLoop, loop_factory_of
+from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_factory_of
 from lookup_source.engine.table_load import load_table, reload_table
 
 if TYPE_CHECKING:
@@ -99,13 +99,15 @@ class Worker:
     def __init__(
         self,
         *,
-        clock: Clock = time.monotonic,
+        clocks: Clocks = SYSTEM_CLOCKS,
         loop_factory: LoopFactory | None = None,
         sweep_every_s: float = SWEEP_EVERY_S,
     ) -> None:
         self.pid = os.getpid()
-        self.clock = clock
-        """The worker's one clock: caches, kept clients, the shared tier and the sweeper."""
+        self.clocks = clocks
+        """The worker's clocks, handed to what it keeps (:mod:`.clock`)."""
+        self.clock = clocks.monotonic
+        """Its monotonic one: caches, kept clients, the shared tier and the sweeper."""
         self._loop_factory = loop_factory
         """How each thread's event loop is made (tests: a loop on virtual time, whose time is
         then the worker's ``clock`` too: :func:`~lookup_source.testing.clock.virtual_worker`)."""

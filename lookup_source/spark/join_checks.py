@@ -15,11 +15,11 @@ import hashlib
 import logging
 import pickle
 import threading
-import time
 
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from lookup_source.connector_api.secrets import read_on_driver
+from lookup_source.engine.clock import monotonic
 from lookup_source.engine.scan import keys_match_exactly
 from lookup_source.redaction import redact_text
 from lookup_source.spark.plan import LookupPlan
@@ -56,7 +56,7 @@ def refusal(plan: LookupPlan) -> str | None:
     identity = hashlib.sha256(
         pickle.dumps((client_class.__module__, client_class.__name__, config))
     ).hexdigest()
-    now = time.monotonic()
+    now = monotonic()
     with _LOCK:
         kept = _CHECKED.get(identity)
     if kept is not None and now - kept[0] < _KEPT_S:

@@ -79,6 +79,7 @@ def virtual_worker() -> Any:
     """A :class:`~lookup_source.engine.worker.Worker` whose thread loops run on virtual time
     and whose clock is that time (one clock for the engine, the kept clients and the caches;
     no sweeper thread: call ``sweep()``). For one thread's tests."""
+    from lookup_source.engine.clock import Clocks
     from lookup_source.engine.worker import Worker
 
     loops: list[VirtualTimeLoop] = []
@@ -87,6 +88,5 @@ def virtual_worker() -> Any:
         loops.append(VirtualTimeLoop())
         return loops[-1]
 
-    return Worker(
-        clock=lambda: loops[-1].time() if loops else 0.0, loop_factory=make, sweep_every_s=0
-    )
+    clocks = Clocks(monotonic=lambda: loops[-1].time() if loops else 0.0)
+    return Worker(clocks=clocks, loop_factory=make, sweep_every_s=0)

@@ -204,3 +204,31 @@ def test_the_engine_names_no_connectors_option() -> None:
         and node.value.startswith(prefixes)
     )
     assert named == [], f"the engine names connectors' options: {named}"
+
+
+CLOCK_READS = {"monotonic", "monotonic_ns", "time", "time_ns", "perf_counter", "process_time"}
+
+
+def test_one_module_reads_the_clock() -> None:
+    """The runtime reads the system's time in engine/clock.py only (monotonic and wall, handed
+    over as one ``Clocks``); the rest is given a clock or reads its event loop's, so that tests
+    can move time. The bench, the demo and the testing kit measure on their own."""
+    outside = ("bench", "demo", "testing")
+    reading = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] not in outside
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "time"
+            and node.attr in CLOCK_READS
+        )
+        or (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "time"
+            and any(alias.name in CLOCK_READS for alias in node.names)
+        )
+    )
+    assert sorted(set(reading)) == ["engine/clock.py"], reading

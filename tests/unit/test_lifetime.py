@@ -15,6 +15,7 @@ import pytest
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine import lifetime
+from lookup_source.engine.clock import Clocks
 from lookup_source.engine.identity import LookupIdentity
 from lookup_source.engine.lifetime import WorkerClients, client_key, factory_identity
 from lookup_source.engine.runner import run_lookups
@@ -412,7 +413,7 @@ def test_the_workers_sweeper_closes_idle_clients_between_tasks() -> None:
     import time
 
     now = [0.0]
-    worker = Worker(clock=lambda: now[0], sweep_every_s=0.01)
+    worker = Worker(clocks=Clocks(monotonic=lambda: now[0]), sweep_every_s=0.01)
     store = FakeStore(TABLE)
     config = make_config(make_spec(make_options()))
     identity = LookupIdentity.of(config)

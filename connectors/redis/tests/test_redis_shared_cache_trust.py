@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.answers import MISSING
+from lookup_source.engine.clock import Clocks
 from lookup_source.engine.identity import LookupIdentity, declared_options, function_state
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.shared_cache import (
@@ -352,7 +353,7 @@ def test_a_hit_keeps_the_time_it_had_left(redis_srv: RedisServer, cache_url: str
                     timeout_s=1.0,
                     cache_missing=True,
                     max_value_bytes=1 << 20,
-                    wall_clock=lambda: now[0],
+                    clocks=Clocks(wall=lambda: now[0]),
                 )
 
             writer = tier()
