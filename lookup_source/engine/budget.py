@@ -83,9 +83,6 @@ RETRY_MAX_S = 0.1
 """A task refused leases asks again after this long (doubling, with jitter), or sooner when
 one of its own requests ends."""
 
-_warned: set[str] = set()
-"""The budgets this process has logged a fallback of (logged once)."""
-
 
 def holder_id() -> str:
     """A holder name unique to one task's budget: host, process and a random part."""
@@ -190,6 +187,7 @@ class TaskBudget:
         timeout_s: float = 0.5,
         holder: str | None = None,
         rng: random.Random | None = None,
+        warned: set[str] | None = None,
     ) -> None:
         self.name = name
         self.limits = limits
@@ -199,6 +197,9 @@ class TaskBudget:
         self.timeout_s = timeout_s
         self.holder = holder or holder_id()
         self._rng = rng or random.Random()
+        self._warned = set() if warned is None else warned
+        """The budgets whose fallback was logged: kept beside the coordinator by the worker,
+        so that a worker logs a budget's fallback once, not once per task."""
         self._slots = Reservation(limits.rate) if limits.rate else None
         self._cost = Reservation(limits.cost_rate) if limits.cost_rate else None
         self._held = 0  # leases granted by the coordinator
@@ -228,8 +229,9 @@ class TaskBudget:
         coordinator: BudgetCoordinator | None,
         name: str,
         metrics: LookupMetrics,
+        warned: set[str] | None = None,
     ) -> TaskBudget:
-        """The budget ``settings`` name, for one task."""
+        """The budget ``settings`` name, for one task (``warned``: see :class:`TaskBudget`)."""
         limits = BudgetLimits(
             max_in_flight=settings.max_in_flight,
             rate=settings.rate,
@@ -243,6 +245,7 @@ class TaskBudget:
             metrics,
             coordinator=coordinator,
             timeout_s=settings.timeout_s,
+            warned=warned,
         )
 
     # -- the executor's side -----------------------------------------------------------------
@@ -407,8 +410,8 @@ class TaskBudget:
         self._static_until = asyncio.get_running_loop().time() + COOL_OFF_S
         self._contended = False  # no word from the others until it answers again
         self.metrics.budget_fallbacks += 1
-        if self.name not in _warned:
-            _warned.add(self.name)
+        if self.name not in self._warned:
+            self._warned.add(self.name)
             log.warning(
                 "asynclookup: the coordinator of budget %s did not answer (%s: %s); each task "
                 "keeps its static share (1/%d of the budget) and asks it again in %.0f s",

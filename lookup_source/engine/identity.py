@@ -27,31 +27,53 @@ every digest of the identity is ``HMAC-SHA256(K, purpose)`` (:meth:`LookupIdenti
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import hmac
 import os
 import re
 import threading
-import types
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from lookup_source.connector_api import ConnectorConfig, OptionSpec
+from lookup_source.engine.function_state import function_state
 from lookup_source.redaction import redact_text, redact_url, secret_name
 
 KDF_ITERATIONS = 100_000
-"""PBKDF2 rounds of the identity's key (about 30 ms here, once per process and
-configuration)."""
+"""PBKDF2 rounds of the identity's key (about 30 ms here, once per worker and
+configuration: :class:`IdentityKeys`)."""
 
-_KEPT_KEYS = 256
-"""Identity keys a process remembers (least recently used forgotten first)."""
 
-_keys: OrderedDict[bytes, bytes] = OrderedDict()
-_keys_lock = threading.Lock()
+class IdentityKeys:
+    """The identity keys a worker has derived (PBKDF2 is slow on purpose), so that task after
+    task of one configuration derives its key once: at most ``kept``, the least recently used
+    forgotten first. Kept by the worker (:attr:`Worker.identity_keys`); without one, each
+    identity derives its key anew."""
+
+    def __init__(self, kept: int = 256) -> None:
+        self._kept = kept
+        self._keys: OrderedDict[bytes, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def derive(self, material: bytes, salt: bytes) -> bytes:
+        memo = hashlib.sha256(material + salt).digest()
+        with self._lock:
+            key = self._keys.get(memo)
+            if key is not None:
+                self._keys.move_to_end(memo)
+                return key
+        key = _pbkdf2(material, salt)
+        with self._lock:
+            self._keys[memo] = key
+            while len(self._keys) > self._kept:
+                self._keys.popitem(last=False)
+        return key
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 def _is_env_option(name: str) -> bool:
@@ -132,13 +154,14 @@ class LookupIdentity:
         scope: str = "",
         implicit: Sequence[str] = (),
         declared: Sequence[OptionSpec[Any]] = (),
+        keys: IdentityKeys | None = None,
     ) -> LookupIdentity:
         """The identity of the lookup ``config`` (with ``function``, a ``fetch=`` function;
         ``secret``, more secret material; ``scope``, a text that narrows it, such as
         ``cache.shared.namespace``; ``implicit``, what the connector's library reads on its own:
         ``env:NAME`` and ``file:PATH``, from ``LookupClient.implicit_inputs``; ``declared``, the
         connector's option specs, which say which options are secrets:
-        :func:`declared_options`)."""
+        :func:`declared_options`; ``keys``, the worker's derived keys)."""
         options = sorted(config.options.items(), key=lambda item: str(item[0]))
         shown = (_public_option(name, value, declared) for name, value in options)
         public = "\n".join(
@@ -174,7 +197,9 @@ class LookupIdentity:
             material.update(b"function\x00" + function_state(function) + b"\x00")
         if secret is not None:
             material.update(b"secret\x00" + secret.encode("utf-8", "surrogateescape") + b"\x00")
-        return cls(public, _derived_key(material.digest(), public.encode("utf-8", "replace")))
+        salt = hashlib.sha256(b"asynclookup identity\x00" + public.encode("utf-8", "replace"))
+        derive = keys.derive if keys is not None else _pbkdf2
+        return cls(public, derive(material.digest(), salt.digest()))
 
     def digest(self, purpose: str, *parts: Any) -> str:
         """A hex digest of the identity for one use (``purpose``: ``client``, ``cache``,
@@ -239,197 +264,16 @@ def implicit_inputs(factory: Any, config: ConnectorConfig) -> tuple[str, ...]:
     return tuple(declared(config)) if callable(declared) else ()
 
 
-def _derived_key(material: bytes, public: bytes) -> bytes:
-    """PBKDF2 of the material, salted by the public part; remembered per process."""
-    salt = hashlib.sha256(b"asynclookup identity\x00" + public).digest()
-    memo = hashlib.sha256(material + salt).digest()
-    with _keys_lock:
-        key = _keys.get(memo)
-        if key is not None:
-            _keys.move_to_end(memo)
-            return key
-    key = hashlib.pbkdf2_hmac("sha256", material, salt, KDF_ITERATIONS)
-    with _keys_lock:
-        _keys[memo] = key
-        while len(_keys) > _KEPT_KEYS:
-            _keys.popitem(last=False)
-    return key
-
-
-# ---------------------------------------------------------------------------------------------
-# A user's function, by its state
-# ---------------------------------------------------------------------------------------------
-
-_PLAIN = (str, int, float, bool, bytes, bytearray, complex, type(None))
-_MAX_DEPTH = 6
-_MAX_ITEMS = 10_000
-"""Items of one container a function's state takes in (its length always): a large table a
-function holds is known by its size and first items, not read whole for every task."""
-
-
-def function_state(function: Any) -> bytes:
-    """A digest of what a ``fetch=`` / ``fetch_many=`` function answers with, the same in
-    every job and process: its qualified name and code (with the code it nests), its default
-    arguments, the values its closure holds, the globals its code reads (data, containers,
-    the attributes it reads of a module, the functions it calls, followed the same way), the
-    environment variables it names (``os.environ["TOKEN"]``, ``os.getenv("TOKEN")``), the object
-    a bound method or a callable object carries (its attributes and its class's) and a
-    ``functools.partial``'s arguments — ``Fetcher("https://a", "tokA")`` and
-    ``Fetcher("https://b", "tokB")`` differ."""
-    digest = hashlib.sha256()
-    _walk(function, digest, set(), 0)
-    return digest.digest()
-
-
-def _walk(value: Any, digest: Any, seen: set[int], depth: int) -> None:
-    update = digest.update
-    if isinstance(value, _PLAIN):
-        update(f"{type(value).__name__}:{value!r}\x00".encode("utf-8", "surrogateescape"))
-        return
-    if id(value) in seen or depth > _MAX_DEPTH:
-        update(b"(seen)\x00")
-        return
-    seen.add(id(value))
-    deeper = depth + 1
-    if isinstance(value, (list, tuple)):
-        update(f"{type(value).__name__}[{len(value)}]\x00".encode())
-        for item in value[:_MAX_ITEMS]:
-            _walk(item, digest, seen, deeper)
-    elif isinstance(value, (set, frozenset)):
-        update(f"set[{len(value)}]\x00".encode())
-        if len(value) <= _MAX_ITEMS:
-            for text in sorted(repr(item) for item in value):
-                update(text.encode("utf-8", "surrogateescape") + b"\x00")
-    elif isinstance(value, Mapping):
-        update(f"map[{len(value)}]\x00".encode())
-        keys = list(value)[:_MAX_ITEMS] if len(value) > _MAX_ITEMS else sorted(value, key=repr)
-        for key in keys:
-            _walk(key, digest, seen, deeper)
-            _walk(value[key], digest, seen, deeper)
-    elif isinstance(value, functools.partial):
-        update(b"partial\x00")
-        _walk(value.func, digest, seen, deeper)
-        _walk(value.args, digest, seen, deeper)
-        _walk(value.keywords, digest, seen, deeper)
-    elif isinstance(value, types.MethodType):
-        update(b"method\x00")
-        _walk(value.__func__, digest, seen, deeper)
-        _walk(value.__self__, digest, seen, deeper)
-    elif isinstance(value, types.FunctionType):
-        _walk_function(value, digest, seen, deeper)
-    elif isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
-        name = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
-        update(f"named:{name}:{getattr(value, '__name__', '')}\x00".encode())
-    else:
-        kind = type(value)
-        update(f"object:{kind.__module__}.{kind.__qualname__}\x00".encode())
-        call = vars(kind).get("__call__") or next(
-            (vars(base)["__call__"] for base in kind.__mro__ if "__call__" in vars(base)), None
-        )
-        if isinstance(call, types.FunctionType):
-            _walk_function(call, digest, seen, deeper)
-        state: dict[str, Any] = dict(getattr(value, "__dict__", {}) or {})
-        for slot in getattr(kind, "__slots__", ()) or ():
-            if isinstance(slot, str) and hasattr(value, slot):
-                state[slot] = getattr(value, slot)
-        _walk(state, digest, seen, deeper)
-        _walk(_class_data(kind), digest, seen, deeper)
-
-
-def _walk_function(function: types.FunctionType, digest: Any, seen: set[int], depth: int) -> None:
-    update = digest.update
-    update(f"function:{function.__module__}.{function.__qualname__}\x00".encode())
-    _walk_code(function.__code__, digest)
-    _walk(function.__defaults__, digest, seen, depth)
-    _walk(function.__kwdefaults__, digest, seen, depth)
-    for cell in function.__closure__ or ():
-        try:
-            contents = cell.cell_contents
-        except ValueError:  # an empty cell
-            update(b"(empty)\x00")
-            continue
-        _walk(contents, digest, seen, depth)
-    globals_ = function.__globals__
-    names = _names(function.__code__)
-    for name in names:
-        if name not in globals_:
-            continue
-        value = globals_[name]
-        update(name.encode() + b"=")
-        if value is os.environ:  # the variables it names count, below; not every one
-            continue
-        if isinstance(value, types.ModuleType):  # the attributes of it the code reads
-            _walk(_module_data(value, names), digest, seen, depth)
-        elif isinstance(value, type):
-            update(f"class:{value.__module__}.{value.__qualname__}\x00".encode())
-            _walk(_class_data(value), digest, seen, depth)
-        else:
-            _walk(value, digest, seen, depth)
-    if {"environ", "getenv"} & set(names):  # the variables it names, as this process has them
-        for variable in _strings(function.__code__):
-            if variable in os.environ:
-                update(b"env " + variable.encode("utf-8", "surrogateescape") + b"=")
-                update(os.environ[variable].encode("utf-8", "surrogateescape") + b"\x00")
-
-
-def _module_data(module: types.ModuleType, names: list[str]) -> dict[str, Any]:
-    """What a function reads of a module it names: its attributes of those names that are
-    data (not the module's functions, classes and submodules: those are code)."""
-    found = {}
-    for name in names:
-        value = getattr(module, name, None)
-        if name.startswith("__") or value is None or callable(value):
-            continue
-        if isinstance(value, (types.ModuleType, os._Environ)):
-            continue
-        found[name] = value
-    return found
-
-
-def _class_data(kind: type) -> dict[str, Any]:
-    """A user class's data attributes (its bases' too): a token set on the class."""
-    found: dict[str, Any] = {}
-    for base in reversed(kind.__mro__):
-        if base.__module__ == "builtins":
-            continue
-        for name, value in vars(base).items():
-            if name.startswith("__") or callable(value) or isinstance(value, (property, type)):
-                continue
-            if isinstance(value, (staticmethod, classmethod, types.ModuleType)):
-                continue
-            found[f"{base.__qualname__}.{name}"] = value
-    return found
-
-
-def _strings(code: types.CodeType) -> list[str]:
-    found = [const for const in code.co_consts if isinstance(const, str)]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            found.extend(_strings(const))
-    return found
-
-
-def _names(code: types.CodeType) -> list[str]:
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names.extend(_names(const))
-    return sorted(set(names))
-
-
-def _walk_code(code: types.CodeType, digest: Any) -> None:
-    digest.update(code.co_code)
-    digest.update(repr(code.co_names).encode())
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            _walk_code(const, digest)
-        else:
-            digest.update(repr(const).encode("utf-8", "surrogateescape"))
+def _pbkdf2(material: bytes, salt: bytes) -> bytes:
+    """The identity's key: PBKDF2 of its material, salted by (a digest of) its public part."""
+    return hashlib.pbkdf2_hmac("sha256", material, salt, KDF_ITERATIONS)
 
 
 __all__ = [
     "KDF_ITERATIONS",
+    "IdentityKeys",
     "LookupIdentity",
+    "declared_options",
     "function_state",
     "implicit_inputs",
     "secret_values",

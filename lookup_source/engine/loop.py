@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -96,18 +96,29 @@ def _precise_uvloop_class(base: type) -> type:
     return PreciseUvloop
 
 
-_PAUSES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[float]] = (
-    weakref.WeakKeyDictionary()
+class _Pauses:
+    """A :class:`TaskLoop`'s time not running: when it last stopped, and in all so far."""
+
+    __slots__ = ("stopped_at", "total")
+
+    def __init__(self, now: float) -> None:
+        self.stopped_at = now
+        self.total = 0.0
+
+
+_PAUSES: contextvars.ContextVar[_Pauses | None] = contextvars.ContextVar(
+    "asynclookup_loop_pauses", default=None
 )
-"""Per loop: [when it last stopped running, the time it spent not running so far]."""
+"""The pauses of the :class:`TaskLoop` a coroutine runs on: set by :meth:`TaskLoop.run`, so
+every task started on the loop sees its loop's (a context, not a process-wide table)."""
 
 
 def paused_for(loop: asyncio.AbstractEventLoop) -> float:
-    """How long ``loop`` has not been running between the runs of its :class:`TaskLoop`, in all
-    (by its own clock): a task's loop runs only while Spark waits on it, so a request in flight
-    may have been answered while nothing read the answer. 0.0 for another loop."""
-    state = _PAUSES.get(loop)
-    return state[1] if state is not None else 0.0
+    """How long the running :class:`TaskLoop` (``loop``) has not been running between its runs,
+    in all (by its own clock): a task's loop runs only while Spark waits on it, so a request in
+    flight may have been answered while nothing read the answer. 0.0 outside a TaskLoop."""
+    state = _PAUSES.get()
+    return state.total if state is not None else 0.0
 
 
 class TaskLoop:
@@ -115,6 +126,7 @@ class TaskLoop:
 
     def __init__(self, loop_factory: LoopFactory | None = None) -> None:
         self._loop = (loop_factory or asyncio.new_event_loop)()
+        self._pauses: _Pauses | None = None
         self.closed = False
 
     def time(self) -> float:
@@ -125,14 +137,16 @@ class TaskLoop:
         """Run ``awaitable`` to completion on this loop and return its result."""
         loop = self._loop
         now = loop.time()
-        state = _PAUSES.get(loop)
+        state = self._pauses
         if state is None:
-            state = _PAUSES[loop] = [now, 0.0]
-        state[1] += now - state[0]
+            state = self._pauses = _Pauses(now)
+        state.total += now - state.stopped_at
+        token = _PAUSES.set(state)  # the tasks this run starts copy it
         try:
             return loop.run_until_complete(awaitable)
         finally:
-            state[0] = loop.time()
+            _PAUSES.reset(token)
+            state.stopped_at = loop.time()
 
     def iterate(self, items: AsyncIterator[T]) -> Iterator[T]:
         """The items of an async iterator, pulled one by one on this loop; the iterator is

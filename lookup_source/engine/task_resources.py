@@ -25,7 +25,12 @@ from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_fr
 from lookup_source.engine.budget import TaskBudget
 from lookup_source.engine.cache_layer import CacheLayer
 from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import LookupIdentity, declared_options, implicit_inputs
+from lookup_source.engine.identity import (
+    IdentityKeys,
+    LookupIdentity,
+    declared_options,
+    implicit_inputs,
+)
 from lookup_source.engine.lifetime import ClientFactory, Lease
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_kind
 from lookup_source.engine.metrics import LookupMetrics
@@ -55,12 +60,16 @@ class TaskIdentities:
 
 
 def task_identities(
-    spec: EngineSpec, config: ConnectorConfig, factory: ClientFactory
+    spec: EngineSpec,
+    config: ConnectorConfig,
+    factory: ClientFactory,
+    keys: IdentityKeys | None = None,
 ) -> TaskIdentities:
-    """The lookup's identities for one task (see :class:`TaskIdentities`)."""
+    """The lookup's identities for one task (see :class:`TaskIdentities`; ``keys``: the
+    worker's derived identity keys)."""
     implicit = implicit_inputs(factory, config)
     declared = declared_options(factory)
-    local = LookupIdentity.of(config, implicit=implicit, declared=declared)
+    local = LookupIdentity.of(config, implicit=implicit, declared=declared, keys=keys)
     settings = spec.options.cache.shared
     if settings.url is None:
         return TaskIdentities(local, None)
@@ -76,6 +85,7 @@ def task_identities(
         scope=settings.namespace,
         implicit=implicit,
         declared=declared,
+        keys=keys,
     )
     return TaskIdentities(local, shared)
 
@@ -116,7 +126,7 @@ class TaskResources:
         """Take what a task needs from ``worker``; on a failure, hand back what was taken and
         raise."""
         options = spec.options
-        identities = task_identities(spec, config, factory)
+        identities = task_identities(spec, config, factory, worker.identity_keys)
         kind = loop_kind(options.loop, getattr(factory, "preferred_loop", "asyncio"))
         lease = worker.lease_client(
             factory,
@@ -201,11 +211,19 @@ class TaskResources:
         settings = self.spec.options.budget
         if not settings.active:
             return None
-        coordinator = None
+        coordinator, warned = None, None
         if settings.url is not None:
-            coordinator = self._plugin(settings.coordinator_class(), settings.url).client
+            lease = self._plugin(settings.coordinator_class(), settings.url)
+            coordinator = lease.client
+            warned = lease.beside.setdefault("warned", set())  # kept with the coordinator
         name = settings.name or self.identities.local.digest("budget")[:32]
-        return TaskBudget.of(settings, coordinator, name, self.metrics)  # type: ignore[arg-type]
+        return TaskBudget.of(
+            settings,
+            coordinator,  # type: ignore[arg-type]
+            name,
+            self.metrics,
+            warned,
+        )
 
     def _plugin(self, plugin_class: Any, url: str) -> Lease:
         """A plugin's client for ``url`` (the shared tier's store, a budget's coordinator),

@@ -57,7 +57,12 @@ from lookup_source.engine.cache_layer import CacheLayer, PartialCacheLayer, Read
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
 from lookup_source.engine.gc_tuning import GcHold
 from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import LookupIdentity, declared_options, implicit_inputs
+from lookup_source.engine.identity import (
+    IdentityKeys,
+    LookupIdentity,
+    declared_options,
+    implicit_inputs,
+)
 from lookup_source.engine.lifetime import (
     ClientFactory,
     Lease,
@@ -112,6 +117,8 @@ class Worker:
         """How each thread's event loop is made (tests: a loop on virtual time, whose time is
         then the worker's ``clock`` too: :func:`~lookup_source.testing.clock.virtual_worker`)."""
         self.caches = WorkerCaches()
+        self.identity_keys = IdentityKeys()
+        """The identity keys derived in this worker (one PBKDF2 per configuration)."""
         self.gc = GcHold()
         self._sweep_every_s = sweep_every_s
         self._lock = threading.Lock()
@@ -193,6 +200,7 @@ class Worker:
                     config,
                     implicit=implicit_inputs(factory, config),
                     declared=declared_options(factory),
+                    keys=self.identity_keys,
                 )
             key = client_key(factory_id, config, identity)
             lease = self.clients(loop_kind).lease(key, factory, config, max_idle_s, max_age_s)

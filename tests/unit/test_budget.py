@@ -265,7 +265,6 @@ def test_tasks_sharing_a_coordinator_never_exceed_the_budget_and_use_it_all() ->
 
 
 def test_a_failing_coordinator_falls_back_then_resumes(caplog: pytest.LogCaptureFixture) -> None:
-    budget_module._warned.clear()
     caplog.set_level(logging.WARNING, logger="lookup_source")
     coordinator = MemoryBudgetCoordinator()
     coordinator.failing = ConnectionError("redis is down")
@@ -302,6 +301,39 @@ def test_a_failing_coordinator_falls_back_then_resumes(caplog: pytest.LogCapture
     assert max(n for _, n in second) <= 8
     assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
     assert "redis is down" in caplog.records[0].getMessage()
+
+
+def test_a_workers_tasks_log_a_budgets_fallback_once(caplog: pytest.LogCaptureFixture) -> None:
+    """What was logged is kept beside the coordinator by the worker (no process-wide set):
+    the tasks that share it log a fallback once; a worker of its own logs it again."""
+    caplog.set_level(logging.WARNING, logger="lookup_source")
+    coordinator = MemoryBudgetCoordinator()
+    coordinator.failing = ConnectionError("redis is down")
+    limits = BudgetLimits(max_in_flight=8, lease_s=3.0)
+    kept: set[str] = set()
+
+    async def one_task(warned: set[str]) -> None:
+        budget = TaskBudget(
+            "b",
+            limits,
+            StaticShare(limits, 4),
+            LookupMetrics(tasks=1),
+            coordinator=coordinator,
+            warned=warned,
+        )
+        await budget.admit()
+        budget.done()
+        await budget.aclose()
+
+    async def scenario() -> None:
+        for _ in range(3):
+            await one_task(kept)
+        await one_task(set())
+
+    virtual_time.run(scenario())
+    logged = [r.getMessage() for r in caplog.records if "did not answer" in r.getMessage()]
+    assert len(logged) == 2 and all("budget b" in text for text in logged), logged
+    assert kept == {"b"}
 
 
 def test_a_killed_holders_leases_return_after_the_lease_time() -> None:

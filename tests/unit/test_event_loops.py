@@ -172,3 +172,43 @@ def test_a_sub_millisecond_answer_is_timed_as_such_on_uvloop() -> None:
     assert [r["name"] for b in rows for r in b.to_pylist()] == ["user-1", "user-2", "user-3"]
     assert LoopRecording.seen == ["uvloop"] * 3
     assert 0.2 < metrics[0].p50_ms < 50 and 0.2 < metrics[0].latency_max_ms < 50
+
+
+def test_a_task_loop_counts_the_time_it_did_not_run_for_every_task_it_started() -> None:
+    """Between two runs of a TaskLoop (Spark holding the task) answers may arrive unread: the
+    time the loop did not run is seen by every coroutine on it, those a previous run started
+    included, and by nothing outside it; two loops keep their own."""
+    import time as clock
+
+    from lookup_source.engine.loop import TaskLoop, paused_for
+
+    seen: list[float] = []
+    started_tasks: list[asyncio.Future[None]] = []
+    with TaskLoop() as one, TaskLoop() as other:
+
+        async def started() -> asyncio.Future[None]:
+            go = asyncio.get_running_loop().create_future()
+
+            async def later() -> None:
+                await go
+                seen.append(paused_for(asyncio.get_running_loop()))
+
+            started_tasks.append(asyncio.ensure_future(later()))
+            return go
+
+        async def now() -> float:
+            return paused_for(asyncio.get_running_loop())
+
+        go = one.run(started())
+        assert one.run(now()) < 0.05
+        clock.sleep(0.2)
+        go.set_result(None)
+        one.run(asyncio.sleep(0.01))  # the task the first run started reads it
+        assert seen and seen[0] >= 0.19, seen
+        assert one.run(now()) >= 0.19
+        assert other.run(now()) < 0.05  # a loop of its own
+    fresh = asyncio.new_event_loop()
+    try:
+        assert paused_for(fresh) == 0.0  # outside a TaskLoop
+    finally:
+        fresh.close()

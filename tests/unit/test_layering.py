@@ -232,3 +232,56 @@ def test_one_module_reads_the_clock() -> None:
         )
     )
     assert sorted(set(reading)) == ["engine/clock.py"], reading
+
+
+_STATE_CALLS = {
+    "set",
+    "dict",
+    "list",
+    "OrderedDict",
+    "WeakKeyDictionary",
+    "WeakValueDictionary",
+    "WeakSet",
+    "defaultdict",
+    "deque",
+    "Recent",
+    "Lock",
+    "RLock",
+    "local",
+}
+
+
+def _module_state(path: Path) -> list[str]:
+    """A module's process-wide state: what it binds at module level to an empty container, a
+    lock or a thread-local (a filled literal is a table of constants)."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, (ast.Dict, ast.List, ast.Set)):
+            empty = not (value.keys if isinstance(value, ast.Dict) else value.elts)
+        elif isinstance(value, ast.Call):
+            func = value.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            empty = name in _STATE_CALLS
+        else:
+            empty = False
+        if empty:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_no_process_wide_state_outside_the_worker() -> None:
+    """What outlives a task on an executor is the worker's (engine/worker.py: the one Worker of
+    the process, and all it keeps): no other module of the engine, the settings, the connector
+    API or a connector keeps a table, a set or a lock of its own at module level. (The Spark
+    layer's registries live on the driver, one per application.)"""
+    folders = ["lookup_source/engine", "lookup_source/settings", "lookup_source/connector_api"]
+    folders += ["connectors/redis/asynclookup_redis", "connectors/http/asynclookup_http"]
+    folders += ["connectors/postgres/asynclookup_postgres"]
+    found = [
+        place
+        for folder in folders
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for place in _module_state(path)
+    ]
+    assert [p for p in found if not p.startswith("lookup_source/engine/worker.py")] == []

@@ -141,6 +141,7 @@ class PostgresLookupClient(LookupClient):
         self._pool: Any = None
         self._ready = asyncio.Lock()
         self._query = LookupQuery(config, self.value_fields, self._table, self._custom_query)
+        self._logged: set[str] = set()  # why scans went through asyncpg's cursor, logged
 
     @property
     def pool_size(self) -> int:
@@ -436,7 +437,7 @@ class PostgresLookupClient(LookupClient):
     def _arrow_scan(self, query: str) -> ArrowScan | None:
         """The scan read by the ADBC driver (:mod:`.arrow_scan`), when it reads these columns
         as asyncpg does and libpq reads the connection's settings as asyncpg does; else None
-        (asyncpg's cursor), the reason logged once per worker."""
+        (asyncpg's cursor), the reason logged once per client (a scan's)."""
         types = [*self.config.key_types, *(f.type for f in self.value_fields)]
         why = (
             "the adbc-driver-postgresql package is not installed"
@@ -453,15 +454,11 @@ class PostgresLookupClient(LookupClient):
             )
             why = target.why
         if target is None or target.uri is None:
-            if why not in _LOGGED:
-                _LOGGED.add(why)
+            if why not in self._logged:
+                self._logged.add(why)
                 log.info("asynclookup: postgres scans through asyncpg's cursor: %s", why)
             return None
         return ArrowScan(target, query, self.config.key_columns, self.value_fields)
-
-
-_LOGGED: set[str] = set()
-"""The reasons a scan went through asyncpg's cursor already logged by this worker."""
 
 
 LIBPQ_ENVIRONMENT = (

@@ -99,6 +99,7 @@ def task_budget(
     *,
     tasks: int = 4,
     timeout_s: float = 0.5,
+    warned: set[str] | None = None,
 ) -> TaskBudget:
     return TaskBudget(
         name,
@@ -107,6 +108,7 @@ def task_budget(
         LookupMetrics(tasks=1),
         coordinator=store,
         timeout_s=timeout_s,
+        warned=warned,
     )
 
 
@@ -120,7 +122,8 @@ async def run_holders(
     store = coordinator(url)
     await store.open()
     try:
-        budgets = [task_budget(name, store, limits) for _ in requests]
+        warned: set[str] = set()  # kept beside the coordinator, as a worker keeps it
+        budgets = [task_budget(name, store, limits, warned=warned) for _ in requests]
         counter = Counter()
         loop = asyncio.get_running_loop()
         started = loop.time()
