@@ -41,10 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import random
-import secrets
-import socket
 from typing import TYPE_CHECKING
 
 from lookup_source.connector_api import (
@@ -54,8 +51,14 @@ from lookup_source.connector_api import (
     BudgetGrant,
     BudgetLimits,
 )
+from lookup_source.engine.budget_share import (
+    Reservation,
+    StaticShare,
+    Wakeup,
+    holder_id,
+    limits_of,
+)
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.rate_limit import RateLimiter
 
 if TYPE_CHECKING:
     from lookup_source.settings import BudgetSettings
@@ -68,12 +71,6 @@ COOL_OFF_S = 5.0
 LINGER_S = 0.05
 """Leases no longer needed are given back this long after they fell idle."""
 
-HORIZON_S = 0.05
-"""The largest grant of request slots or cost units covers this much of the budget's time."""
-
-LATE_S = 0.02
-"""A reserved slot not taken within this long of its time is dropped (never used late)."""
-
 RENEW_MAX_S = 0.5
 """A task holding leases tells the coordinator at least this often (renewing them, and
 hearing whether others wait for leases, so it gives back what exceeds its fair share)."""
@@ -82,95 +79,6 @@ RETRY_MIN_S = 0.01
 RETRY_MAX_S = 0.1
 """A task refused leases asks again after this long (doubling, with jitter), or sooner when
 one of its own requests ends."""
-
-
-def holder_id() -> str:
-    """A holder name unique to one task's budget: host, process and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
-
-
-class Wakeup:
-    """Coroutines that wait for a wake-up or a time limit, whichever comes first — without
-    ``asyncio.wait_for``, which on Python 3.10 may swallow a cancellation that comes as the
-    awaited event fires (a task closing would then go on waiting). A wake-up reaches those
-    waiting at that moment."""
-
-    def __init__(self) -> None:
-        self._waiting: set[asyncio.Future[None]] = set()
-
-    def wake(self) -> None:
-        for future in self._waiting:
-            if not future.done():
-                future.set_result(None)
-
-    async def wait(self, timeout_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._waiting.add(future)
-        timer = loop.call_later(max(0.0, timeout_s), _settle, future)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            self._waiting.discard(future)
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class StaticShare:
-    """An even share of a budget over ``tasks`` tasks: at most ``max_in_flight / tasks``
-    requests in flight (at least one), ``rate / tasks`` requests and ``cost_rate / tasks``
-    cost units per second."""
-
-    def __init__(self, limits: BudgetLimits, tasks: int) -> None:
-        tasks = max(1, tasks)
-        self.tasks = tasks
-        self.in_flight = max(1, limits.max_in_flight // tasks) if limits.max_in_flight else 0
-        self.rate = RateLimiter(limits.rate / tasks) if limits.rate else None
-        self.cost = RateLimiter(limits.cost_rate / tasks) if limits.cost_rate else None
-
-
-class Reservation:
-    """Units reserved from a paced meter: ``left`` of them, the next due at ``due`` (loop
-    time), one every ``interval`` seconds."""
-
-    def __init__(self, per_s: float) -> None:
-        self.interval = 1.0 / per_s
-        self.left = 0.0
-        self.due = 0.0
-        self.size = 1.0
-        """How many units the next grant asks for (adapted to what the task uses)."""
-        self.cap = max(1.0, per_s * HORIZON_S)
-
-    def drop_late(self, now: float) -> None:
-        """Drop the units whose time passed more than :data:`LATE_S` ago."""
-        if self.left and self.due < now - LATE_S:
-            late = math.ceil((now - LATE_S - self.due) / self.interval)
-            lost = min(self.left, float(late))
-            self.left -= lost
-            self.due += lost * self.interval
-
-    def has(self, units: float) -> bool:
-        return self.left + 1e-9 >= units
-
-    def take(self, units: float) -> float:
-        """Take ``units``; when they are due (loop time)."""
-        at = self.due
-        self.due += units * self.interval
-        self.left = max(0.0, self.left - units)
-        return at
-
-    def ask(self, units: float) -> float:
-        """How many units the next grant asks for, to have ``units`` at least: grows while the
-        task uses its grants up, shrinks when it leaves some."""
-        self.size = max(1.0, self.size / 2) if self.left >= 1 else min(self.cap, self.size * 2)
-        return max(units, math.floor(self.size))
-
-    def fill(self, units: float, due: float) -> None:
-        self.left, self.due = units, due
 
 
 class TaskBudget:
@@ -232,12 +140,7 @@ class TaskBudget:
         warned: set[str] | None = None,
     ) -> TaskBudget:
         """The budget ``settings`` name, for one task (``warned``: see :class:`TaskBudget`)."""
-        limits = BudgetLimits(
-            max_in_flight=settings.max_in_flight,
-            rate=settings.rate,
-            cost_rate=settings.cost_per_minute / 60.0,
-            lease_s=settings.lease_s,
-        )
+        limits = limits_of(settings)
         return cls(
             name,
             limits,
@@ -412,15 +315,7 @@ class TaskBudget:
         self.metrics.budget_fallbacks += 1
         if self.name not in self._warned:
             self._warned.add(self.name)
-            log.warning(
-                "asynclookup: the coordinator of budget %s did not answer (%s: %s); each task "
-                "keeps its static share (1/%d of the budget) and asks it again in %.0f s",
-                self.name,
-                type(error).__name__,
-                str(error)[:200] or "no answer within budget.timeout.ms",
-                self.share.tasks,
-                COOL_OFF_S,
-            )
+            _log_fallback(self.name, error, self.share.tasks)
         self._changed.wake()  # waiters go by the static share now
 
     # -- the keeper: renews the leases held, gives back the idle ones ------------------------
@@ -461,7 +356,7 @@ class TaskBudget:
     async def _pace(self, cost: float) -> bool:
         """Wait for a request slot and ``cost`` units; whether it had to wait."""
         if not self._coordinated():
-            return await self._pace_static(cost)
+            return await self.share.pace(cost)
         loop = asyncio.get_running_loop()
         slots, units = self._slots, self._cost
         while True:
@@ -475,7 +370,7 @@ class TaskBudget:
                 break
             await self._sync(slot=slot_short, cost=cost if cost_short else 0.0)
             if not self._coordinated():
-                return await self._pace_static(cost)
+                return await self.share.pace(cost)
         at = max(
             slots.take(1) if slots is not None else 0.0,
             units.take(cost) if units is not None and cost > 0 else 0.0,
@@ -486,11 +381,17 @@ class TaskBudget:
             return True
         return False
 
-    async def _pace_static(self, cost: float) -> bool:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        if self.share.rate is not None:
-            await self.share.rate.acquire()
-        if self.share.cost is not None and cost > 0:
-            await self.share.cost.acquire(cost)
-        return loop.time() > started
+
+def _log_fallback(name: str, error: BaseException, tasks: int) -> None:
+    log.warning(
+        "asynclookup: the coordinator of budget %s did not answer (%s: %s); each task "
+        "keeps its static share (1/%d of the budget) and asks it again in %.0f s",
+        name,
+        type(error).__name__,
+        str(error)[:200] or "no answer within budget.timeout.ms",
+        tasks,
+        COOL_OFF_S,
+    )
+
+
+__all__ = ["COOL_OFF_S", "Reservation", "StaticShare", "TaskBudget", "Wakeup", "holder_id"]

@@ -1,6 +1,6 @@
 """What the engine sees of a cache (:class:`CacheLayer`): what it knows of a batch's keys and
 what to keep of an answer (the worker sets up the one a task's options ask for:
-:meth:`~lookup_source.engine.worker.Worker.task_cache`)."""
+:meth:`~lookup_source.engine.kept_caches.KeptCaches.task_cache`)."""
 
 from __future__ import annotations
 

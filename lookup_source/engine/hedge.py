@@ -18,7 +18,7 @@ Three small parts, conducted by the request executor (:mod:`.executor`):
   not is read before the request is called slow.
 
 A lookup's :class:`Hedging` (window and budget) lives as long as the Python worker, shared by
-its tasks (:func:`worker_hedging`, kept with the worker's caches): a stream's micro-batches
+its tasks (:meth:`~.kept_caches.KeptCaches.hedging`, kept with the worker's caches): a stream's micro-batches
 learn its latencies once, and its budget is not reset by each small task.
 """
 

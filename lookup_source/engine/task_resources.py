@@ -152,7 +152,7 @@ class TaskResources:
         self.telemetry = worker.telemetry() if options.metrics_opentelemetry else None
         self._cache_budget = int(options.cache.worker_max_mb * 2**20)
         worker.caches.hold_budget(self._cache_budget)
-        self.cache = worker.task_cache(
+        self.cache = worker.kept.task_cache(
             options.cache,
             config,
             self.client,
@@ -163,7 +163,7 @@ class TaskResources:
             self._pins,
         )
         if options.hedge.after is not None:
-            self.hedging = worker.hedging(self.identities.local, options.hedge, self._pins)
+            self.hedging = worker.kept.hedging(self.identities.local, options.hedge, self._pins)
         self.shared = self._shared_tier()
         self.budget = self._task_budget()
 

@@ -46,23 +46,19 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from lookup_source.connector_api import ConnectorConfig, LookupClient
-from lookup_source.engine.cache import FullCache, PartialCache, WorkerCaches
-from lookup_source.engine.cache_layer import CacheLayer, PartialCacheLayer, ReadingLayer
+from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
 from lookup_source.engine.gc_tuning import GcHold
-from lookup_source.engine.hedge import Hedging
 from lookup_source.engine.identity import (
     IdentityKeys,
     LookupIdentity,
     declared_options,
     implicit_inputs,
 )
+from lookup_source.engine.kept_caches import KeptCaches
 from lookup_source.engine.lifetime import (
     ClientFactory,
     Lease,
@@ -73,12 +69,10 @@ from lookup_source.engine.lifetime import (
     worker_reuse,
 )
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_factory_of
-from lookup_source.engine.table_load import load_table, reload_table
 
 if TYPE_CHECKING:
     from lookup_source.engine.spec import EngineSpec
     from lookup_source.engine.task_resources import TaskResources
-    from lookup_source.settings import CacheSettings, HedgeSettings
 
 log = logging.getLogger("lookup_source")
 
@@ -116,7 +110,9 @@ class Worker:
         self._loop_factory = loop_factory
         """How each thread's event loop is made (tests: a loop on virtual time, whose time is
         then the worker's ``clock`` too: :func:`~lookup_source.testing.clock.virtual_worker`)."""
-        self.caches = WorkerCaches()
+        self.kept = KeptCaches(clocks.monotonic)
+        """The caches and hedging windows kept for its tasks."""
+        self.caches = self.kept.caches
         self.identity_keys = IdentityKeys()
         """The identity keys derived in this worker (one PBKDF2 per configuration)."""
         self.gc = GcHold()
@@ -127,7 +123,6 @@ class Worker:
         self._ended: list[tuple[list[Callable[[], None]], list[WorkerClients]]] = []
         """What ended threads left to close (deferred work, then their clients), found while
         a loop ran: done by the next :meth:`clients` call."""
-        self._reloads: set[threading.Thread] = set()
         self._deferred: dict[int, list[Callable[[], None]]] = {}
         self._exporter: Any = None
         self._sweeper: threading.Thread | None = None
@@ -278,103 +273,6 @@ class Worker:
 
     # -- caches, hedging windows, reloads ------------------------------------------------------
 
-    def _pinned(
-        self, identity: LookupIdentity, kind: str, make: Callable[[], Any], pins: list[str]
-    ) -> tuple[str, Any]:
-        """The worker's cache (or hedging window) of the lookup ``identity`` with settings
-        ``kind``, made by ``make`` on first use, pinned for the task (its key added to
-        ``pins``: unpin them when the task ends); its key and itself."""
-        key = identity.digest("cache", kind)
-        pins.append(key)
-        return key, self.caches.get(key, make, pin=True)
-
-    def task_cache(
-        self,
-        settings: CacheSettings,
-        config: ConnectorConfig,
-        client: LookupClient,
-        loop: TaskLoop,
-        factory: ClientFactory,
-        value_fields: Sequence[pa.Field],
-        identity: LookupIdentity,
-        pins: list[str],
-    ) -> CacheLayer | None:
-        """The cache a task's settings ask for, kept for the worker's other tasks: a full
-        cache (loaded now by ``client`` if this worker has not yet, reloaded in the background
-        when due), a partial one, or None. The worker's caches together keep within
-        ``cache.worker.max-mb`` (the smallest of the tasks that run: the caller releases it
-        with :meth:`~.cache.WorkerCaches.release_budget` when the task ends); the task's own is
-        pinned (its key added to ``pins``: unpin them when the task ends)."""
-        clock = self.clock
-        if settings.mode == "full":
-            key, full = self._pinned(
-                identity,
-                f"full reload={settings.reload_s}",
-                lambda: FullCache(settings.reload_s, clock=clock),
-                pins,
-            )
-            key_fields = [pa.field(n, t) for n, t in zip(config.key_columns, config.key_types)]
-            with full.load_lock:
-                if not full.loaded:
-                    full.install(loop.run(load_table(client, key_fields, value_fields)))
-                    self.caches.fit(protect=key)
-            if full.claim_reload():
-                self.reload(full, key, lambda: factory(config), key_fields, value_fields)
-            return ReadingLayer(full, value_fields)
-        if settings.max_rows > 0:
-            # a lookup with other cache settings gets a cache of its own, with its settings
-            kind = (
-                f"partial max-rows={settings.max_rows} ttl={settings.ttl_s} "
-                f"missing-keys={settings.missing_keys}"
-            )
-            key, partial = self._pinned(
-                identity,
-                kind,
-                lambda: PartialCache(settings.max_rows, settings.ttl_s, clock=clock),
-                pins,
-            )
-            return PartialCacheLayer(
-                partial,
-                value_fields,
-                cache_missing=settings.missing_keys,
-                grew=lambda: self.caches.fit(protect=key),
-            )
-        return None
-
-    def hedging(
-        self, identity: LookupIdentity, settings: HedgeSettings, pins: list[str]
-    ) -> Hedging:
-        """The worker's hedging of the lookup ``identity`` with these settings (its recent
-        latencies, its budget), shared by the worker's tasks like its caches and pinned like
-        them (its key added to ``pins``)."""
-        kind = f"hedge after={settings.after} budget={settings.budget}"
-        _, hedging = self._pinned(identity, kind, lambda: Hedging.of(settings), pins)
-        return hedging
-
-    def reload(
-        self,
-        cache: FullCache,
-        key: str,
-        factory: Callable[[], LookupClient],
-        key_fields: Sequence[pa.Field],
-        value_fields: Sequence[pa.Field],
-    ) -> None:
-        """Reload the full ``cache`` kept under ``key`` in a thread of its own (own loop, own
-        client), tracked. While it runs, the old table and the new one are both in memory."""
-
-        def run() -> None:
-            try:
-                reload_table(cache, factory, key_fields, value_fields)  # (never raises)
-                self.caches.fit(protect=key)
-            finally:
-                with self._lock:
-                    self._reloads.discard(threading.current_thread())
-
-        thread = threading.Thread(target=run, name="asynclookup-cache-reload", daemon=True)
-        with self._lock:
-            self._reloads.add(thread)
-        thread.start()
-
     # -- the rest ----------------------------------------------------------------------------
 
     def telemetry(self) -> Any:
@@ -396,7 +294,6 @@ class Worker:
         self._stop.set()
         with self._lock:
             kept = list(self._clients)
-            reloads = list(self._reloads)
             sweeper, self._sweeper = self._sweeper, None
             exporter, self._exporter = self._exporter, None
         if sweeper is not None and sweeper is not threading.current_thread():
@@ -404,9 +301,7 @@ class Worker:
         for clients in kept:
             if clients.pid == os.getpid():
                 _close_quietly(clients, everything=False)
-        for thread in reloads:
-            thread.join(RELOAD_JOIN_S)
-        self.caches.clear()
+        self.kept.close(RELOAD_JOIN_S)
         if exporter is not None:
             try:
                 exporter.flush()

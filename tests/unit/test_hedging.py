@@ -306,7 +306,7 @@ def test_a_workers_hedging_is_never_shared_across_settings_or_lookups() -> None:
     other_table = replace(config, options={"fake.table": "b"})
 
     def worker_hedging(config: Any, settings: Any) -> Any:
-        return current_worker().hedging(LookupIdentity.of(config), settings, [])
+        return current_worker().kept.hedging(LookupIdentity.of(config), settings, [])
 
     fixed, p95 = hedged(0.05), hedged("p95")
     first = worker_hedging(config, fixed)

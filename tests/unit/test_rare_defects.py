@@ -144,7 +144,7 @@ def test_3_a_reload_whose_client_closes_badly_still_installs_and_fits(
     config = make_config(make_spec(make_options()))
     ClosingBadly.close_hangs = hangs
     started = time.monotonic()
-    worker.reload(
+    worker.kept.reload(
         cache,
         "the-key",
         lambda: ClosingBadly(config, backing),

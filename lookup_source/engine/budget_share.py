@@ -1,0 +1,134 @@
+"""What a task's budget spends and how its waiters wait: its even share of the budget without
+a coordinator (:class:`StaticShare`), the request slots and cost units reserved from the
+coordinator's paced meters (:class:`Reservation`), and the one wake-up of its waiters
+(:class:`Wakeup`)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import secrets
+import socket
+from typing import TYPE_CHECKING
+
+from lookup_source.connector_api import BudgetLimits
+from lookup_source.engine.rate_limit import RateLimiter
+
+if TYPE_CHECKING:
+    from lookup_source.settings import BudgetSettings
+
+HORIZON_S = 0.05
+"""The largest grant of request slots or cost units covers this much of the budget's time."""
+
+LATE_S = 0.02
+"""A reserved slot not taken within this long of its time is dropped (never used late)."""
+
+
+def limits_of(settings: BudgetSettings) -> BudgetLimits:
+    """The limits ``budget.*`` set (the cost per second, from per minute)."""
+    return BudgetLimits(
+        max_in_flight=settings.max_in_flight,
+        rate=settings.rate,
+        cost_rate=settings.cost_per_minute / 60.0,
+        lease_s=settings.lease_s,
+    )
+
+
+def holder_id() -> str:
+    """A holder name unique to one task's budget: host, process and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+class Wakeup:
+    """Coroutines that wait for a wake-up or a time limit, whichever comes first — without
+    ``asyncio.wait_for``, which on Python 3.10 may swallow a cancellation that comes as the
+    awaited event fires (a task closing would then go on waiting). A wake-up reaches those
+    waiting at that moment."""
+
+    def __init__(self) -> None:
+        self._waiting: set[asyncio.Future[None]] = set()
+
+    def wake(self) -> None:
+        for future in self._waiting:
+            if not future.done():
+                future.set_result(None)
+
+    async def wait(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._waiting.add(future)
+        timer = loop.call_later(max(0.0, timeout_s), _wake_one, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            self._waiting.discard(future)
+
+
+def _wake_one(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class StaticShare:
+    """An even share of a budget over ``tasks`` tasks: at most ``max_in_flight / tasks``
+    requests in flight (at least one), ``rate / tasks`` requests and ``cost_rate / tasks``
+    cost units per second."""
+
+    def __init__(self, limits: BudgetLimits, tasks: int) -> None:
+        tasks = max(1, tasks)
+        self.tasks = tasks
+        self.in_flight = max(1, limits.max_in_flight // tasks) if limits.max_in_flight else 0
+        self.rate = RateLimiter(limits.rate / tasks) if limits.rate else None
+        self.cost = RateLimiter(limits.cost_rate / tasks) if limits.cost_rate else None
+
+    async def pace(self, cost: float) -> bool:
+        """Wait for this share's next request slot and ``cost`` units; whether it waited."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if self.rate is not None:
+            await self.rate.acquire()
+        if self.cost is not None and cost > 0:
+            await self.cost.acquire(cost)
+        return loop.time() > started
+
+
+class Reservation:
+    """Units reserved from a paced meter: ``left`` of them, the next due at ``due`` (loop
+    time), one every ``interval`` seconds."""
+
+    def __init__(self, per_s: float) -> None:
+        self.interval = 1.0 / per_s
+        self.left = 0.0
+        self.due = 0.0
+        self.size = 1.0
+        """How many units the next grant asks for (adapted to what the task uses)."""
+        self.cap = max(1.0, per_s * HORIZON_S)
+
+    def drop_late(self, now: float) -> None:
+        """Drop the units whose time passed more than :data:`LATE_S` ago."""
+        if self.left and self.due < now - LATE_S:
+            late = math.ceil((now - LATE_S - self.due) / self.interval)
+            lost = min(self.left, float(late))
+            self.left -= lost
+            self.due += lost * self.interval
+
+    def has(self, units: float) -> bool:
+        return self.left + 1e-9 >= units
+
+    def take(self, units: float) -> float:
+        """Take ``units``; when they are due (loop time)."""
+        at = self.due
+        self.due += units * self.interval
+        self.left = max(0.0, self.left - units)
+        return at
+
+    def ask(self, units: float) -> float:
+        """How many units the next grant asks for, to have ``units`` at least: grows while the
+        task uses its grants up, shrinks when it leaves some."""
+        self.size = max(1.0, self.size / 2) if self.left >= 1 else min(self.cap, self.size * 2)
+        return max(units, math.floor(self.size))
+
+    def fill(self, units: float, due: float) -> None:
+        self.left, self.due = units, due
