@@ -18,8 +18,9 @@ Three small parts, conducted by the request executor (:mod:`.executor`):
   not is read before the request is called slow.
 
 A lookup's :class:`Hedging` (window and budget) lives as long as the Python worker, shared by
-its tasks (:meth:`~.kept_caches.KeptCaches.hedging`, kept with the worker's caches): a stream's micro-batches
-learn its latencies once, and its budget is not reset by each small task.
+its tasks (:meth:`~.kept_caches.KeptCaches.hedging`, kept with the worker's caches): a
+stream's micro-batches learn its latencies once, and its budget is not reset by each small
+task.
 """
 
 from __future__ import annotations
