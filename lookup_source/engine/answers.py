@@ -16,7 +16,7 @@ batch together: one GET's record alone would cost more to convert than to fetch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -25,15 +25,11 @@ import pyarrow as pa
 
 from lookup_source.connector_api import Key, Matches
 from lookup_source.connector_api.values import conform_matches, records_to_matches
-
-MISSING: Any = object()
-"""Cached marker of a key the store does not have."""
+from lookup_source.engine.cached_rows import MISSING, CachedError, CachedRows, cache_rows
+from lookup_source.engine.combine import KeySource, concat_matches, keyed_messages, rows_of
 
 Fields = Sequence[pa.Field]
 """A value schema: the declared value columns."""
-
-KeySource = Callable[[], Sequence[Key]]
-"""The asked keys as Python values, made when first needed (a message names its key)."""
 
 
 def absent(value: Any) -> bool:
@@ -139,7 +135,7 @@ class ColumnarAnswer(Answer):
         slot = np.full(self.size, -1, dtype=np.int64)
         slot[rows] = np.arange(len(rows))
         mine = slot[self.matches.key_index]
-        kept = _rows(self.matches, np.flatnonzero(mine >= 0), mine)
+        kept = rows_of(self.matches, np.flatnonzero(mine >= 0), mine)
         return ColumnarAnswer(kept, len(rows), self._asked_at(rows), self.fields)
 
     def placed(self, rows: np.ndarray, size: int, keys: KeySource) -> Answer:
@@ -301,100 +297,6 @@ def gather(parts: Sequence[Part], fields: Fields) -> Matches:
     for part in parts:
         part.answer.gather_into(part.positions, gathering)
     return gathering.matches()
-
-
-# ---------------------------------------------------------------------------------------------
-# Matches, put together
-# ---------------------------------------------------------------------------------------------
-
-
-def concat_matches(parts: Sequence[Matches], fields: Sequence[pa.Field]) -> Matches:
-    """All ``parts`` (each already conformed to ``fields``) as one :class:`Matches`."""
-    parts = [part for part in parts if part.num_rows]
-    if not parts:
-        return Matches.none(fields)
-    if len(parts) == 1:
-        return parts[0]
-    schema = pa.schema(list(fields))
-    values = pa.Table.from_batches([p.values for p in parts], schema=schema).combine_chunks()
-    batch = values.to_batches()[0] if values.num_rows else parts[0].values.slice(0, 0)
-    errors = None
-    if any(p.errors is not None for p in parts):
-        errors = pa.concat_arrays(
-            [p.errors if p.errors is not None else pa.nulls(p.num_rows, pa.string()) for p in parts]
-        )
-    return Matches(np.concatenate([p.key_index for p in parts]), batch, errors)
-
-
-def keyed_messages(matches: Matches, keys: KeySource) -> Matches:
-    """``matches`` with each error message prefixed by the key it concerns: ``key 7: ...``
-    (``keys()``: the asked keys, which ``key_index`` points into)."""
-    errors = matches.errors
-    if errors is None or errors.null_count == len(errors):
-        return matches
-    everything = keys()
-    index = matches.key_index
-    messages = [
-        None if text is None else f"key {everything[index[row]]!r}: {text}"
-        for row, text in enumerate(errors.to_pylist())
-    ]
-    return Matches(index, matches.values, pa.array(messages, type=pa.string()))
-
-
-def _rows(matches: Matches, rows: np.ndarray, key_index: np.ndarray | None = None) -> Matches:
-    """The rows ``rows`` of ``matches`` (with ``key_index``'s entries, if given, as their keys)."""
-    index = pa.array(rows, type=pa.int64())
-    errors = matches.errors.take(index) if matches.errors is not None else None
-    keys = (key_index if key_index is not None else matches.key_index)[rows]
-    return Matches(keys, matches.values.take(index), errors)
-
-
-# ---------------------------------------------------------------------------------------------
-# What a cache keeps of an answer
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class CachedRows:
-    """A cached key's matches: rows ``start`` to ``start + count`` of an Arrow batch of value
-    columns (a compact copy of the rows its answer held for cached keys, never an error)."""
-
-    values: pa.RecordBatch
-    start: int
-    count: int
-
-
-@dataclass(frozen=True)
-class CachedError:
-    """A key whose stored value is malformed (full cache): reported each time it is asked."""
-
-    message: str
-
-
-def cache_rows(
-    keys: Sequence[Key], answer: Matches, found: np.ndarray, *, cache_missing: bool
-) -> list[tuple[Key, Any]]:
-    """What to cache from a columnar answer to ``keys``: a :class:`CachedRows` per key that
-    has matches, :data:`MISSING` per key without (if ``cache_missing``); keys whose value was
-    malformed are not cached."""
-    index = answer.key_index
-    usable = np.ones(len(index), dtype=bool)
-    if answer.errors is not None and answer.errors.null_count < len(answer.errors):
-        bad = answer.errors.is_valid().to_numpy(zero_copy_only=False)
-        usable &= ~np.isin(index, index[bad])
-    rows = np.flatnonzero(usable)
-    rows = rows[np.argsort(index[rows], kind="stable")]
-    items: list[tuple[Key, Any]] = []
-    if len(rows):
-        segment = answer.values.take(pa.array(rows))
-        positions, starts, counts = np.unique(index[rows], return_index=True, return_counts=True)
-        items = [
-            (keys[p], CachedRows(segment, int(a), int(n)))
-            for p, a, n in zip(positions.tolist(), starts.tolist(), counts.tolist())
-        ]
-    if cache_missing:
-        items += [(keys[p], MISSING) for p in np.flatnonzero(~found).tolist()]
-    return items
 
 
 def cached_answer(hits: Sequence[tuple[Key, CachedRows | CachedError]], fields: Fields) -> Answer:

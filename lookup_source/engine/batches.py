@@ -20,7 +20,7 @@ from lookup_source.errors import SchemaError
 
 class Output(Protocol):
     """A finished batch's output, made slice by slice as it is read
-    (:class:`~lookup_source.engine.output.JoinedRows`)."""
+    (:class:`~lookup_source.engine.joined_rows.JoinedRows`)."""
 
     num_rows: int
 

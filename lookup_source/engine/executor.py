@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,7 @@ from lookup_source.engine.deadline import AttemptTimer, RequestDeadline
 from lookup_source.engine.hedge import Hedging, race
 from lookup_source.engine.limit import ConcurrencyLimit
 from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.pacing import Admission, AskedKeys, Pacing
 from lookup_source.engine.rate_limit import RateLimiter
 from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
 from lookup_source.engine.slots import RequestSlots
@@ -27,38 +28,6 @@ from lookup_source.redaction import redact_text
 
 if TYPE_CHECKING:
     from lookup_source.settings import LookupOptions
-
-
-class AskedKeys(Protocol):
-    """The keys of one request (:class:`~lookup_source.engine.batches.Request`)."""
-
-    @property
-    def size(self) -> int: ...
-
-    def keys(self) -> pa.RecordBatch: ...
-
-    def python_keys(self) -> list[Any]: ...
-
-    def cost(self, rows: np.ndarray | None = None) -> float: ...
-
-
-class Pacing:
-    """What an attempt (or a hedge) waits for before it is sent: the task's rate limiter
-    (``rate.limit``), then the cluster budget's admission at the cost of the keys it asks,
-    whose lease it holds until its call ends (:class:`Admission`)."""
-
-    def __init__(self, rate_limiter: RateLimiter | None, budget: TaskBudget | None) -> None:
-        self.rate_limiter = rate_limiter
-        self.budget = budget
-
-    async def admit(self, asked: AskedKeys, rows: np.ndarray | None) -> Admission | None:
-        """Wait until the keys ``asked`` (those at ``rows``, or all) may be sent."""
-        if self.rate_limiter is not None:
-            await self.rate_limiter.acquire()
-        if self.budget is None:
-            return None
-        await self.budget.admit(asked.cost(rows))
-        return Admission(self.budget)
 
 
 class Feedback:
@@ -367,35 +336,6 @@ class RequestExecutor:
                 for key, value in result.items()
             }
         return result
-
-
-class Admission:
-    """One attempt admitted by the budget: its lease goes back once — when its call really
-    ends (answered, failed, cancelled; an abandoned call that ignores cancellation is still in
-    flight at the store, and keeps it until it ends), or at once if the call never starts."""
-
-    def __init__(self, budget: TaskBudget) -> None:
-        self._budget = budget
-        self._started = False
-        self._released = False
-
-    async def holding(self, call: Awaitable[Any]) -> Any:
-        """``call``, holding the lease until it ends."""
-        self._started = True
-        try:
-            return await call
-        finally:
-            self.release()
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._budget.done()
-
-    def release_unless_started(self) -> None:
-        """Give the lease back if the call never started (a started one gives it back)."""
-        if not self._started:
-            self.release()
 
 
 async def _no_wait() -> None:

@@ -15,9 +15,9 @@ import pytest
 
 from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import encode_rows, match_rows, python_keys
+from lookup_source.engine.joined_rows import JoinedRows
 from lookup_source.engine.keys import distinct_keys
 from lookup_source.engine.operator import LookupEngine
-from lookup_source.engine.output import JoinedRows
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError
 from lookup_source.testing import clock as virtual_time
