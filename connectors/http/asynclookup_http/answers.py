@@ -25,6 +25,7 @@ from lookup_source.connector_api import (
     Matches,
     PermanentError,
     RecordError,
+    as_records,
     excerpt,
     key_text,
     match_rows,
@@ -243,6 +244,22 @@ def loads(body: bytes) -> Any:
         return msgspec.json.decode(body)
     except msgspec.DecodeError:
         return json.loads(body)
+
+
+def record(body: bytes, path: tuple[str, ...]) -> Any:
+    """The record(s) of a per-key GET's answer at ``path`` (``http.json.path``), or the
+    RecordError that says why there are none (not JSON, nested too deeply, no such path)."""
+    try:
+        document = loads(body)
+    except RecursionError:
+        return RecordError(f"the response is nested too deeply to decode: {excerpt(body)!r}")
+    except (ValueError, UnicodeDecodeError):
+        return RecordError(f"the response is not valid JSON: {excerpt(body)!r}")
+    where = f"the response at {'.'.join(path)}" if path else "the response"
+    selected = select(document, path)
+    if isinstance(selected, Absent):
+        return RecordError(selected.message("the response", body))
+    return as_records(selected, where)
 
 
 def json_key(value: Any) -> Any:

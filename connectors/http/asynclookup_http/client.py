@@ -25,7 +25,6 @@ is that key's error.
 from __future__ import annotations
 
 import ssl
-import zlib
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, ClassVar
@@ -36,20 +35,9 @@ from yarl import URL
 
 from asynclookup_http import native_transport as native
 from asynclookup_http.aiohttp_transport import AiohttpTransport, classify, context_of
-from asynclookup_http.answers import (
-    Absent,
-    BatchAnswers,
-    json_key,
-    loads,
-    select,
-)
-from asynclookup_http.body import (
-    ACCEPT_ENCODING,
-    BoundedBody,
-    Malformed,
-    TooLarge,
-    parse_retry_after,
-)
+from asynclookup_http.answers import BatchAnswers, json_key, record
+from asynclookup_http.body import ACCEPT_ENCODING
+from asynclookup_http.exchange import check_status, exchange
 from asynclookup_http.options import (
     BATCH_KEYS_FIELD,
     BATCH_POST_SIZE,
@@ -57,13 +45,12 @@ from asynclookup_http.options import (
     CLIENT,
     HEADER,
     JSON_PATH,
-    MAX_REDIRECTS,
     MAX_RESPONSE_BYTES_OPTION,
     REDIRECTS,
     TLS_VERIFY,
 )
-from asynclookup_http.transport import Response, Transport
-from asynclookup_http.urls import UnsafeKey, encode_part, encoded_template, same_origin
+from asynclookup_http.transport import Transport
+from asynclookup_http.urls import UnsafeKey, encode_part, encoded_template
 from lookup_source.connector_api import (
     ConnectorConfig,
     Key,
@@ -73,13 +60,8 @@ from lookup_source.connector_api import (
     Matches,
     OptionError,
     OptionSpec,
-    OverloadedError,
-    PermanentError,
     RecordError,
     TlsSettings,
-    TransientError,
-    as_records,
-    excerpt,
     handshake_check,
     python_keys,
     redact_url,
@@ -88,8 +70,6 @@ from lookup_source.connector_api import (
     tls_option_specs,
 )
 
-RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-OVERLOADED_STATUS = frozenset({429, 503})
 JSON_BODY = {"Content-Type": "application/json"}
 
 __all__ = ["HttpLookupClient", "classify"]
@@ -289,104 +269,24 @@ class HttpLookupClient(LookupClient):
             if status == 404:
                 continue
             if not 200 <= status < 300:
-                self._check_status(status, body, retry_after, f"GET {redact_url(url)}")
-            out[key] = self._record(key, body)
+                check_status(status, body, retry_after, f"GET {redact_url(url)}")
+            out[key] = record(body, self._path)
         return out
 
     async def _exchange(
         self, method: str, url: str, body: bytes | None = None, headers: Any = None
     ) -> tuple[int, bytes, str | None]:
-        """One request (``url`` encoded): its status, its body (bounded, decoded) and its
-        Retry-After; a redirect followed only when ``http.redirects=same-origin`` allows it."""
+        """One request (:func:`.exchange.exchange`): its status, its body and its Retry-After."""
         assert self._transport is not None
-        for _ in range(MAX_REDIRECTS + 1):
-            async with self._transport.send(method, url, body, headers) as response:
-                status = response.status
-                if 300 <= status < 400:
-                    url = self._redirected(method, url, status, response.header("Location"))
-                    continue
-                return (
-                    status,
-                    await self._read(response, method, url),
-                    response.header("Retry-After"),
-                )
-        raise PermanentError(f"more than {MAX_REDIRECTS} redirects from {method} {redact_url(url)}")
-
-    def _redirected(self, method: str, url: str, status: int, location: str | None) -> str:
-        """Where a redirect may be followed (encoded), or the PermanentError that says why
-        not."""
-        where = f"HTTP {status} redirect from {method} {redact_url(url)}"
-        if not location:
-            raise PermanentError(f"{where} with no Location")
-        asked = URL(url)
-        target = asked.join(URL(location))
-        shown = redact_url(str(target))
-        if not self._same_origin:
-            raise PermanentError(
-                f"{where} to {shown}: redirects are not followed (set http.redirects="
-                "same-origin to follow those that stay on the same scheme, host and port)"
-            )
-        if not same_origin(asked, target):
-            raise PermanentError(
-                f"{where} to {shown}: it leaves the origin, and the lookup's headers never do"
-            )
-        if method != "GET" and status not in (307, 308):
-            raise PermanentError(f"{where} to {shown}: a {method} follows only 307 and 308")
-        return str(target)
-
-    async def _read(self, response: Response, method: str, url: str) -> bytes:
-        """The body, decoded, of at most ``http.max-response-bytes``; the connection is
-        dropped, not reused, when the body is cut short."""
-        limit = self._max_bytes
-        length = response.content_length
-        encoding = (response.header("Content-Encoding") or "").strip().lower()
-        if length is not None and length > limit and encoding in ("", "identity"):
-            response.abort()
-            raise self._too_large(method, url, length)
-        if encoding in ("", "identity") and length is not None:
-            return await response.read()  # exactly Content-Length bytes
-        decoder = BoundedBody(encoding, limit)
-        try:
-            async for chunk in response.chunks():
-                decoder.feed(chunk)
-            return decoder.finish()
-        except TooLarge:
-            response.abort()
-            raise self._too_large(method, url, None) from None
-        except (zlib.error, Malformed) as exc:
-            response.abort()
-            raise PermanentError(
-                f"the answer to {method} {redact_url(url)} is not valid {encoding}: {exc}"
-            ) from None
-
-    def _too_large(self, method: str, url: str, length: int | None) -> PermanentError:
-        size = f" ({length:,} bytes)" if length is not None else ""
-        return PermanentError(
-            f"the answer to {method} {redact_url(url)} is larger than "
-            f"http.max-response-bytes={self._max_bytes:,}{size}, counted after decompression"
+        return await exchange(
+            self._transport,
+            method,
+            url,
+            body,
+            headers,
+            follow=self._same_origin,
+            max_bytes=self._max_bytes,
         )
-
-    def _check_status(self, status: int, body: bytes, retry_after: str | None, what: str) -> None:
-        if 200 <= status < 300:
-            return
-        message = f"HTTP {status} from {what}: {excerpt(body)!r}"
-        if status in RETRYABLE_STATUS:
-            kind = OverloadedError if status in OVERLOADED_STATUS else TransientError
-            raise kind(message, retry_after=parse_retry_after(retry_after))
-        raise PermanentError(message)
-
-    def _record(self, key: Key, body: bytes) -> Any:
-        try:
-            document = loads(body)
-        except RecursionError:
-            return RecordError(f"the response is nested too deeply to decode: {excerpt(body)!r}")
-        except (ValueError, UnicodeDecodeError):
-            return RecordError(f"the response is not valid JSON: {excerpt(body)!r}")
-        where = f"the response at {'.'.join(self._path)}" if self._path else "the response"
-        selected = select(document, self._path)
-        if isinstance(selected, Absent):
-            return RecordError(selected.message("the response", body))
-        return as_records(selected, where)
 
     # -- batch style ---------------------------------------------------------------------------
 
@@ -416,6 +316,6 @@ class HttpLookupClient(LookupClient):
         what = f"POST {self._batch_url_shown} ({keys.num_rows} keys)"
         if status == 404:
             return Matches.none(self.value_fields)
-        self._check_status(status, answer, retry_after, what)
+        check_status(status, answer, retry_after, what)
         assert self._answers is not None
         return self._answers.matches(keys, answer, what)

@@ -4,8 +4,9 @@ is one implementation among others (``http.client``).
 A transport sends one request as it is given — the URL already encoded, no redirect followed,
 no cookie kept, the body not decompressed — and hands back the answer's status, headers and raw
 body chunks. Everything the connector promises beyond that (redirects only within the origin, a
-body bounded after decompression, Retry-After, errors that name their key) is the client's
-(:mod:`asynclookup_http.client`), the same whatever the transport.
+body bounded after decompression, Retry-After, errors that name their key) is the connector's
+(:mod:`asynclookup_http.exchange`, :mod:`asynclookup_http.client`), the same whatever the
+transport.
 """
 
 from __future__ import annotations
