@@ -71,14 +71,8 @@ def lookup_join(
     if how not in ("left", "inner"):
         raise SchemaError(f"how must be 'left' or 'inner', got {how!r}")
     function = LookupFunction.of(fetch, fetch_many)
-    lookup_options = lookup_options_of(options, function)
-    lookup = lookup_name(name, lookup_options.connector)
-    if lookup_options.split_by:
-        lookup_options = lookup_options.split_over(concurrent_tasks(df, lookup_options.split_by))
-    lookup_options = keyed_by_on(lookup_options, schema, on)  # a composite key named once
-    plan = LookupPlan.build(lookup_options, schema)
+    plan, lookup = _planned(df, on, schema, options, function, name)
     on_columns = resolve_on(df.schema, on, plan)
-    out_schema = output_schema(df.schema, plan)
     choice = strategy_of(df, plan)
     if choice.strategy in ("broadcast", "scan"):
         broadcast = choice.strategy == "broadcast"
@@ -86,8 +80,42 @@ def lookup_join(
             df, on_columns, plan, how=how, broadcast=broadcast, reader=choice.reader
         )
         return joined.alias(track(lookup, choice))
+    return _looked_up(df, on_columns, plan, how, lookup, choice, function)
+
+
+def _planned(
+    df: DataFrame,
+    on: str | Sequence[str],
+    schema: StructType | str,
+    options: Mapping[str, Any] | LookupOptions | None,
+    function: Any,
+    name: str | None,
+) -> tuple[LookupPlan, str]:
+    """The lookup's plan (its options split over the tasks that may run at once, keyed by
+    ``on``) and its name."""
+    lookup_options = lookup_options_of(options, function)
+    lookup = lookup_name(name, lookup_options.connector)
+    if lookup_options.split_by:
+        lookup_options = lookup_options.split_over(concurrent_tasks(df, lookup_options.split_by))
+    lookup_options = keyed_by_on(lookup_options, schema, on)  # a composite key named once
+    return LookupPlan.build(lookup_options, schema), lookup
+
+
+def _looked_up(
+    df: DataFrame,
+    on_columns: Sequence[str],
+    plan: LookupPlan,
+    how: str,
+    lookup: str,
+    choice: Any,
+    function: Any,
+) -> DataFrame:
+    """``df`` joined by lookups: a ``mapInArrow`` of :func:`_lookup_partition`, its metrics
+    reaching the driver by an accumulator, or in a stream's progress by an observation."""
+    lookup_options = plan.options
     if lookup_options.partition_by_key:
         df = partitioned_by_key(df, on_columns)
+    out_schema = output_schema(df.schema, plan)
     spec = plan.engine_spec(
         tuple(on_columns), how=how, output_rows=output_rows(df.sparkSession), name=lookup
     )

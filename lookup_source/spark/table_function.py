@@ -153,7 +153,9 @@ def lookup_handler(
     the SQL extension calls it for a JOIN, the name of a match flag column to add and the mode
     ``'sql-join'`` (every match of a key; refuse what could not give Spark's join's rows)."""
 
-    class LookupJoinFunction:
+    class LookupJoinFunction(_LookupRuns):
+        lookup = _Lookup(plan, rows_per_batch, metrics, client_factory, name)
+
         @staticmethod
         def analyze(
             table: AnalyzeArgument,
@@ -164,57 +166,77 @@ def lookup_handler(
         ) -> AnalyzeResult:
             return _analyze(plan, buckets, table, keys, how, matched, mode)
 
-        def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
-            joined = for_sql_join(plan) if analyze_result.sql_join else plan
-            self.spec = joined.engine_spec(
-                analyze_result.on,
-                how=analyze_result.how,
-                output_rows=rows_per_batch,
-                name=name,
-                matched_column=analyze_result.matched,
-            )
-            self.task: LookupTask | None = None
-            self.failed = False
+    return LookupJoinFunction
 
-        def eval(
-            self,
-            table: pa.RecordBatch,
-            keys: pa.Array,
-            how: pa.Array | None = None,
-            matched: pa.Array | None = None,
-            mode: pa.Array | None = None,
-        ) -> Iterator[pa.RecordBatch]:
+
+@dataclass(frozen=True)
+class _Lookup:
+    """What every instance of a lookup table function runs with."""
+
+    plan: LookupPlan
+    rows_per_batch: int
+    metrics: Any
+    client_factory: ClientFactory | None
+    name: str
+
+
+class _LookupRuns:
+    """An instance of a lookup table function (:func:`lookup_handler` adds its ``lookup`` and
+    its ``analyze``): one :class:`LookupTask` over the Arrow batches of its input."""
+
+    lookup: _Lookup
+
+    def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
+        lookup = self.lookup
+        joined = for_sql_join(lookup.plan) if analyze_result.sql_join else lookup.plan
+        self.spec = joined.engine_spec(
+            analyze_result.on,
+            how=analyze_result.how,
+            output_rows=lookup.rows_per_batch,
+            name=lookup.name,
+            matched_column=analyze_result.matched,
+        )
+        self.task: LookupTask | None = None
+        self.failed = False
+
+    def eval(
+        self,
+        table: pa.RecordBatch,
+        keys: pa.Array,
+        how: pa.Array | None = None,
+        matched: pa.Array | None = None,
+        mode: pa.Array | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        try:
+            if self.task is None:
+                metrics = self.lookup.metrics
+                self.task = LookupTask(
+                    self.spec,
+                    self.lookup.plan.connector_config(),
+                    client_factory=self.lookup.client_factory,
+                    on_metrics=metrics.add if metrics is not None else None,
+                )
+            yield from self.task.submit(table)
+        except Exception:
+            self.failed = True
+            raise
+
+    def terminate(self) -> Iterator[pa.RecordBatch]:
+        # the end of this instance's input: under PARTITION BY, PySpark then starts another
+        # instance for the next partition and calls cleanup on the last one only, so each
+        # instance hands its client back here (the worker keeps it for the next one)
+        if self.task is not None:
             try:
-                if self.task is None:
-                    self.task = LookupTask(
-                        self.spec,
-                        plan.connector_config(),
-                        client_factory=client_factory,
-                        on_metrics=metrics.add if metrics is not None else None,
-                    )
-                yield from self.task.submit(table)
+                yield from self.task.finish()
             except Exception:
                 self.failed = True
                 raise
-
-        def terminate(self) -> Iterator[pa.RecordBatch]:
-            # the end of this instance's input: under PARTITION BY, PySpark then starts another
-            # instance for the next partition and calls cleanup on the last one only, so each
-            # instance hands its client back here (the worker keeps it for the next one)
-            if self.task is not None:
-                try:
-                    yield from self.task.finish()
-                except Exception:
-                    self.failed = True
-                    raise
-                finally:
-                    self.task.close(failed=self.failed)
-
-        def cleanup(self) -> None:
-            if self.task is not None:
+            finally:
                 self.task.close(failed=self.failed)
 
-    return LookupJoinFunction
+    def cleanup(self) -> None:
+        if self.task is not None:
+            self.task.close(failed=self.failed)
 
 
 def _arrow_table_function(handler: type, spark: Any = None) -> Any:
