@@ -140,7 +140,7 @@ def _events(spark: Any, args: Any) -> Any:
 
 
 def _floor(events: Any) -> Any:
-    from lookup_source.bench.methods import floor_columns
+    from lookup_source.bench.floor import floor_columns
 
     return events.mapInArrow(floor_columns, "event_id long, user_id long, name string, tier string")
 

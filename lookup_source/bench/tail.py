@@ -12,8 +12,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lookup_source.bench.methods import timed
 from lookup_source.bench.stores import SCHEMA
+from lookup_source.bench.timing import timed
 from lookup_source.service import UserService
 
 TAIL_SHARE = 0.01

@@ -32,8 +32,9 @@ from typing import Any
 
 from lookup_source.bench import journal as journal_module
 from lookup_source.bench import methods as m
+from lookup_source.bench import timing
+from lookup_source.bench.context import Context, Result
 from lookup_source.bench.cpu import CpuMeter, tree_cpu_seconds
-from lookup_source.bench.methods import Context, Result
 from lookup_source.bench.stores import http_store
 
 TRANSPORTS = (
@@ -85,7 +86,7 @@ def run_transports(spark: Any, args: Any) -> list[TransportRun]:
         df.count()
         ctx = Context(spark, store, df, df, args, args.capacity, "distinct")
         meter = CpuMeter(store.server_port)
-        m.METER = meter
+        timing.METER = meter
         try:
             _warm_up(ctx, keys)
             for client, loop in TRANSPORTS:
@@ -120,7 +121,7 @@ def run_transports(spark: Any, args: Any) -> list[TransportRun]:
                 result = _measured(ctx, f"raw client ({client}, {loop})", ceiling, keys)
                 runs.append(TransportRun(result, "raw", client, loop))
         finally:
-            m.METER = None
+            timing.METER = None
             df.unpersist()
         for engine in PEERS:
             runs.append(_peer(ctx, engine, keys, args))
@@ -140,7 +141,7 @@ def _warm_up(ctx: Context, keys: int) -> None:
         if missing(client, loop) is None:
             options = {**ctx.store.options, "capacity": str(ctx.capacity)}
             options.update({"http.client": client, "loop": loop})
-            m.timed(lookup_join(warm, "user_id", schema=SCHEMA, options=options))
+            timing.timed(lookup_join(warm, "user_id", schema=SCHEMA, options=options))
 
 
 def _skipped(
@@ -154,14 +155,14 @@ def _measured(ctx: Context, name: str, run: Callable[[], Result], keys: int) -> 
     """One method's result, its CPU per GET; a failure kept as failed (the run goes on)."""
     label = f"{ctx.store.name}: {name}"
     print(f"  {label} ...", flush=True)
-    m.LAST_CPU = None
+    timing.LAST_CPU = None
     try:
         result = run()
     except Exception as error:
         reason = journal_module.JOURNAL.failed(label, error)
         return ctx.result(name, 0, 0.0, note=f"FAILED: {reason}")
-    if m.LAST_CPU is not None:
-        result.cpu_us_per_row = m.LAST_CPU.per_row_us(keys)
+    if timing.LAST_CPU is not None:
+        result.cpu_us_per_row = timing.LAST_CPU.per_row_us(keys)
     journal_module.JOURNAL.done(f"{label}: {result.rows_per_s:,.0f} rows/s")
     return result
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from lookup_source.bench.methods import Result
+from lookup_source.bench.context import Result
 from lookup_source.bench.transports import TRANSPORTS, TransportRun
 
 # -- report ------------------------------------------------------------------------------------
