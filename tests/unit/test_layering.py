@@ -285,3 +285,25 @@ def test_no_process_wide_state_outside_the_worker() -> None:
         for place in _module_state(path)
     ]
     assert [p for p in found if not p.startswith("lookup_source/engine/worker.py")] == []
+
+
+MAX_FILE_LINES = 400
+MAX_CLASS_LINES = 300
+
+
+def test_modules_and_classes_stay_small() -> None:
+    """No module of the package or a connector over 400 lines, no class over 300: a module
+    with several jobs is split by job (the house's rule)."""
+    sources = [p for p in PACKAGE.rglob("*.py")]
+    sources += [p for p in (ROOT / "connectors").rglob("*.py") if "tests" not in p.parts]
+    too_long = []
+    for path in sources:
+        text = path.read_text()
+        if text.count("\n") > MAX_FILE_LINES:
+            too_long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    too_long.append(f"{path.relative_to(ROOT)}: class {node.name} {lines} lines")
+    assert too_long == [], too_long
