@@ -237,8 +237,8 @@ def _task_cost(store: str, options: dict[str, str], args: Any, *, keep: bool) ->
     kept client or on a client of its own."""
     import pyarrow as pa
 
+    from lookup_source.engine.kept.worker import forget_worker
     from lookup_source.engine.runner import run_lookups
-    from lookup_source.engine.worker import forget_worker
     from lookup_source.spark.plan import LookupPlan
 
     plan = LookupPlan.build(options, SCHEMA)

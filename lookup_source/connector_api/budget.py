@@ -3,7 +3,7 @@
 A budget bounds what every task of every executor and job that names it sends to a store
 together: requests in flight (leases), requests per second and cost units per second. The
 coordinator keeps the shared counts; each task asks it for small grants and spends them
-locally (:mod:`lookup_source.engine.budget`), so most requests cost no round trip.
+locally (:mod:`lookup_source.engine.request.budget`), so most requests cost no round trip.
 
 One call does everything, atomically, on the coordinator's own clock (never a worker's):
 :meth:`BudgetCoordinator.ask` renews the leases a holder keeps (they expire ``lease_s`` after

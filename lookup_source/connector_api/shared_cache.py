@@ -3,7 +3,7 @@
 A shared cache store is a client of the connector API whose keys and values are bytes: its
 :meth:`~SharedCacheStore.lookup` reads many keys in one round trip, its :meth:`~SharedCacheStore.
 store` writes many with a time to live. The engine encodes keys and values
-(:mod:`lookup_source.engine.shared_cache`); the store only moves bytes. A distribution
+(:mod:`lookup_source.engine.kept.shared_cache`); the store only moves bytes. A distribution
 registers its class under the ``asynclookup.shared_caches`` entry-point group, by URL scheme::
 
     [project.entry-points."asynclookup.shared_caches"]

@@ -1,5 +1,5 @@
 """Run the engine inside one Spark task, on a loop and a client that live as long as the
-worker (:mod:`.worker`): opened by the first task, reused by the next ones.
+worker (:mod:`lookup_source.engine.kept.worker`): opened by the first task, reused by the next ones.
 
 Spark hands a task an iterator of Arrow batches and expects an iterator back. The loop runs
 while the engine waits for room or for answers; the requests already sent stay in flight while
@@ -19,12 +19,12 @@ import pyarrow as pa
 
 import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.lifetime import ClientFactory
+from lookup_source.engine.kept.clients import ClientFactory
+from lookup_source.engine.kept.worker import Worker, current_worker
+from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.loop import LoopFactory
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.operator import LookupEngine
 from lookup_source.engine.spec import EngineSpec
-from lookup_source.engine.worker import Worker, current_worker
 
 log = logging.getLogger("lookup_source")
 
@@ -162,11 +162,11 @@ def run_lookups(
 ) -> Iterator[pa.RecordBatch]:
     """Look up the keys of ``batches``; yield them with the value columns appended.
 
-    ``keep_client``: whether the loop and the client outlive the task (:mod:`.lifetime`); by
-    default, when Spark reuses this worker. ``loop_factory``: the task's own event loop, and so
-    the engine's clock (tests give :class:`~lookup_source.testing.clock.VirtualTimeLoop`).
-    ``worker``: what outlives the task (this process's by default; tests give one on virtual
-    time)."""
+    ``keep_client``: whether the loop and the client outlive the task
+    (:mod:`lookup_source.engine.kept.clients`); by default, when Spark reuses this worker.
+    ``loop_factory``: the task's own event loop, and so the engine's clock (tests give
+    :class:`~lookup_source.testing.clock.VirtualTimeLoop`). ``worker``: what outlives the task (this
+    process's by default; tests give one on virtual time)."""
     task = LookupTask(
         spec,
         config,

@@ -1,5 +1,6 @@
-"""Read a whole table through a connector's scan, as typed Arrow batches, in one Spark task
-(each chunk made into rows by :mod:`.scan_rows`), on the worker's loop and client."""
+"""Read a whole table through a connector's scan, as typed Arrow batches, in one Spark task (each
+chunk made into rows by :mod:`lookup_source.engine.output.scan_rows`), on the worker's loop and
+client."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
+from lookup_source.engine.kept.worker import lease_client
 from lookup_source.engine.loop import TaskLoop, loop_kind
-from lookup_source.engine.scan_rows import scan_rows
-from lookup_source.engine.worker import lease_client
+from lookup_source.engine.output.scan_rows import scan_rows
 from lookup_source.settings import LookupOptions
 
 
@@ -26,7 +27,7 @@ def scan_batches(
     split: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """Scan part ``partition`` of ``partitions`` (its ``split`` from :func:`scan_splits`, if
-    any), on the worker's loop and client (:mod:`.worker`)."""
+    any), on the worker's loop and client (:mod:`lookup_source.engine.kept.worker`)."""
     lease = lease_client(
         client_class,
         config,

@@ -154,7 +154,7 @@ def _split(metrics: LookupMetrics) -> dict[str, dict[str, int]]:
 
 class Exporter:
     """This process's instruments and the provider they report to (made once per process, by
-    the worker: :meth:`~lookup_source.engine.worker.Worker.telemetry`); making one fails with
+    the worker: :meth:`~lookup_source.engine.kept.worker.Worker.telemetry`); making one fails with
     an error naming the option when OpenTelemetry is missing or set up wrong."""
 
     def __init__(self) -> None:

@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
 from lookup_source.connector_api.secrets import read_on_driver
-from lookup_source.engine.keys import convert_keys
+from lookup_source.engine.intake.keys import convert_keys
 from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.scan import scan_batches, scan_splits
 from lookup_source.errors import MissingSecretError, OptionError, SchemaError

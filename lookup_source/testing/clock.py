@@ -76,11 +76,11 @@ def run(awaitable: Any, *, start: float = 0.0) -> Any:
 
 
 def virtual_worker() -> Any:
-    """A :class:`~lookup_source.engine.worker.Worker` whose thread loops run on virtual time
+    """A :class:`~lookup_source.engine.kept.worker.Worker` whose thread loops run on virtual time
     and whose clock is that time (one clock for the engine, the kept clients and the caches;
     no sweeper thread: call ``sweep()``). For one thread's tests."""
     from lookup_source.engine.clock import Clocks
-    from lookup_source.engine.worker import Worker
+    from lookup_source.engine.kept.worker import Worker
 
     loops: list[VirtualTimeLoop] = []
 

@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 
 from lookup_source import lookup_join, lookup_metrics
-from lookup_source.engine.hedge import saved_hedges
+from lookup_source.engine.request.hedge import saved_hedges
 from lookup_source.service import BackgroundHttpServer
 from tests.faults import FaultProxy
 from tests.servers import RedisServer

@@ -2,7 +2,7 @@
 supported PySpark: the Spark suites run it on each).
 
 Spark reuses a Python worker for task after task; each worker keeps one opened client per lookup
-configuration (lookup_source.engine.lifetime). These tests run real streams against real
+configuration (lookup_source.engine.kept.clients). These tests run real streams against real
 servers and count the connections each store sees: after warm-up they do not grow with the
 micro-batches; a store restarted under kept connections loses and doubles nothing; lookups that
 differ only in the user never share a connection; and once Spark stops, nothing of the lookup
@@ -420,7 +420,7 @@ def _worker_state(_: Any) -> Iterator[Any]:
 
     import pyarrow as pa
 
-    from lookup_source.engine.worker import current_worker
+    from lookup_source.engine.kept.worker import current_worker
 
     worker = current_worker()
     kept = sum(len(clients) for clients in list(worker._clients))

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from lookup_source.engine.limit import AdaptiveLimit, FixedLimit
+from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.metrics import LIMIT_POINTS, LookupMetrics
-from lookup_source.engine.operator import LookupEngine
+from lookup_source.engine.request.limit import AdaptiveLimit, FixedLimit
 from lookup_source.errors import OptionError, OverloadedError
 from lookup_source.settings import parse_options
 from lookup_source.testing import clock as virtual_time

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lookup_source.engine.deadline import GRACE_S, AttemptTimer
+from lookup_source.engine.request.deadline import GRACE_S, AttemptTimer
 from lookup_source.testing import clock as virtual_time
 
 one_timer = pytest.mark.skipif(

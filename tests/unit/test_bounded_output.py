@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.connector_api import Matches
-from lookup_source.engine.joined_rows import JoinedRows
-from lookup_source.engine.operator import LookupEngine
+from lookup_source.engine.lookup_engine import LookupEngine
+from lookup_source.engine.output.joined_rows import JoinedRows
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.testing import clock as virtual_time
 from tests.fakes import (

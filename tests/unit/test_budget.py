@@ -16,10 +16,10 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.connector_api import BudgetLimits
-from lookup_source.engine import budget as budget_module
-from lookup_source.engine.budget import Reservation, StaticShare, TaskBudget
+from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.operator import LookupEngine
+from lookup_source.engine.request import budget as budget_module
+from lookup_source.engine.request.budget import Reservation, StaticShare, TaskBudget
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import OptionError, SchemaError
 from lookup_source.settings import BudgetSettings, parse_options

@@ -9,10 +9,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.engine.cache import MISSING, FullCache, PartialCache
+from lookup_source.engine.kept.cache import MISSING, FullCache, PartialCache
+from lookup_source.engine.kept.worker import forget_worker
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.worker import forget_worker
 from lookup_source.errors import LookupFailedError, OptionError
 from lookup_source.settings import CacheSettings, parse_options
 from lookup_source.spark.plan import LookupPlan
@@ -262,7 +262,7 @@ def test_full_cache_reports_malformed_values_and_keeps_every_match() -> None:
 
 def test_scanned_keys_that_do_not_convert_are_reported_by_the_scan() -> None:
     from lookup_source.connector_api import Matches
-    from lookup_source.engine.scan_rows import scan_rows
+    from lookup_source.engine.output.scan_rows import scan_rows
 
     keys = pa.record_batch({"id": pa.array(["1", "abc", "3"])})  # Redis keys come back as text
     values = pa.record_batch({"v": pa.array(["a", "b", "c"])})
@@ -311,7 +311,7 @@ def test_task_loop_closes_an_abandoned_async_iterator() -> None:
 def test_a_workers_caches_keep_within_their_memory_budget() -> None:
     import sys
 
-    from lookup_source.engine.cache import WorkerCaches
+    from lookup_source.engine.kept.cache import WorkerCaches
 
     def fill(cache: PartialCache, name: str) -> None:
         cache.put_many([((name, i), {"v": name * 400}) for i in range(150)])
@@ -342,7 +342,7 @@ def test_a_workers_caches_keep_within_their_memory_budget() -> None:
 def test_a_full_cache_larger_than_the_budget_is_kept_alone_and_said(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from lookup_source.engine.cache import WorkerCaches
+    from lookup_source.engine.kept.cache import WorkerCaches
 
     caches = WorkerCaches(max_bytes=10_000)
     caches.get("other", lambda: PartialCache(100)).put_many([(k, {"v": k}) for k in range(50)])
@@ -358,7 +358,7 @@ def test_a_full_cache_larger_than_the_budget_is_kept_alone_and_said(
 
 
 def test_a_worker_keeps_at_most_so_many_lookups() -> None:
-    from lookup_source.engine.cache import WorkerCaches
+    from lookup_source.engine.kept.cache import WorkerCaches
 
     caches = WorkerCaches(max_entries=3)
     for name in "abcde":
@@ -368,7 +368,7 @@ def test_a_worker_keeps_at_most_so_many_lookups() -> None:
 
 
 def test_fifty_lookups_in_one_worker_stay_within_the_budget() -> None:
-    from lookup_source.engine.worker import current_worker
+    from lookup_source.engine.kept.worker import current_worker
 
     store = FakeStore({i: {"name": "n" * 200, "n": i} for i in range(2000)})
     for lookup in range(50):  # fifty lookups with different settings, as in a notebook
@@ -386,7 +386,7 @@ def test_fifty_lookups_in_one_worker_stay_within_the_budget() -> None:
 
 
 def test_a_cached_arrow_batch_is_counted_whole_while_any_key_points_into_it() -> None:
-    from lookup_source.engine.answers import CachedRows
+    from lookup_source.engine.request.answers import CachedRows
 
     values = pa.RecordBatch.from_pydict({"name": ["x" * 1000] * 500})
     cache = PartialCache(max_rows=1_000)
@@ -400,7 +400,7 @@ def test_a_cached_arrow_batch_is_counted_whole_while_any_key_points_into_it() ->
 
 
 def test_a_task_with_hedging_keeps_its_full_cache_over_the_budget() -> None:
-    from lookup_source.engine.worker import current_worker
+    from lookup_source.engine.kept.worker import current_worker
 
     table = {i: {"name": "n" * 2_000, "n": i} for i in range(1_000)}  # about 2 MB
     store = FakeStore(table)

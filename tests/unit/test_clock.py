@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lookup_source.engine.rate_limit import RateLimiter
+from lookup_source.engine.request.rate_limit import RateLimiter
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError
 from lookup_source.testing import clock as virtual_time

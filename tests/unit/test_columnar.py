@@ -15,9 +15,9 @@ import pytest
 
 from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import encode_rows, match_rows, python_keys
-from lookup_source.engine.joined_rows import JoinedRows
-from lookup_source.engine.keys import distinct_keys
-from lookup_source.engine.operator import LookupEngine
+from lookup_source.engine.intake.keys import distinct_keys
+from lookup_source.engine.lookup_engine import LookupEngine
+from lookup_source.engine.output.joined_rows import JoinedRows
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError
 from lookup_source.testing import clock as virtual_time
@@ -181,8 +181,8 @@ def test_a_shared_request_that_fails_fails_for_every_batch_sharing_it(on_error: 
 
 @pytest.mark.parametrize("form", ["record", "columnar"])
 def test_cache_serves_one_to_many_and_misses_without_a_request(form: str) -> None:
-    from lookup_source.engine.cache import PartialCache
-    from lookup_source.engine.cache_layer import PartialCacheLayer
+    from lookup_source.engine.kept.cache import PartialCache
+    from lookup_source.engine.kept.cache_layer import PartialCacheLayer
 
     store = FakeStore({1: [{"name": "a", "n": 1}, {"name": "b", "n": 2}], 2: {"name": "c", "n": 3}})
     spec = make_spec(make_options(batch_size=10))

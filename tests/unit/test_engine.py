@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.engine.operator import LookupEngine
+from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError, TransientError
 from lookup_source.testing import clock as virtual_time

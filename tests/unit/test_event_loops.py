@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import pytest
 
 from lookup_source.connector_api import ConnectorConfig
+from lookup_source.engine.kept.worker import current_worker, forget_worker
 from lookup_source.engine.loop import LoopUnavailable, loop_kind
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.worker import current_worker, forget_worker
 from lookup_source.errors import OptionError
 from lookup_source.settings import parse_options
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec

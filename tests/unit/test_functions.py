@@ -328,7 +328,7 @@ def test_composite_keys_arrive_as_tuples() -> None:
 
 
 def test_the_cache_serves_a_function_and_two_functions_never_share_it() -> None:
-    from lookup_source.engine.worker import forget_worker
+    from lookup_source.engine.kept.worker import forget_worker
 
     forget_worker()
     first, second = Recorder(), Recorder()

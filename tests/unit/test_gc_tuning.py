@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import lookup_source.engine.gc_tuning as gc_tuning
+import lookup_source.engine.kept.gc_tuning as gc_tuning
+from lookup_source.engine.kept.worker import forget_worker
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.worker import forget_worker
 from lookup_source.errors import OptionError
 from lookup_source.settings import parse_options
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec

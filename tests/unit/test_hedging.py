@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lookup_source.engine.hedge import (
+from lookup_source.engine.request.hedge import (
     MAX_TOKENS,
     MIN_SAMPLES,
     HedgeBudget,
@@ -298,8 +298,8 @@ def test_budget_window_and_options() -> None:
 def test_a_workers_hedging_is_never_shared_across_settings_or_lookups() -> None:
     from dataclasses import replace
 
-    from lookup_source.engine.identity import LookupIdentity
-    from lookup_source.engine.worker import current_worker, forget_worker
+    from lookup_source.engine.kept.identity import LookupIdentity
+    from lookup_source.engine.kept.worker import current_worker, forget_worker
 
     forget_worker()
     config = make_config(make_spec(make_options()))

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.connector_api import ConnectorConfig, OptionSpec
-from lookup_source.engine.identity import (
+from lookup_source.engine.kept.identity import (
     LookupIdentity,
     declared_options,
     function_state,
@@ -177,7 +177,7 @@ def test_a_task_keys_what_the_worker_keeps_by_the_function_and_the_tier_by_its_s
     """Two function objects with equal state (arrays the state does not look into) never share
     a worker's cache, client or budget name; the shared tier, across jobs, knows a function by
     its state; a function whose state changes as it runs keeps one local identity."""
-    from lookup_source.engine.task_resources import task_identities
+    from lookup_source.engine.kept.task_resources import task_identities
     from lookup_source.functions import LookupFunction
     from lookup_source.settings import CacheSettings, SharedCacheSettings
     from tests.fakes import make_options, make_spec

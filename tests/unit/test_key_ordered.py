@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lookup_source.engine.kept.worker import forget_worker
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.worker import forget_worker
 from lookup_source.errors import PermanentError
 from lookup_source.settings import CacheSettings
 from lookup_source.testing.clock import VirtualTimeLoop

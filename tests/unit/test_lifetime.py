@@ -1,4 +1,4 @@
-"""Clients that live as long as the Python worker (lookup_source.engine.lifetime, .worker):
+"""Clients that live as long as the Python worker (lookup_source.engine.kept.clients, .worker):
 one loop and one opened client per configuration, reused task after task, never across
 settings, replaced when idle too long or after a failed task, closed by the sweeper once idle."""
 
@@ -14,12 +14,12 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine import lifetime
 from lookup_source.engine.clock import Clocks
-from lookup_source.engine.identity import LookupIdentity
-from lookup_source.engine.lifetime import WorkerClients, client_key, factory_identity
+from lookup_source.engine.kept import clients as lifetime
+from lookup_source.engine.kept.clients import WorkerClients, client_key, factory_identity
+from lookup_source.engine.kept.identity import LookupIdentity
+from lookup_source.engine.kept.worker import Worker, current_worker, forget_worker, lease_client
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.worker import Worker, current_worker, forget_worker, lease_client
 from lookup_source.errors import LookupFailedError, PermanentError
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
 

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.engine import telemetry
+from lookup_source.engine.kept.worker import current_worker, forget_worker
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.worker import current_worker, forget_worker
 from lookup_source.errors import ConfigurationError, OptionError
 from lookup_source.spark import metrics as spark_metrics
 from lookup_source.spark.metrics import Recent, lookup_name

@@ -1,21 +1,22 @@
-"""A queue entry (an input batch on its way, :class:`~lookup_source.engine.batches.Job`) owns
-its completion: told how many parts to expect, it hears each end and completes exactly once,
-after the engine has sealed it — never early while a part is still being asked, never twice."""
+"""A queue entry (an input batch on its way,
+:class:`~lookup_source.engine.intake.batches.BatchEntry`) owns its completion: told how many parts
+to expect, it hears each end and completes exactly once, after the engine has sealed it — never
+early while a part is still being asked, never twice."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lookup_source.engine.answers import Part
-from lookup_source.engine.batches import Job
+from lookup_source.engine.intake.batches import BatchEntry
+from lookup_source.engine.request.answers import Part
 from tests.fakes import key_batch, make_options, make_spec
 
 
-def entry() -> tuple[Job, list[int]]:
+def entry() -> tuple[BatchEntry, list[int]]:
     completed: list[int] = []
     spec = make_spec(make_options())
-    job = Job.of(
+    job = BatchEntry.of(
         7, key_batch([1, 2, 2, None, 3]), spec, ["k"], lambda j: completed.append(j.number)
     )
     return job, completed

@@ -13,14 +13,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.engine import lifetime
-from lookup_source.engine.answers import CachedRows
-from lookup_source.engine.cache import FullCache
-from lookup_source.engine.identity import LookupIdentity
+from lookup_source.engine.kept import clients as lifetime
+from lookup_source.engine.kept.cache import FullCache
+from lookup_source.engine.kept.identity import LookupIdentity
+from lookup_source.engine.kept.shared_cache import SharedTier, StoreHealth
+from lookup_source.engine.kept.worker import current_worker, forget_worker
 from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.request.answers import CachedRows
 from lookup_source.engine.runner import LookupTask, run_lookups
-from lookup_source.engine.shared_cache import SharedTier, StoreHealth
-from lookup_source.engine.worker import current_worker, forget_worker
 from lookup_source.errors import LookupFailedError
 from lookup_source.settings import CacheSettings
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec

@@ -21,8 +21,8 @@ import pytest
 from asynclookup_redis.budget import RedisBudgetCoordinator, budget_keys
 
 from lookup_source.connector_api import BudgetAsk, BudgetLimits
-from lookup_source.engine.budget import StaticShare, TaskBudget
 from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.request.budget import StaticShare, TaskBudget
 from tests.servers import RedisServer, own_redis_server
 
 
@@ -369,7 +369,7 @@ HOLDER = """
 import asyncio, sys
 from asynclookup_redis.budget import RedisBudgetCoordinator
 from lookup_source.connector_api import BudgetLimits
-from lookup_source.engine.budget import StaticShare, TaskBudget
+from lookup_source.engine.request.budget import StaticShare, TaskBudget
 from lookup_source.engine.metrics import LookupMetrics
 
 async def main():

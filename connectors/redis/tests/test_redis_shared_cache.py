@@ -14,9 +14,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lookup_source.engine.identity import LookupIdentity, function_state
+from lookup_source.engine.kept.identity import LookupIdentity, function_state
+from lookup_source.engine.kept.shared_cache import COOL_OFF_S, ValueCodec, namespace
 from lookup_source.engine.runner import run_lookups
-from lookup_source.engine.shared_cache import COOL_OFF_S, ValueCodec, namespace
 from lookup_source.functions import LookupFunction
 from lookup_source.settings import CacheSettings, SharedCacheSettings, parse_options
 from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
@@ -291,7 +291,7 @@ def test_tasks_on_two_loop_kinds_each_read_the_tier_on_their_own_loop(
     of the task that uses it (an HTTP lookup prefers uvloop, a function asyncio), never used
     from another kind's loop."""
     pytest.importorskip("uvloop", reason="the uvloop extra is not installed")
-    from lookup_source.engine.worker import forget_worker
+    from lookup_source.engine.kept.worker import forget_worker
 
     spec = make_spec(make_options(cache=shared(cache_url)))
     keys = list(range(40))

@@ -19,17 +19,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.engine.answers import MISSING
 from lookup_source.engine.clock import Clocks
-from lookup_source.engine.identity import LookupIdentity, declared_options, function_state
-from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.shared_cache import (
+from lookup_source.engine.kept.identity import LookupIdentity, declared_options, function_state
+from lookup_source.engine.kept.shared_cache import (
     TAG_BYTES,
     RejectedValue,
     SharedTier,
     ValueCodec,
     namespace,
 )
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.request.answers import MISSING
 from lookup_source.registry import resolve_connector
 from lookup_source.service import BackgroundHttpServer
 from tests.helpers import run_keys
@@ -333,7 +333,7 @@ def _mutated(value: bytes, cut: int, flips: list[tuple[int, int]]) -> bytes:
 def test_a_hit_keeps_the_time_it_had_left(redis_srv: RedisServer, cache_url: str) -> None:
     from asynclookup_redis.shared import RedisSharedCache
 
-    from lookup_source.engine.answers import RecordAnswer
+    from lookup_source.engine.request.answers import RecordAnswer
 
     now = [1_000.0]
 
@@ -378,7 +378,7 @@ def test_a_reader_believes_no_longer_than_its_own_ttl_and_no_miss_it_would_not_k
 ) -> None:
     from asynclookup_redis.shared import RedisSharedCache
 
-    from lookup_source.engine.answers import RecordAnswer
+    from lookup_source.engine.request.answers import RecordAnswer
 
     identity = LookupIdentity.of(config(), scope="readers")
 
@@ -414,7 +414,7 @@ def test_a_reader_believes_no_longer_than_its_own_ttl_and_no_miss_it_would_not_k
 
 
 def test_the_worker_cache_keeps_a_hit_no_longer_than_it_had_left() -> None:
-    from lookup_source.engine.cache import PartialCache
+    from lookup_source.engine.kept.cache import PartialCache
 
     now = [0.0]
     cache = PartialCache(100, ttl_s=60.0, clock=lambda: now[0])

@@ -1,8 +1,9 @@
-"""A chunk of a scan as output rows (:func:`scan_rows`): each chunk of
-``LookupClient.scan_arrow`` (the keys it found and their matches) goes through the same output
-builder as lookups (:class:`lookup_source.engine.joined_rows.JoinedRows`): key and value columns in
-the declared types, one row per match, malformed values reported per key as ``on.error`` asks.
-Used by a task's scan (:mod:`.scan`) and a full cache's load (:mod:`.table_load`).
+"""A chunk of a scan as output rows (:func:`scan_rows`): each chunk of ``LookupClient.scan_arrow``
+(the keys it found and their matches) goes through the same output builder as lookups
+(:class:`lookup_source.engine.output.joined_rows.JoinedRows`): key and value columns in the declared
+types, one row per match, malformed values reported per key as ``on.error`` asks. Used by a task's
+scan (:mod:`lookup_source.engine.scan`) and a full cache's load
+(:mod:`lookup_source.engine.kept.table_load`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import pyarrow as pa
 from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_column, conform_matches
-from lookup_source.engine.answers import concat_matches, keyed_messages
-from lookup_source.engine.joined_rows import JoinedRows
-from lookup_source.engine.output import value_failure
+from lookup_source.engine.output.builder import value_failure
+from lookup_source.engine.output.joined_rows import JoinedRows
+from lookup_source.engine.request.answers import concat_matches, keyed_messages
 from lookup_source.settings import ERROR_COLUMN
 
 

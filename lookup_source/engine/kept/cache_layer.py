@@ -1,6 +1,6 @@
 """What the engine sees of a cache (:class:`CacheLayer`): what it knows of a batch's keys and
 what to keep of an answer (the worker sets up the one a task's options ask for:
-:meth:`~lookup_source.engine.kept_caches.KeptCaches.task_cache`)."""
+:meth:`~lookup_source.engine.kept.caches.KeptCaches.task_cache`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import Key
-from lookup_source.engine.answers import (
+from lookup_source.engine.kept.cache import PartialCache
+from lookup_source.engine.request.answers import (
     MISSING,
     Answer,
     CachedError,
@@ -21,7 +22,6 @@ from lookup_source.engine.answers import (
     RecordAnswer,
     cached_answer,
 )
-from lookup_source.engine.cache import PartialCache
 
 
 @dataclass

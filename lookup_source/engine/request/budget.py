@@ -51,14 +51,14 @@ from lookup_source.connector_api import (
     BudgetGrant,
     BudgetLimits,
 )
-from lookup_source.engine.budget_share import (
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.request.budget_share import (
     Reservation,
     StaticShare,
     Wakeup,
     holder_id,
     limits_of,
 )
-from lookup_source.engine.metrics import LookupMetrics
 
 if TYPE_CHECKING:
     from lookup_source.settings import BudgetSettings

@@ -1,14 +1,17 @@
 """The async lookup engine: pure asyncio and Arrow, no Spark.
 
 :class:`LookupEngine` only conducts: it takes Arrow record batches, finds each batch's distinct
-non-null keys, asks what the task already knows (:mod:`.known`: the worker's cache, the shared
-tier), shares the keys that a request in flight already asks (:mod:`.inflight`), groups the rest
-into requests of at most ``batch.size`` keys, keeps at most the limit's requests in flight
-(:mod:`.slots`, :mod:`.limit`), each run by the request executor (:mod:`.executor`: the retry
-loop, with pacing, feedback and hedging around each call), and hands each batch to the output
-side (:mod:`.emitter`), whose queue (:mod:`.queue`) owns each entry's progress and says what
-leaves, built by :mod:`.output`. Input is taken only while a request slot is free and the rows
-held back stay under a budget: memory is bounded whatever the size of the input.
+non-null keys, asks what the task already knows (:mod:`lookup_source.engine.intake.known_answers`:
+the worker's cache, the shared tier), shares the keys that a request in flight already asks
+(:mod:`lookup_source.engine.intake.inflight`), groups the rest into requests of at most
+``batch.size`` keys, keeps at most the limit's requests in flight
+(:mod:`lookup_source.engine.request.slots`, :mod:`lookup_source.engine.request.limit`), each run by
+the request executor (:mod:`lookup_source.engine.request.executor`: the retry loop, with pacing,
+feedback and hedging around each call), and hands each batch to the output side
+(:mod:`lookup_source.engine.output.emitter`), whose queue (:mod:`lookup_source.engine.output.queue`)
+owns each entry's progress and says what leaves, built by
+:mod:`lookup_source.engine.output.builder`. Input is taken only while a request slot is free and the
+rows held back stay under a budget: memory is bounded whatever the size of the input.
 
 It is driven batch by batch::
 
@@ -32,24 +35,24 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorError, LookupClient
-from lookup_source.engine.answers import Answer
-from lookup_source.engine.batches import Job, Request
-from lookup_source.engine.budget import TaskBudget
-from lookup_source.engine.cache_layer import CacheLayer
-from lookup_source.engine.deadline import cancel_abandoned
-from lookup_source.engine.emitter import Emitter
-from lookup_source.engine.executor import RequestExecutor
-from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import declared_options, secret_values
-from lookup_source.engine.inflight import InFlightKeys, deliver
-from lookup_source.engine.known import KnownAnswers
-from lookup_source.engine.limit import limit_of
+from lookup_source.engine.intake.batches import BatchEntry, Request
+from lookup_source.engine.intake.inflight import InFlightKeys, deliver
+from lookup_source.engine.intake.known_answers import KnownAnswers
+from lookup_source.engine.kept.cache_layer import CacheLayer
+from lookup_source.engine.kept.identity import declared_options, secret_values
+from lookup_source.engine.kept.shared_cache import SharedTier
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.output import OutputBuilder
-from lookup_source.engine.queue import OutputQueue, output_queue
-from lookup_source.engine.retry import FinalFailure, Sleep
-from lookup_source.engine.shared_cache import SharedTier
-from lookup_source.engine.slots import RequestSlots
+from lookup_source.engine.output.builder import OutputBuilder
+from lookup_source.engine.output.emitter import Emitter
+from lookup_source.engine.output.queue import OutputQueue, output_queue
+from lookup_source.engine.request.answers import Answer
+from lookup_source.engine.request.budget import TaskBudget
+from lookup_source.engine.request.deadline import cancel_abandoned
+from lookup_source.engine.request.executor import RequestExecutor
+from lookup_source.engine.request.hedge import Hedging
+from lookup_source.engine.request.limit import limit_of
+from lookup_source.engine.request.retry import FinalFailure, Sleep
+from lookup_source.engine.request.slots import RequestSlots
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.redaction import Redactor
 
@@ -219,8 +222,8 @@ class LookupEngine:
 
     # -- a batch's keys ------------------------------------------------------------------------
 
-    def _new_job(self, batch: pa.RecordBatch) -> Job:
-        job = Job.of(
+    def _new_job(self, batch: pa.RecordBatch) -> BatchEntry:
+        job = BatchEntry.of(
             next(self._numbers), batch, self.spec, self._key_names, on_complete=self._completed
         )
         self.metrics.rows += batch.num_rows
@@ -228,7 +231,7 @@ class LookupEngine:
         self.metrics.null_keys += job.distinct.indices.null_count
         return job
 
-    def _completed(self, job: Job) -> None:
+    def _completed(self, job: BatchEntry) -> None:
         """A batch's lookups are all done: its output is built, unless the task stops."""
         if not self._closed and self._failure is None:
             self._emitter.complete(job)
@@ -236,7 +239,7 @@ class LookupEngine:
     # -- one request ---------------------------------------------------------------------------
 
     def _start_request(
-        self, job: Job, positions: np.ndarray, keys: pa.RecordBatch | None = None
+        self, job: BatchEntry, positions: np.ndarray, keys: pa.RecordBatch | None = None
     ) -> None:
         request = Request(job, positions, _keys=keys)
         self._slots.occupy()

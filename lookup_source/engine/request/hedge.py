@@ -17,10 +17,9 @@ Three small parts, conducted by the request executor (:mod:`.executor`):
   task's loop runs only while Spark waits on it, and a request's answer that came while it did
   not is read before the request is called slow.
 
-A lookup's :class:`Hedging` (window and budget) lives as long as the Python worker, shared by
-its tasks (:meth:`~.kept_caches.KeptCaches.hedging`, kept with the worker's caches): a
-stream's micro-batches learn its latencies once, and its budget is not reset by each small
-task.
+A lookup's :class:`Hedging` (window and budget) lives as long as the Python worker, shared by its
+tasks (:meth:`~lookup_source.engine.kept.caches.KeptCaches.hedging`, kept with the worker's caches):
+a stream's micro-batches learn its latencies once, and its budget is not reset by each small task.
 """
 
 from __future__ import annotations

@@ -13,16 +13,16 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
-from lookup_source.engine.answers import Answer, answer_of, merge
-from lookup_source.engine.budget import TaskBudget
-from lookup_source.engine.deadline import AttemptTimer, RequestDeadline
-from lookup_source.engine.hedge import Hedging, race
-from lookup_source.engine.limit import ConcurrencyLimit
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.pacing import Admission, AskedKeys, Pacing
-from lookup_source.engine.rate_limit import RateLimiter
-from lookup_source.engine.retry import FinalFailure, RetryPolicy, Sleep
-from lookup_source.engine.slots import RequestSlots
+from lookup_source.engine.request.answers import Answer, answer_of, merge
+from lookup_source.engine.request.budget import TaskBudget
+from lookup_source.engine.request.deadline import AttemptTimer, RequestDeadline
+from lookup_source.engine.request.hedge import Hedging, race
+from lookup_source.engine.request.limit import ConcurrencyLimit
+from lookup_source.engine.request.pacing import Admission, AskedKeys, Pacing
+from lookup_source.engine.request.rate_limit import RateLimiter
+from lookup_source.engine.request.retry import FinalFailure, RetryPolicy, Sleep
+from lookup_source.engine.request.slots import RequestSlots
 from lookup_source.errors import OverloadedError, RecordError
 from lookup_source.redaction import redact_text
 
@@ -72,17 +72,16 @@ class Feedback:
 
 
 class RequestExecutor:
-    """Runs a task's requests to the store, each to its answer or its final failure: the retry
-    loop (Flink's ``RetryableResultHandlerDelegator``), each attempt under its time limit
+    """Runs a task's requests to the store, each to its answer or its final failure: the retry loop
+    (Flink's ``RetryableResultHandlerDelegator``), each attempt under its time limit
     (``timeout.ms``, less near ``deadline.ms``), retried as the
-    :class:`~lookup_source.engine.retry.RetryPolicy` says after its backoff (or the store's
+    :class:`~lookup_source.engine.request.retry.RetryPolicy` says after its backoff (or the store's
     ``retry_after``), and so are missing keys under ``retry.on-miss``. Around each call, small
     wrappers: :class:`Pacing` (the rate limiter and the cluster budget, before it is sent),
     :class:`Feedback` (metrics, the concurrency limit, hedging's window, after), and with
-    ``hedging``, :func:`~lookup_source.engine.hedge.race`: an attempt still unanswered past its
-    delay is sent once more when the hedge budget allows, as a request like any other — it
-    waits for a free slot (``hedge_slot``: wait for one and take it, give it back) and for its
-    pacing."""
+    ``hedging``, :func:`~lookup_source.engine.request.hedge.race`: an attempt still unanswered past
+    its delay is sent once more when the hedge budget allows, as a request like any other — it waits
+    for a free slot (``hedge_slot``: wait for one and take it, give it back) and for its pacing."""
 
     def __init__(
         self,

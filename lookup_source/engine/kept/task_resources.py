@@ -22,23 +22,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_from_env
-from lookup_source.engine.budget import TaskBudget
-from lookup_source.engine.cache_layer import CacheLayer
-from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import (
+from lookup_source.engine.kept.cache_layer import CacheLayer
+from lookup_source.engine.kept.clients import ClientFactory, Lease
+from lookup_source.engine.kept.identity import (
     IdentityKeys,
     LookupIdentity,
     declared_options,
     implicit_inputs,
 )
-from lookup_source.engine.lifetime import ClientFactory, Lease
+from lookup_source.engine.kept.shared_cache import SharedTier, StoreHealth
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_kind
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.shared_cache import SharedTier, StoreHealth
+from lookup_source.engine.request.budget import TaskBudget
+from lookup_source.engine.request.hedge import Hedging
 from lookup_source.engine.spec import EngineSpec
 
 if TYPE_CHECKING:
-    from lookup_source.engine.worker import Worker
+    from lookup_source.engine.kept.worker import Worker
 
 log = logging.getLogger("lookup_source")
 

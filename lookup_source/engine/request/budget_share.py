@@ -13,7 +13,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from lookup_source.connector_api import BudgetLimits
-from lookup_source.engine.rate_limit import RateLimiter
+from lookup_source.engine.request.rate_limit import RateLimiter
 
 if TYPE_CHECKING:
     from lookup_source.settings import BudgetSettings

@@ -26,7 +26,7 @@ import pyarrow as pa
 from lookup_source.connector_api.keys import match_rows
 
 if TYPE_CHECKING:
-    from lookup_source.engine.batches import Job
+    from lookup_source.engine.intake.batches import BatchEntry
 
 
 @dataclass(frozen=True)
@@ -35,13 +35,13 @@ class Release:
     (``positions`` among its distinct keys) and, if ``nulls``, its rows with a null key.
     ``last``: nothing of the batch is left after this."""
 
-    job: Job
+    job: BatchEntry
     positions: np.ndarray | None = None
     nulls: bool = False
     last: bool = True
 
 
-Targets = Callable[[], Iterable[tuple["Job", np.ndarray]]]
+Targets = Callable[[], Iterable[tuple["BatchEntry", np.ndarray]]]
 """The batches a request answered and, for each, the positions of its keys there."""
 
 
@@ -51,12 +51,12 @@ class OutputQueue:
     batches, their output built when they complete."""
 
     def __init__(self) -> None:
-        self._entries: deque[Job] = deque()
+        self._entries: deque[BatchEntry] = deque()
 
-    def put(self, job: Job) -> None:
+    def put(self, job: BatchEntry) -> None:
         self._entries.append(job)
 
-    def answered_but(self, job: Job, asked: np.ndarray | None, still: np.ndarray) -> None:
+    def answered_but(self, job: BatchEntry, asked: np.ndarray | None, still: np.ndarray) -> None:
         """Of the keys of ``job`` at ``asked`` (positions among its distinct keys; None: all
         of them), all but those at ``still`` have their answer (from a cache, the tier)."""
 
@@ -64,14 +64,14 @@ class OutputQueue:
         """A request ended (answered or failed): its keys in every batch it served have their
         answer (``targets``, called only by a queue that needs them)."""
 
-    def complete(self, job: Job, build_output: Callable[[Job], bool]) -> None:
+    def complete(self, job: BatchEntry, build_output: Callable[[BatchEntry], bool]) -> None:
         """All of ``job``'s lookups are done: its output is built now (``build_output``:
         False when that failed the task, and the batch stays undone)."""
         if build_output(job):
             job.done = True
             self._finished(job)
 
-    def _finished(self, job: Job) -> None:
+    def _finished(self, job: BatchEntry) -> None:
         """``job`` is done, its output built."""
 
     def pop_ready(self) -> list[Release]:
@@ -109,9 +109,9 @@ class UnorderedQueue(OutputQueue):
 
     def __init__(self) -> None:
         super().__init__()
-        self._done: deque[Job] = deque()
+        self._done: deque[BatchEntry] = deque()
 
-    def _finished(self, job: Job) -> None:
+    def _finished(self, job: BatchEntry) -> None:
         self._done.append(job)
 
     def pop_ready(self) -> list[Release]:
@@ -146,7 +146,7 @@ class KeyOrderedQueue(OutputQueue):
         self._changed = False
         self._progress: dict[int, _Progress] = {}
 
-    def put(self, job: Job) -> None:
+    def put(self, job: BatchEntry) -> None:
         super().put(job)
         size = len(job.distinct)
         self._progress[job.number] = _Progress(
@@ -156,14 +156,14 @@ class KeyOrderedQueue(OutputQueue):
         )
         self._changed = True
 
-    def answered(self, job: Job, positions: np.ndarray) -> None:
+    def answered(self, job: BatchEntry, positions: np.ndarray) -> None:
         """The keys of ``job`` at ``positions`` have their answer."""
         progress = self._progress.get(job.number)
         if progress is not None:
             progress.answered[positions] = True
             self._changed = True
 
-    def answered_but(self, job: Job, asked: np.ndarray | None, still: np.ndarray) -> None:
+    def answered_but(self, job: BatchEntry, asked: np.ndarray | None, still: np.ndarray) -> None:
         size = len(job.distinct)
         if asked is None:
             if len(still) == size:
@@ -181,7 +181,7 @@ class KeyOrderedQueue(OutputQueue):
         for job, positions in targets():
             self.answered(job, positions)
 
-    def complete(self, job: Job, build_output: Callable[[Job], bool]) -> None:
+    def complete(self, job: BatchEntry, build_output: Callable[[BatchEntry], bool]) -> None:
         job.done = True  # its rows leave (and are built) as their keys are answered
         self._changed = True
 

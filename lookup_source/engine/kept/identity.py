@@ -1,6 +1,6 @@
 """A lookup's identity: everything that decides what the store answers it, computed on the
 executor and used by all that outlives a task and may serve several jobs, users or tenants —
-the worker's kept clients (:mod:`.lifetime`), its caches (:mod:`.cache`) and the shared cache
+the worker's kept clients (:mod:`.clients`), its caches (:mod:`.cache`) and the shared cache
 tier (:mod:`.shared_cache`). Two lookups whose answers could differ never share any of them.
 
 What goes in:
@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from lookup_source.connector_api import ConnectorConfig, OptionSpec
-from lookup_source.engine.function_state import function_state
+from lookup_source.engine.kept.function_state import function_state
 from lookup_source.redaction import redact_text, redact_url, secret_name
 
 KDF_ITERATIONS = 100_000

@@ -1,5 +1,5 @@
 """A task's output side (:class:`Emitter`): the queue that says what may leave (:mod:`.queue`),
-the builder that makes it (:mod:`.output`), and the count of rows held back meanwhile — the
+the builder that makes it (:mod:`.builder`), and the count of rows held back meanwhile — the
 engine takes input only while they stay under its budget."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from lookup_source.engine.batches import Job, Request
+from lookup_source.engine.intake.batches import BatchEntry, Request
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.output import OutputBuilder
-from lookup_source.engine.queue import OutputQueue
-from lookup_source.engine.retry import FinalFailure
+from lookup_source.engine.output.builder import OutputBuilder
+from lookup_source.engine.output.queue import OutputQueue
+from lookup_source.engine.request.retry import FinalFailure
 
 
 class Emitter:
@@ -36,16 +36,16 @@ class Emitter:
         self._output_rows = output_rows
         self._fail = fail
 
-    def put(self, job: Job) -> None:
+    def put(self, job: BatchEntry) -> None:
         """A batch arrives: it waits in the queue, its rows held back."""
         self.queue.put(job)
         self.buffered_rows += job.held_rows
 
-    def complete(self, job: Job) -> None:
+    def complete(self, job: BatchEntry) -> None:
         """All of ``job``'s lookups are done."""
         self.queue.complete(job, self._build_whole)
 
-    def _build_whole(self, job: Job) -> bool:
+    def _build_whole(self, job: BatchEntry) -> bool:
         """Build a whole batch's output (when its queue asks); False if that failed the task."""
         try:
             job.output = self._builder.build(job)

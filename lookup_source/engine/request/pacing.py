@@ -10,12 +10,12 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from lookup_source.engine.budget import TaskBudget
-from lookup_source.engine.rate_limit import RateLimiter
+from lookup_source.engine.request.budget import TaskBudget
+from lookup_source.engine.request.rate_limit import RateLimiter
 
 
 class AskedKeys(Protocol):
-    """The keys of one request (:class:`~lookup_source.engine.batches.Request`)."""
+    """The keys of one request (:class:`~lookup_source.engine.intake.batches.Request`)."""
 
     @property
     def size(self) -> int: ...

@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Callable
 
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
-from lookup_source.engine.limit import ConcurrencyLimit
 from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.request.limit import ConcurrencyLimit
 
 
 class RequestSlots:

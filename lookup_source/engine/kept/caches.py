@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
-from lookup_source.engine.cache import FullCache, PartialCache, WorkerCaches
-from lookup_source.engine.cache_layer import CacheLayer, PartialCacheLayer, ReadingLayer
 from lookup_source.engine.clock import Clock
-from lookup_source.engine.hedge import Hedging
-from lookup_source.engine.identity import LookupIdentity
-from lookup_source.engine.lifetime import ClientFactory
+from lookup_source.engine.kept.cache import FullCache, PartialCache, WorkerCaches
+from lookup_source.engine.kept.cache_layer import CacheLayer, PartialCacheLayer, ReadingLayer
+from lookup_source.engine.kept.clients import ClientFactory
+from lookup_source.engine.kept.identity import LookupIdentity
+from lookup_source.engine.kept.table_load import load_table, reload_table
 from lookup_source.engine.loop import TaskLoop
-from lookup_source.engine.table_load import load_table, reload_table
+from lookup_source.engine.request.hedge import Hedging
 
 if TYPE_CHECKING:
     from lookup_source.settings import CacheSettings, HedgeSettings

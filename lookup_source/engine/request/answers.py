@@ -25,8 +25,8 @@ import pyarrow as pa
 
 from lookup_source.connector_api import Key, Matches
 from lookup_source.connector_api.values import conform_matches, records_to_matches
-from lookup_source.engine.cached_rows import MISSING, CachedError, CachedRows, cache_rows
-from lookup_source.engine.combine import KeySource, concat_matches, keyed_messages, rows_of
+from lookup_source.engine.kept.cached_rows import MISSING, CachedError, CachedRows, cache_rows
+from lookup_source.engine.request.combine import KeySource, concat_matches, keyed_messages, rows_of
 
 Fields = Sequence[pa.Field]
 """A value schema: the declared value columns."""

@@ -1,4 +1,4 @@
-"""The whole table in a :class:`~lookup_source.engine.cache.FullCache`: loaded through the
+"""The whole table in a :class:`~lookup_source.engine.kept.cache.FullCache`: loaded through the
 connector's scan (:func:`load_table`), and reloaded when due (:func:`reload_table`, in a thread
 the worker tracks)."""
 
@@ -13,11 +13,11 @@ import pyarrow as pa
 
 from lookup_source.connector_api import Key, LookupClient
 from lookup_source.connector_api.keys import encode_rows, python_keys
-from lookup_source.engine.answers import CachedError, CachedRows
-from lookup_source.engine.cache import FullCache
-from lookup_source.engine.lifetime import close_quietly
+from lookup_source.engine.kept.cache import FullCache
+from lookup_source.engine.kept.clients import close_quietly
 from lookup_source.engine.loop import TaskLoop
-from lookup_source.engine.scan_rows import scan_rows
+from lookup_source.engine.output.scan_rows import scan_rows
+from lookup_source.engine.request.answers import CachedError, CachedRows
 from lookup_source.settings import ERROR_COLUMN
 
 log = logging.getLogger("lookup_source")
@@ -71,7 +71,7 @@ def reload_table(
 ) -> None:
     """Reload ``cache`` with a loop and a client of its own (the worker runs this in a thread
     it tracks); a failure is logged and the old table kept. Never raises: the client's close
-    is bounded and a failure to close is logged (:func:`~.lifetime.close_quietly`)."""
+    is bounded and a failure to close is logged (:func:`~.clients.close_quietly`)."""
     with TaskLoop() as loop:
         client = None
         try:

@@ -1,5 +1,5 @@
-"""The engine's units of work: an input batch on its way (:class:`Job`) and one request to the
-store (:class:`Request`)."""
+"""The engine's units of work: an input batch on its way (:class:`BatchEntry`) and one request to
+the store (:class:`Request`)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import pyarrow as pa
 
 from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import python_keys
-from lookup_source.engine.answers import Part
-from lookup_source.engine.keys import DistinctKeys, cast_key_column, distinct_keys
+from lookup_source.engine.intake.keys import DistinctKeys, cast_key_column, distinct_keys
+from lookup_source.engine.request.answers import Part
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.errors import SchemaError
 
 
 class Output(Protocol):
     """A finished batch's output, made slice by slice as it is read
-    (:class:`~lookup_source.engine.joined_rows.JoinedRows`)."""
+    (:class:`~lookup_source.engine.output.joined_rows.JoinedRows`)."""
 
     num_rows: int
 
@@ -31,7 +31,7 @@ class Output(Protocol):
 
 
 @dataclass(eq=False)
-class Job:
+class BatchEntry:
     """One input batch on its way through the engine — an entry of the output queue: its
     distinct keys, the answers gathered for them, and its completion, which it owns.
 
@@ -49,7 +49,8 @@ class Job:
     failed_parts: list[Matches] = field(default_factory=list)
     """Error rows of its keys whose request failed (``on.error=null|column``)."""
     done: bool = False
-    """Set by the output queue (:mod:`.queue`), which owns its output's progress."""
+    """Set by the output queue (:mod:`lookup_source.engine.output.queue`), which owns its output's
+    progress."""
     output: Output | None = None
     held_rows: int = 0
     """Rows this batch holds in the engine's buffer: its input rows, then its matches."""
@@ -58,7 +59,7 @@ class Job:
     column, more matches than ``lookup.max-matches`` (counted when its output is built)."""
     costs: np.ndarray | None = None
     """``budget.cost.column``: the cost of each distinct key (the largest of its rows')."""
-    on_complete: Callable[[Job], None] | None = None
+    on_complete: Callable[[BatchEntry], None] | None = None
     """Called once, when the entry completes."""
     _python_keys: list[Any] | None = None
     _pending: int = 1
@@ -102,8 +103,8 @@ class Job:
         batch: pa.RecordBatch,
         spec: EngineSpec,
         names: list[str],
-        on_complete: Callable[[Job], None] | None = None,
-    ) -> Job:
+        on_complete: Callable[[BatchEntry], None] | None = None,
+    ) -> BatchEntry:
         """Input batch ``batch``, its key columns (``spec.key_columns``) cast to the declared
         key types and reduced to distinct keys named ``names``; ``on_complete`` is called
         when it completes."""
@@ -181,7 +182,7 @@ def key_costs(batch: pa.RecordBatch, column: str, distinct: DistinctKeys) -> np.
     return costs
 
 
-Subscriber = tuple[Job, np.ndarray, np.ndarray]
+Subscriber = tuple[BatchEntry, np.ndarray, np.ndarray]
 """A later batch sharing a request: (its job, positions among its distinct keys, the rows of
 the request's keys they are)."""
 
@@ -191,7 +192,7 @@ class Request:
     """One request: some distinct keys of one batch (``positions``), and the later batches
     that share it."""
 
-    owner: Job
+    owner: BatchEntry
     positions: np.ndarray
     subscribers: list[Subscriber] = field(default_factory=list)
     _keys: pa.RecordBatch | None = None
@@ -218,11 +219,11 @@ class Request:
             self._python_keys = [everything[p] for p in self.positions.tolist()]
         return self._python_keys
 
-    def jobs(self) -> list[Job]:
+    def jobs(self) -> list[BatchEntry]:
         """The batch that asked, then those sharing the request."""
         return [self.owner] + [job for job, _, _ in self.subscribers]
 
-    def targets(self) -> list[tuple[Job, np.ndarray]]:
+    def targets(self) -> list[tuple[BatchEntry, np.ndarray]]:
         """Each batch waiting for the request, with the positions of its keys it asks."""
         return [(self.owner, self.positions)] + [(job, at) for job, at, _ in self.subscribers]
 

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api.keys import match_rows
-from lookup_source.engine.answers import Answer, Part
-from lookup_source.engine.batches import Job, Request
+from lookup_source.engine.intake.batches import BatchEntry, Request
+from lookup_source.engine.request.answers import Answer, Part
 
 R = TypeVar("R", bound=Hashable)
 
@@ -37,7 +37,9 @@ class InFlightKeys(Generic[R]):
     def discard(self, request: R) -> None:
         self._requests.pop(request, None)
 
-    def share(self: InFlightKeys[Request], job: Job, wanted: np.ndarray) -> tuple[np.ndarray, int]:
+    def share(
+        self: InFlightKeys[Request], job: BatchEntry, wanted: np.ndarray
+    ) -> tuple[np.ndarray, int]:
         """Subscribe ``job`` to the requests in flight that already ask some of its keys (at
         ``wanted``, positions among its distinct keys); return the positions still to ask and
         how many were shared."""

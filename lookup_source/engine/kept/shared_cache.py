@@ -44,17 +44,17 @@ import pyarrow as pa
 
 from lookup_source.connector_api import Key
 from lookup_source.connector_api.shared_cache import SharedCacheStore
-from lookup_source.engine.answers import (
+from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
+from lookup_source.engine.kept.cache_layer import CacheAnswer, known_answer
+from lookup_source.engine.kept.identity import LookupIdentity
+from lookup_source.engine.kept.shared_values import FORMAT, TAG_BYTES, RejectedValue, ValueCodec
+from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.request.answers import (
     MISSING,
     Answer,
     CachedRows,
     cache_rows,
 )
-from lookup_source.engine.cache_layer import CacheAnswer, known_answer
-from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
-from lookup_source.engine.identity import LookupIdentity
-from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.shared_values import FORMAT, TAG_BYTES, RejectedValue, ValueCodec
 
 WRITE_TIMEOUTS = 10
 """A write, which no answer waits for, may take this many ``cache.shared.timeout.ms``."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lookup_source.engine.answers import MISSING
+from lookup_source.engine.request.answers import MISSING
 
 FORMAT = 2
 """The version of keys and values; a change of form starts a new namespace."""

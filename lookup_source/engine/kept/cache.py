@@ -28,8 +28,8 @@ from typing import Any
 import pyarrow as pa
 
 from lookup_source.connector_api import Key
-from lookup_source.engine.answers import MISSING, CachedError, CachedRows
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
+from lookup_source.engine.request.answers import MISSING, CachedError, CachedRows
 
 log = logging.getLogger("lookup_source")
 

@@ -1,18 +1,19 @@
-"""What a task knows of a batch's keys before asking the store (:class:`KnownAnswers`): the
-worker's cache (:mod:`.cache_layer`), then the shared cache tier (:mod:`.shared_cache`); and what
-they keep of the store's answers. Each answer found is placed at its batch's key positions, and
-the output queue hears which keys have theirs."""
+"""What a task knows of a batch's keys before asking the store (:class:`KnownAnswers`): the worker's
+cache (:mod:`lookup_source.engine.kept.cache_layer`), then the shared cache tier
+(:mod:`lookup_source.engine.kept.shared_cache`); and what they keep of the store's answers. Each
+answer found is placed at its batch's key positions, and the output queue hears which keys have
+theirs."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from lookup_source.engine.answers import Answer, Part
-from lookup_source.engine.batches import Job
-from lookup_source.engine.cache_layer import CacheLayer
+from lookup_source.engine.intake.batches import BatchEntry
+from lookup_source.engine.kept.cache_layer import CacheLayer
+from lookup_source.engine.kept.shared_cache import SharedTier
 from lookup_source.engine.metrics import LookupMetrics
-from lookup_source.engine.queue import OutputQueue
-from lookup_source.engine.shared_cache import SharedTier
+from lookup_source.engine.output.queue import OutputQueue
+from lookup_source.engine.request.answers import Answer, Part
 
 
 class KnownAnswers:
@@ -31,7 +32,7 @@ class KnownAnswers:
         self._metrics = metrics
         self._queue = queue
 
-    def from_cache(self, job: Job) -> np.ndarray:
+    def from_cache(self, job: BatchEntry) -> np.ndarray:
         """Answer what the cache knows; return the positions of the keys still to fetch."""
         if self.cache is None or not len(job.distinct):
             return np.arange(len(job.distinct), dtype=np.int64)
@@ -43,7 +44,7 @@ class KnownAnswers:
         self._queue.answered_but(job, None, known.wanted)
         return known.wanted
 
-    async def from_shared(self, job: Job, wanted: np.ndarray) -> np.ndarray:
+    async def from_shared(self, job: BatchEntry, wanted: np.ndarray) -> np.ndarray:
         """Answer what the shared tier knows of the keys at ``wanted`` (also kept in the
         worker's cache); return the positions still to fetch. The batch is not complete while
         the tier is asked (the engine seals it after)."""

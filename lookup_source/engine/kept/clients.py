@@ -27,7 +27,7 @@ from typing import Any
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
-from lookup_source.engine.identity import LookupIdentity
+from lookup_source.engine.kept.identity import LookupIdentity
 from lookup_source.engine.loop import LoopFactory, TaskLoop
 
 log = logging.getLogger("lookup_source")

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import Matches
-from lookup_source.engine.answers import Part, concat_matches, gather
-from lookup_source.engine.batches import Job
-from lookup_source.engine.combine import rows_of
-from lookup_source.engine.joined_rows import JoinedRows
+from lookup_source.engine.intake.batches import BatchEntry
+from lookup_source.engine.output.joined_rows import JoinedRows
+from lookup_source.engine.request.answers import Part, concat_matches, gather
+from lookup_source.engine.request.combine import rows_of
 from lookup_source.errors import LookupFailedError
 from lookup_source.redaction import redact_text
 from lookup_source.settings import ERROR_COLUMN, LookupOptions
@@ -132,7 +132,7 @@ class OutputBuilder:
         error: BaseException,
         attempts: int,
         keys: Sequence[Any],
-        targets: Sequence[tuple[Job, np.ndarray]],
+        targets: Sequence[tuple[BatchEntry, np.ndarray]],
         failure: BaseException | None,
     ) -> BaseException | None:
         """A request for ``keys`` failed for good. Under ``on.error=fail``: the error that
@@ -160,13 +160,13 @@ class OutputBuilder:
             job.receive_failure(failed_rows(positions, self.fields, message))
         return failure
 
-    def build(self, job: Job) -> JoinedRows:
+    def build(self, job: BatchEntry) -> JoinedRows:
         """The output of a batch whose lookups are all done, to be made slice by slice; raises
         the ``on.error=fail`` error of a value that could not be used."""
         matches = self._checked(job, gather(job.parts, self.fields), job.failed_parts)
         return self._joined(job.batch, job.distinct.indices, len(job.distinct), matches)
 
-    def build_part(self, job: Job, positions: np.ndarray, nulls: bool) -> JoinedRows:
+    def build_part(self, job: BatchEntry, positions: np.ndarray, nulls: bool) -> JoinedRows:
         """The output of the rows of ``job`` whose key is at ``positions`` (distinct keys that
         have their answer), and of its rows with a null key if ``nulls``, in input order. The
         answers of other keys stay with the job for a later part (``output.mode=key-ordered``)."""
@@ -191,7 +191,7 @@ class OutputBuilder:
             job.batch.take(rows), job.distinct.indices.take(rows), len(job.distinct), matches
         )
 
-    def _checked(self, job: Job, answers: Matches, failures: Sequence[Matches]) -> Matches:
+    def _checked(self, job: BatchEntry, answers: Matches, failures: Sequence[Matches]) -> Matches:
         """``answers`` with ``lookup.max-matches`` applied, then the error rows of failed
         requests; counts (on ``job``) the keys whose answer could not be used, and raises for
         them under ``on.error=fail``."""

@@ -7,8 +7,8 @@ This is the one place that says what lives how long:
 
 - **the event loops**: one per thread (asyncio loops are per thread) and kind (option
   ``loop``: asyncio's, uvloop's), until the thread ends or :meth:`Worker.close`;
-- **opened clients** (:mod:`.lifetime`): per thread and configuration, at most
-  :data:`~.lifetime.MAX_KEPT_CLIENTS` (the least recently used one no task holds is closed;
+- **opened clients** (:mod:`.clients`): per thread and configuration, at most
+  :data:`~.clients.MAX_KEPT_CLIENTS` (the least recently used one no task holds is closed;
   when every kept one is in use, a task gets a client of its own, closed when it ends); closed
   once idle ``connection.max-idle.ms`` — by the worker's sweeper, every :data:`SWEEP_EVERY_S`,
   even if no task comes —, replaced once ``connection.max-age.ms`` old, closed when a task
@@ -20,7 +20,7 @@ This is the one place that says what lives how long:
 - **the collector's threshold** (:mod:`.gc_tuning`): raised while any task holds it;
 - **the OpenTelemetry exporter**: per process, made by the first task that asks;
 - **the shared tier's health** (:class:`~.shared_cache.StoreHealth`): per kept store client,
-  beside it (:attr:`~.lifetime.Lease.beside`), dropped with it.
+  beside it (:attr:`~.clients.Lease.beside`), dropped with it.
 
 Every one of them reads the worker's one clock (:attr:`Worker.clock`; tests give a virtual
 one). Spark ends a worker with ``os._exit`` or SIGKILL: nothing here runs then, and the
@@ -28,7 +28,7 @@ sockets close with the process. A forked child makes a :class:`Worker` of its ow
 touches its parent's clients (they share their sockets with the parent). Without worker reuse,
 outside Spark, with ``connection.max-idle.ms=0``, for a connector class that sets
 ``reusable = False``, or for a client factory that cannot be told apart from another
-(:func:`~.lifetime.factory_identity`), each task has a loop and a client of its own, closed
+(:func:`~.clients.factory_identity`), each task has a loop and a client of its own, closed
 when it ends::
 
     worker = current_worker()
@@ -51,15 +51,8 @@ from typing import TYPE_CHECKING, Any
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
-from lookup_source.engine.gc_tuning import GcHold
-from lookup_source.engine.identity import (
-    IdentityKeys,
-    LookupIdentity,
-    declared_options,
-    implicit_inputs,
-)
-from lookup_source.engine.kept_caches import KeptCaches
-from lookup_source.engine.lifetime import (
+from lookup_source.engine.kept.caches import KeptCaches
+from lookup_source.engine.kept.clients import (
     ClientFactory,
     Lease,
     WorkerClients,
@@ -68,11 +61,18 @@ from lookup_source.engine.lifetime import (
     task_lease,
     worker_reuse,
 )
+from lookup_source.engine.kept.gc_tuning import GcHold
+from lookup_source.engine.kept.identity import (
+    IdentityKeys,
+    LookupIdentity,
+    declared_options,
+    implicit_inputs,
+)
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_factory_of
 
 if TYPE_CHECKING:
+    from lookup_source.engine.kept.task_resources import TaskResources
     from lookup_source.engine.spec import EngineSpec
-    from lookup_source.engine.task_resources import TaskResources
 
 log = logging.getLogger("lookup_source")
 
@@ -104,7 +104,7 @@ class Worker:
     ) -> None:
         self.pid = os.getpid()
         self.clocks = clocks
-        """The worker's clocks, handed to what it keeps (:mod:`.clock`)."""
+        """The worker's clocks, handed to what it keeps (:mod:`lookup_source.engine.clock`)."""
         self.clock = clocks.monotonic
         """Its monotonic one: caches, kept clients, the shared tier and the sweeper."""
         self._loop_factory = loop_factory
@@ -132,9 +132,9 @@ class Worker:
     # -- the loop and kept clients ------------------------------------------------------------
 
     def clients(self, kind: str = "asyncio") -> WorkerClients:
-        """This thread's loop of ``kind`` (one of :data:`~.loop.LOOP_KINDS`) and the clients
-        kept on it, made on first use; closed when the thread ends. What was deferred to this
-        thread (:meth:`defer`) runs first."""
+        """This thread's loop of ``kind`` (one of :data:`~lookup_source.engine.loop.LOOP_KINDS`) and
+        the clients kept on it, made on first use; closed when the thread ends. What was deferred to
+        this thread (:meth:`defer`) runs first."""
         while self._ended:
             self._end_thread(*self._ended.pop())
         self._run_deferred()
@@ -267,7 +267,7 @@ class Worker:
         """Everything a task holds of this worker — its loop and client, cache, hedging
         window, shared tier, budget, the collector's threshold —, taken in one place and
         handed back by one :meth:`~.task_resources.TaskResources.release`."""
-        from lookup_source.engine.task_resources import TaskResources
+        from lookup_source.engine.kept.task_resources import TaskResources
 
         return TaskResources.open(self, spec, config, factory, keep=keep, loop_factory=loop_factory)
 
@@ -276,8 +276,9 @@ class Worker:
     # -- the rest ----------------------------------------------------------------------------
 
     def telemetry(self) -> Any:
-        """The process's OpenTelemetry instruments (:class:`~.telemetry.Exporter`), made on
-        first use; fails naming ``metrics.opentelemetry`` when they cannot be made."""
+        """The process's OpenTelemetry instruments
+        (:class:`~lookup_source.engine.telemetry.Exporter`), made on first use; fails naming
+        ``metrics.opentelemetry`` when they cannot be made."""
         if self._exporter is None:
             from lookup_source.engine.telemetry import Exporter
 
