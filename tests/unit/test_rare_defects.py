@@ -262,13 +262,13 @@ def test_2_a_close_deferred_to_a_thread_that_ends_first_still_runs() -> None:
     ready.wait(10)
     task, reported = made[0]
     task.close()  # seen here, not in its thread: deferred to it
-    assert not task._closed and worker.caches._pins and worker.gc._holders == 1
+    assert not task._closed and worker.caches.pinned() and worker.gc._holders == 1
     finish.set()
     thread.join()
     made.clear()
     gc.collect()  # the thread's storage goes: what it kept closes, and what it was left
     assert task._closed and len(reported) == 1 and reported[0].rows == 2
-    assert not worker.caches._pins and worker.gc._holders == 0
+    assert not worker.caches.pinned() and worker.gc._holders == 0
     assert store.closed == 1
     forget_worker()
 

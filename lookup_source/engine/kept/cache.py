@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from lookup_source.connector_api import Key
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
+from lookup_source.engine.kept.keeper import Keeper
 from lookup_source.engine.request.answers import MISSING, CachedError, CachedRows
 
 log = logging.getLogger("lookup_source")
@@ -223,27 +224,32 @@ def _nbytes(kept: Any) -> int:
 
 
 class WorkerCaches:
-    """The caches of one worker, each under the key of its lookup and settings, in the order
-    they were last used; together at most ``max_bytes`` (estimated) and ``max_entries``."""
+    """The caches of one worker, each under the key of its lookup and settings, kept by one
+    :class:`~.keeper.Keeper` (least recently used first, pinned while tasks use them):
+    together at most ``max_bytes`` (estimated) and ``max_entries``."""
 
     def __init__(
-        self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_entries: int = MAX_KEPT_LOOKUPS
+        self,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_entries: int = MAX_KEPT_LOOKUPS,
+        clock: Clock = SYSTEM_CLOCKS.monotonic,
     ) -> None:
         self._latest_budget = max_bytes
         self._budgets: Counter[int] = Counter()
         """The budgets (``cache.worker.max-mb``) of the tasks that run now, with how many ask
         each: the smallest applies while they run."""
-        self.max_entries = max_entries
-        self.dropped = 0
-        """Caches dropped to keep within the budget (for tests and logs)."""
-        self._entries: OrderedDict[str, Any] = OrderedDict()
-        self._pins: Counter[str] = Counter()
-        """Keys running tasks use, with how many do."""
+        self._keeper: Keeper[Any] = Keeper(max_entries=max_entries, clock=clock, size_of=_nbytes)
         self._lock = threading.Lock()
         self._warned: set[str] = set()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._keeper)
+
+    @property
+    def dropped(self) -> int:
+        """Caches dropped to keep within the budget (for tests and logs)."""
+        return self._keeper.dropped
 
     @property
     def max_bytes(self) -> int:
@@ -274,20 +280,22 @@ class WorkerCaches:
     def nbytes(self) -> int:
         """An estimate of the memory the caches hold together."""
         with self._lock:
-            return sum(_nbytes(kept) for kept in self._entries.values())
+            return self._keeper.nbytes()
+
+    def pinned(self) -> list[str]:
+        """The keys of the caches running tasks use."""
+        with self._lock:
+            return [key for key, kept in self._keeper.items() if kept.users]
 
     def get(self, key: str, make: Callable[[], Any], *, pin: bool = False) -> Any:
         """The cache kept under ``key``, made by ``make`` on first use; the most recently used.
         ``pin``: a running task uses it — never dropped until :meth:`unpin`."""
         with self._lock:
-            kept = self._entries.get(key)
-            if kept is None:
-                kept = self._entries[key] = make()
-            self._entries.move_to_end(key)
-            if pin:
-                self._pins[key] += 1
+            if self._keeper.get(key) is None:
+                self._keeper.put(key, make())
+            kept = self._keeper.use(key, pin=pin)
             self._fit((key,))
-            return kept
+            return kept.value
 
     def unpin(self, keys: Iterable[str]) -> None:
         """The task that pinned ``keys`` ended: they may be dropped again, for the caches of
@@ -295,9 +303,9 @@ class WorkerCaches:
         keys = list(keys)
         with self._lock:
             for key in keys:
-                self._pins[key] -= 1
-                if self._pins[key] <= 0:
-                    del self._pins[key]
+                kept = self._keeper.get(key)
+                if kept is not None:
+                    self._keeper.unpin(kept)
             self._fit(keys)
 
     def fit(self, protect: str | None = None) -> None:
@@ -309,23 +317,18 @@ class WorkerCaches:
             self._fit(() if protect is None else (protect,))
 
     def _fit(self, protect: Sequence[str]) -> None:
-        if not protect and self._entries:  # the most recently used: what the last task used
-            protect = (next(reversed(self._entries)),)
-        total = sum(_nbytes(kept) for kept in self._entries.values())
-        for key in list(self._entries):
-            over_count = len(self._entries) > self.max_entries
-            if not over_count and total <= self.max_bytes:
-                return
-            size = _nbytes(self._entries[key])
-            if key in protect or key in self._pins or (size <= SMALL_BYTES and not over_count):
-                continue  # in use; or small (a hedging window), dropped for the count only
-            del self._entries[key]
-            total -= size
-            self.dropped += 1
+        if not protect:  # the most recently used: what the last task used
+            newest = self._keeper.newest()
+            protect = (newest,) if newest is not None else ()
+        # small ones (a hedging window) go for the count only
+        total = self._keeper.evict(
+            max_bytes=self.max_bytes, protect=protect, small_bytes=SMALL_BYTES
+        )
         if total <= self.max_bytes:
             return
         for key in protect:
-            kept = self._entries.get(key)
+            found = self._keeper.get(key)
+            kept = found.value if found is not None else None
             if isinstance(kept, PartialCache):  # too large with what runs: its oldest keys go
                 total -= kept.nbytes
                 kept.trim(max(0, self.max_bytes - total))
@@ -343,4 +346,4 @@ class WorkerCaches:
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self._keeper.clear()

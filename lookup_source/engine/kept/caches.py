@@ -29,7 +29,7 @@ class KeptCaches:
     """A worker's caches and hedging windows, and the reloads of its full caches."""
 
     def __init__(self, clock: Clock) -> None:
-        self.caches = WorkerCaches()
+        self.caches = WorkerCaches(clock=clock)
         self.clock = clock
         self._lock = threading.Lock()
         self._reloads: set[threading.Thread] = set()

@@ -28,6 +28,7 @@ from typing import Any
 from lookup_source.connector_api import ConnectorConfig, LookupClient
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 from lookup_source.engine.kept.identity import LookupIdentity
+from lookup_source.engine.kept.keeper import Keeper, Kept
 from lookup_source.engine.loop import LoopFactory, TaskLoop
 
 log = logging.getLogger("lookup_source")
@@ -168,13 +169,11 @@ def _consume(future: asyncio.Future[None]) -> None:
 
 
 @dataclass(eq=False)
-class _Kept:
+class _Client:
+    """A kept client, with what it was made from and what the worker keeps beside it."""
+
     client: LookupClient
     config: ConnectorConfig
-    max_idle_s: float
-    last_used: float
-    opened_at: float
-    users: int = 0
     beside: dict[str, Any] = field(default_factory=dict)
     doomed: bool = False
     """Handed back as not reusable while another task still held it: closed when the last
@@ -183,7 +182,9 @@ class _Kept:
 
 class WorkerClients:
     """The event loop and the kept clients of one thread of a worker (asyncio loops are per
-    thread); :class:`~.worker.Worker` holds one per thread and sweeps them."""
+    thread), kept by one :class:`~.keeper.Keeper` (at most :data:`MAX_KEPT_CLIENTS`, each
+    pinned by the tasks that lease it, closed once idle past its limit);
+    :class:`~.worker.Worker` holds one per thread and sweeps them."""
 
     def __init__(
         self, *, clock: Clock = SYSTEM_CLOCKS.monotonic, loop_factory: LoopFactory | None = None
@@ -195,13 +196,15 @@ class WorkerClients:
         self.opened = 0
         """Clients opened so far (for tests and the bench)."""
         self._clock = clock
-        self._clients: dict[str, _Kept] = {}
+        self._kept: Keeper[_Client] = Keeper(
+            max_entries=MAX_KEPT_CLIENTS, clock=clock, on_drop=self._close
+        )
         self._leases = 0
         """Leases not handed back: while any is out, a task may run the loop."""
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
-        return len(self._clients)
+        return len(self._kept)
 
     def lease(
         self,
@@ -216,47 +219,52 @@ class WorkerClients:
         :data:`MAX_KEPT_CLIENTS` are kept and every one is in use."""
         with self._lock:
             now = self._clock()
-            self._close_idle(now)
-            kept = self._clients.get(key)
+            for idle in self._kept.idle(now):
+                self._kept.drop(idle)
+            kept = self._kept.get(key)
             if kept is not None and kept.users == 0 and now - kept.last_used > max_idle_s:
-                self._forget(key, kept)  # idle too long to be trusted: replaced
+                self._kept.drop(key)  # idle too long to be trusted: replaced
                 kept = None
-            if kept is not None and max_age_s > 0 and now - kept.opened_at > max_age_s:
+            if kept is not None and max_age_s > 0 and now - kept.created_at > max_age_s:
                 self._retire(key, kept)  # too old: replaced (closed once no task holds it)
                 kept = None
             if kept is None and not self._make_room():
                 return self._overflow(factory, config)
             if kept is None:
-                client = factory(config)
-                try:
-                    self.loop.run(client.open())
-                except BaseException:
-                    close_quietly(self.loop, client, config)
-                    raise
-                self.opened += 1
-                kept = self._clients[key] = _Kept(client, config, max_idle_s, now, now)
-                log.debug(
-                    "asynclookup: opened a %s client for %s, kept by worker %d",
-                    config.connector,
-                    config.display_url,
-                    self.pid,
-                )
+                self._open(key, factory, config, max_idle_s)
             else:
                 kept.max_idle_s = max_idle_s
                 # what the sockets received while no loop ran (a server that closed a
                 # connection) is taken in before the client serves again
                 self.loop.run(_settle())
-            kept.users += 1
+            chosen = self._kept.use(key, pin=True)
             self._leases += 1
-            chosen = kept
             return Lease(
                 self.loop,
-                kept.client,
+                chosen.value.client,
                 True,
                 lambda ok: self._back(key, chosen, ok),
                 shares_loop=True,
-                beside=kept.beside,
+                beside=chosen.value.beside,
             )
+
+    def _open(
+        self, key: str, factory: ClientFactory, config: ConnectorConfig, max_idle_s: float
+    ) -> None:
+        client = factory(config)
+        try:
+            self.loop.run(client.open())
+        except BaseException:
+            close_quietly(self.loop, client, config)
+            raise
+        self.opened += 1
+        self._kept.put(key, _Client(client, config), max_idle_s=max_idle_s)
+        log.debug(
+            "asynclookup: opened a %s client for %s, kept by worker %d",
+            config.connector,
+            config.display_url,
+            self.pid,
+        )
 
     def _overflow(self, factory: ClientFactory, config: ConnectorConfig) -> Lease:
         """A client for one task, on the worker's loop (the task's other clients are on it),
@@ -271,41 +279,26 @@ class WorkerClients:
 
         return Lease(self.loop, lease.client, False, back, shares_loop=True)
 
-    def _back(self, key: str, kept: _Kept, reusable: bool) -> None:
+    def _back(self, key: str, kept: Kept[_Client], reusable: bool) -> None:
         with self._lock:
             self._leases -= 1
-            kept.users -= 1
-            kept.last_used = self._clock()
+            self._kept.unpin(kept, key)
             if not reusable:
-                kept.doomed = True
-                if self._clients.get(key) is kept:
-                    del self._clients[key]  # the next task makes a new one
-            if kept.doomed and kept.users == 0:
-                close_quietly(self.loop, kept.client, kept.config)
+                kept.value.doomed = True
+                if self._kept.get(key) is kept:
+                    self._kept.pop(key)  # the next task makes a new one
+            if kept.value.doomed and kept.users == 0:
+                self._close(key, kept.value)
 
-    def _retire(self, key: str, kept: _Kept) -> None:
+    def _retire(self, key: str, kept: Kept[_Client]) -> None:
         """No task gets ``kept`` any more; closed now, or when the last holder hands it back."""
-        del self._clients[key]
-        kept.doomed = True
+        self._kept.pop(key)
+        kept.value.doomed = True
         if kept.users == 0:
-            close_quietly(self.loop, kept.client, kept.config)
+            self._close(key, kept.value)
 
-    def _forget(self, key: str, kept: _Kept) -> None:
-        del self._clients[key]
-        close_quietly(self.loop, kept.client, kept.config)
-
-    def _idle(self, now: float) -> list[tuple[float, str]]:
-        """(last used, key) of the clients no task holds that have idled past their limit."""
-        return [
-            (kept.last_used, key)
-            for key, kept in self._clients.items()
-            if kept.users == 0 and now - kept.last_used > kept.max_idle_s
-        ]
-
-    def _close_idle(self, now: float) -> None:
-        """Close the clients that no task holds and that have idled past their limit."""
-        for _, key in self._idle(now):
-            self._forget(key, self._clients[key])
+    def _close(self, key: str, kept: _Client, timeout_s: float | None = None) -> None:
+        close_quietly(self.loop, kept.client, kept.config, timeout_s)
 
     def sweep(self) -> int:
         """Close one client idle past its limit now (the least recently used), if no task of
@@ -317,12 +310,12 @@ class WorkerClients:
         try:
             if self._leases or self.loop.closed:
                 return 0
-            idle = self._idle(self._clock())
+            idle = self._kept.idle()
             if not idle:
                 return 0
-            _, key = min(idle)
-            kept = self._clients.pop(key)
-            close_quietly(self.loop, kept.client, kept.config, SWEEP_CLOSE_TIMEOUT_S)
+            kept = self._kept.pop(idle[0])
+            assert kept is not None
+            self._close(idle[0], kept.value, SWEEP_CLOSE_TIMEOUT_S)
             return 1
         finally:
             self._lock.release()
@@ -330,15 +323,8 @@ class WorkerClients:
     def _make_room(self) -> bool:
         """Close the least recently used clients no task holds, down to one below the cap;
         False when every kept client is in use and the cap is reached."""
-        excess = len(self._clients) - MAX_KEPT_CLIENTS + 1
-        if excess <= 0:
-            return True
-        idle = sorted(
-            ((kept.last_used, key) for key, kept in self._clients.items() if kept.users == 0)
-        )
-        for _, key in idle[:excess]:
-            self._forget(key, self._clients[key])
-        return len(self._clients) < MAX_KEPT_CLIENTS
+        self._kept.evict(room=1)
+        return len(self._kept) < MAX_KEPT_CLIENTS
 
     def close(self, *, everything: bool = False) -> None:
         """Close every client no task holds (``everything``: held or not, as when the thread
@@ -347,10 +333,8 @@ class WorkerClients:
         with self._lock:
             if self._leases and not everything:
                 return
-            for key, kept in list(self._clients.items()):
-                if kept.users == 0 or everything:
-                    self._forget(key, kept)
-            if not self._clients:
+            self._kept.clear(pinned=everything)
+            if not len(self._kept):
                 self.loop.close()
 
 

@@ -32,14 +32,15 @@ import hmac
 import os
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from lookup_source.connector_api import ConnectorConfig, OptionSpec
+from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 from lookup_source.engine.kept.function_state import function_state
+from lookup_source.engine.kept.keeper import Keeper
 from lookup_source.redaction import redact_text, redact_url, secret_name
 
 KDF_ITERATIONS = 100_000
@@ -53,23 +54,19 @@ class IdentityKeys:
     forgotten first. Kept by the worker (:attr:`Worker.identity_keys`); without one, each
     identity derives its key anew."""
 
-    def __init__(self, kept: int = 256) -> None:
-        self._kept = kept
-        self._keys: OrderedDict[bytes, bytes] = OrderedDict()
+    def __init__(self, kept: int = 256, *, clock: Clock = SYSTEM_CLOCKS.monotonic) -> None:
+        self._keys: Keeper[bytes] = Keeper(max_entries=kept, clock=clock)
         self._lock = threading.Lock()
 
     def derive(self, material: bytes, salt: bytes) -> bytes:
-        memo = hashlib.sha256(material + salt).digest()
+        memo = hashlib.sha256(material + salt).hexdigest()
         with self._lock:
-            key = self._keys.get(memo)
-            if key is not None:
-                self._keys.move_to_end(memo)
-                return key
+            if self._keys.get(memo) is not None:
+                return self._keys.use(memo).value
         key = _pbkdf2(material, salt)
         with self._lock:
-            self._keys[memo] = key
-            while len(self._keys) > self._kept:
-                self._keys.popitem(last=False)
+            self._keys.put(memo, key)
+            self._keys.evict()
         return key
 
     def __len__(self) -> int:

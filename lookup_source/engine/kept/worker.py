@@ -3,7 +3,9 @@
 Spark reuses a Python worker for task after task (``spark.python.worker.reuse``, on by default;
 such a worker has ``SPARK_REUSE_WORKER=1`` in its environment). What a task leaves there for
 the next ones is kept by the process's :class:`Worker` (:func:`current_worker`), and only there.
-This is the one place that says what lives how long:
+This is the one place that says what lives how long; the clients, the caches and hedging
+windows and the identity keys are each held by a :class:`~.keeper.Keeper`, under its one
+eviction policy:
 
 - **the event loops**: one per thread (asyncio loops are per thread) and kind (option
   ``loop``: asyncio's, uvloop's), until the thread ends or :meth:`Worker.close`;
@@ -113,7 +115,7 @@ class Worker:
         self.kept = KeptCaches(clocks.monotonic)
         """The caches and hedging windows kept for its tasks."""
         self.caches = self.kept.caches
-        self.identity_keys = IdentityKeys()
+        self.identity_keys = IdentityKeys(clock=clocks.monotonic)
         """The identity keys derived in this worker (one PBKDF2 per configuration)."""
         self.gc = GcHold()
         self._sweep_every_s = sweep_every_s
