@@ -22,10 +22,11 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from lookup_source.engine.clock import monotonic
+from lookup_source.engine.kept.keeper import Keeper
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.errors import ConfigurationError
 from lookup_source.spark import internals
@@ -92,29 +93,32 @@ V = TypeVar("V")
 
 
 class Recent(Generic[K, V]):
-    """A mapping that keeps its ``limit`` most recently set entries."""
+    """A mapping that keeps its ``limit`` most recently set entries (on the engine's one
+    :class:`~lookup_source.engine.kept.keeper.Keeper`, under its one policy)."""
 
     def __init__(self, limit: int = TRACKED) -> None:
         self.limit = limit
-        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._kept: Keeper[tuple[K, V]] = Keeper(max_entries=limit, clock=monotonic)
 
     def __setitem__(self, key: K, value: V) -> None:
-        self._entries[key] = value
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.limit:
-            self._entries.popitem(last=False)
+        self._kept.put(repr(key), (key, value))
+        self._kept.evict()
 
     def __getitem__(self, key: K) -> V:
-        return self._entries[key]
+        kept = self._kept.get(repr(key))
+        if kept is None:
+            raise KeyError(key)
+        return kept.value[1]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._entries
+        return self._kept.get(repr(key)) is not None
 
     def get(self, key: K, default: V | None = None) -> V | None:
-        return self._entries.get(key, default)
+        kept = self._kept.get(repr(key))
+        return default if kept is None else kept.value[1]
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._kept)
 
 
 @dataclass
