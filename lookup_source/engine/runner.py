@@ -20,6 +20,7 @@ import pyarrow as pa
 import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.kept.clients import ClientFactory
+from lookup_source.engine.kept.task_resources import TaskResources
 from lookup_source.engine.kept.worker import Worker, current_worker
 from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.loop import LoopFactory
@@ -62,7 +63,8 @@ class LookupTask:
         self._engine: LookupEngine | None = None
         self._closed = False
         self._worker: Worker = worker or current_worker()
-        self._resources = self._worker.open_task(
+        self._resources = TaskResources.open(
+            self._worker,
             spec,
             config,
             client_factory or spec.options.connector_class(),

@@ -73,8 +73,7 @@ from lookup_source.engine.kept.identity import (
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_factory_of
 
 if TYPE_CHECKING:
-    from lookup_source.engine.kept.task_resources import TaskResources
-    from lookup_source.engine.spec import EngineSpec
+    pass
 
 log = logging.getLogger("lookup_source")
 
@@ -256,22 +255,6 @@ class Worker:
         _run_quietly(work)
         for each in clients:
             _close_quietly(each)
-
-    def open_task(
-        self,
-        spec: EngineSpec,
-        config: ConnectorConfig,
-        factory: ClientFactory,
-        *,
-        keep: bool | None = None,
-        loop_factory: LoopFactory | None = None,
-    ) -> TaskResources:
-        """Everything a task holds of this worker — its loop and client, cache, hedging
-        window, shared tier, budget, the collector's threshold —, taken in one place and
-        handed back by one :meth:`~.task_resources.TaskResources.release`."""
-        from lookup_source.engine.kept.task_resources import TaskResources
-
-        return TaskResources.open(self, spec, config, factory, keep=keep, loop_factory=loop_factory)
 
     # -- caches, hedging windows, reloads ------------------------------------------------------
 
