@@ -98,13 +98,7 @@ def register_lookup_table(
         raw[FILTER_PUSHDOWN] = "true" if pushdown else "false"
     lookup_options = parse_options(raw)
     if schema is None:
-        with read_on_driver(INFERRING):
-            schema, keys = lookup_options.connector_class().infer_schema(
-                lookup_options.for_connector()
-            )
-        if lookup_options.key_columns is None:
-            lookup_options = lookup_options.with_key_columns(keys)
-            raw[KEY_COLUMN] = lookup_options.given[KEY_COLUMN]
+        schema, lookup_options = _described(lookup_options, raw)
     if lookup_options.split_by:  # the table function's tasks: at most every core
         lookup_options = lookup_options.split_over(cluster_cores(spark, lookup_options.split_by))
     plan = LookupPlan.build(lookup_options, schema)
@@ -114,6 +108,19 @@ def register_lookup_table(
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
     table_function = lookup_table_function(plan, metrics, spark, name=name)
     _register(spark, name, plan, view_options, table_function)
+
+
+def _described(
+    lookup_options: LookupOptions, raw: dict[str, str]
+) -> tuple[StructType | str, LookupOptions]:
+    """The table's schema as the store describes it, and the options keyed by its primary
+    key unless ``key.column`` names the key (``raw``, the view's options, follows)."""
+    with read_on_driver(INFERRING):
+        schema, keys = lookup_options.connector_class().infer_schema(lookup_options.for_connector())
+    if lookup_options.key_columns is None:
+        lookup_options = lookup_options.with_key_columns(keys)
+        raw[KEY_COLUMN] = lookup_options.given[KEY_COLUMN]
+    return schema, lookup_options
 
 
 def _register(

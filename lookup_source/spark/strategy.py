@@ -88,15 +88,36 @@ def choose(
             "and a join could match other rows)",
         )
     if max_lookup_rows is not None:  # strategy.lookup.max-input-rows: the user's own limit
-        rows = input_rows()
-        if rows is None:
-            return Choice("lookup", "the input's size is unknown")
-        limit = f"strategy.lookup.max-input-rows ({max_lookup_rows:,})"
-        if rows <= max_lookup_rows:
-            return Choice("lookup", f"the input ({_rows(rows)}) is within {limit}")
-        table = table_rows()
-        plan = "broadcast" if table is not None and table <= max_rows else "scan"
-        return Choice(plan, f"the input ({_rows(rows)}) is larger than {limit}")
+        return _by_input_limit(max_lookup_rows, table_rows, input_rows, max_rows)
+    return _by_estimate(table_rows, input_rows, max_rows, costs)
+
+
+def _by_input_limit(
+    max_lookup_rows: int,
+    table_rows: Callable[[], int | None],
+    input_rows: Callable[[], int | None],
+    max_rows: int,
+) -> Choice:
+    """Lookups for an input of at most ``strategy.lookup.max-input-rows``; else a broadcast
+    of a table within ``strategy.broadcast.max-rows``, or a scan and a join."""
+    rows = input_rows()
+    if rows is None:
+        return Choice("lookup", "the input's size is unknown")
+    limit = f"strategy.lookup.max-input-rows ({max_lookup_rows:,})"
+    if rows <= max_lookup_rows:
+        return Choice("lookup", f"the input ({_rows(rows)}) is within {limit}")
+    table = table_rows()
+    plan = "broadcast" if table is not None and table <= max_rows else "scan"
+    return Choice(plan, f"the input ({_rows(rows)}) is larger than {limit}")
+
+
+def _by_estimate(
+    table_rows: Callable[[], int | None],
+    input_rows: Callable[[], int | None],
+    max_rows: int,
+    costs: StoreCosts,
+) -> Choice:
+    """The cheapest plan by the estimated costs of the table's and the input's sizes."""
     table = table_rows()
     if table is None:
         return Choice("lookup", "the table's size is unknown")
