@@ -69,9 +69,9 @@ def password_env_option(connector: str) -> OptionSpec:
 def password_from_env(connector: str, options: Mapping[str, Any]) -> str | None:
     """The password ``<connector>.password.env`` names, read from this process's environment
     (None when the option is not set)."""
-    option = f"{connector}.password.env"
-    variable = options.get(option)
-    return secret_from_env(option, variable) if variable else None
+    spec = password_env_option(connector)
+    variable = spec.get(options)
+    return secret_from_env(spec.name, variable) if variable else None
 
 
 def error_rows(reasons: Mapping[int, str], rows: int) -> pa.Array | None:

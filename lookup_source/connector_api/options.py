@@ -58,6 +58,19 @@ class OptionSpec(Generic[T]):
         options: Mapping[str, Any] = config if isinstance(config, Mapping) else config.options
         return cast(T, options.get(self.name, self.default))
 
+    def family(self, config: Any) -> list[tuple[str, Any]]:
+        """The members of this family of options (``prefix=True``) given in ``config`` (a
+        ``ConnectorConfig``, or a mapping of parsed options): each one's name after the prefix
+        (``Accept`` for ``http.header.Accept``) and its value, those without a value left out."""
+        if not self.prefix:
+            raise ValueError(f"option {self.name!r} is not a family of options (prefix=True)")
+        options: Mapping[str, Any] = config if isinstance(config, Mapping) else config.options
+        return [
+            (name[len(self.name) :], value)
+            for name, value in options.items()
+            if name.startswith(self.name) and value is not None
+        ]
+
     def describe_default(self) -> str:
         if self.default_doc is not None:
             return self.default_doc

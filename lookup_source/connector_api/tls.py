@@ -41,45 +41,95 @@ _IP_MISMATCH = 64  # X509_V_ERR_IP_ADDRESS_MISMATCH
 _EXPIRED = 10  # X509_V_ERR_CERT_HAS_EXPIRED
 
 
+@dataclass(frozen=True)
+class TlsOptions:
+    """The TLS options of a connector (``<prefix>.tls.ca-file``, ``.cert-file``, ``.key-file``,
+    ``.key-password.env``, ``.check-hostname``), each declared once and read through its own
+    declaration (:meth:`read`)."""
+
+    ca_file: OptionSpec[str | None]
+    cert_file: OptionSpec[str | None]
+    key_file: OptionSpec[str | None]
+    key_password_env: OptionSpec[str | None]
+    check_hostname: OptionSpec[bool]
+
+    @classmethod
+    def of(cls, prefix: str, server: str = "the server") -> TlsOptions:
+        """The TLS options of the connector ``prefix`` (``server``: how their docs name what
+        the connector talks to)."""
+        return cls(
+            OptionSpec(
+                f"{prefix}.tls.ca-file",
+                parse_text,
+                None,
+                f"PEM file (on the executors) of the CA that signed {server}'s certificate, for "
+                "a private CA.",
+                default_doc="(the system's CAs)",
+            ),
+            OptionSpec(
+                f"{prefix}.tls.cert-file",
+                parse_text,
+                None,
+                f"Client certificate (PEM, on the executors), when {server} asks for one "
+                "(mutual TLS).",
+            ),
+            OptionSpec(
+                f"{prefix}.tls.key-file",
+                parse_text,
+                None,
+                "Private key (PEM) of the client certificate.",
+                default_doc="(inside tls.cert-file)",
+            ),
+            OptionSpec(
+                f"{prefix}.tls.key-password.env",
+                parse_text,
+                None,
+                "Environment variable on the executors holding the password of an encrypted "
+                "client key.",
+            ),
+            OptionSpec(
+                f"{prefix}.tls.check-hostname",
+                parse_bool,
+                True,
+                f"Check that {server}'s certificate names the host of the URL.",
+            ),
+        )
+
+    @property
+    def specs(self) -> tuple[OptionSpec, ...]:
+        return (
+            self.ca_file,
+            self.cert_file,
+            self.key_file,
+            self.key_password_env,
+            self.check_hostname,
+        )
+
+    def read(self, prefix: str, options: Mapping[str, Any]) -> TlsSettings:
+        """The settings these options give in ``options``, checked together."""
+        settings = TlsSettings(
+            prefix,
+            ca_file=self.ca_file.get(options),
+            cert_file=self.cert_file.get(options),
+            key_file=self.key_file.get(options),
+            key_password_env=self.key_password_env.get(options),
+            check_hostname=self.check_hostname.get(options),
+        )
+        if settings.key_file and not settings.cert_file:
+            raise OptionError(
+                self.key_file.name, f"needs {self.cert_file.name}, the certificate it signs"
+            )
+        if settings.key_password_env and not settings.cert_file:
+            raise OptionError(
+                self.key_password_env.name,
+                f"is the password of a client key: set {self.cert_file.name} too",
+            )
+        return settings
+
+
 def tls_option_specs(prefix: str, server: str) -> tuple[OptionSpec, ...]:
-    """The TLS options of a connector: ``<prefix>.tls.ca-file``, ``.cert-file``, ``.key-file``,
-    ``.key-password.env`` and ``.check-hostname``."""
-    return (
-        OptionSpec(
-            f"{prefix}.tls.ca-file",
-            parse_text,
-            None,
-            f"PEM file (on the executors) of the CA that signed {server}'s certificate, for a "
-            "private CA.",
-            default_doc="(the system's CAs)",
-        ),
-        OptionSpec(
-            f"{prefix}.tls.cert-file",
-            parse_text,
-            None,
-            f"Client certificate (PEM, on the executors), when {server} asks for one (mutual TLS).",
-        ),
-        OptionSpec(
-            f"{prefix}.tls.key-file",
-            parse_text,
-            None,
-            "Private key (PEM) of the client certificate.",
-            default_doc="(inside tls.cert-file)",
-        ),
-        OptionSpec(
-            f"{prefix}.tls.key-password.env",
-            parse_text,
-            None,
-            "Environment variable on the executors holding the password of an encrypted "
-            "client key.",
-        ),
-        OptionSpec(
-            f"{prefix}.tls.check-hostname",
-            parse_bool,
-            True,
-            f"Check that {server}'s certificate names the host of the URL.",
-        ),
-    )
+    """The TLS options of a connector (:class:`TlsOptions`), for its ``option_specs``."""
+    return TlsOptions.of(prefix, server).specs
 
 
 @dataclass(frozen=True)
@@ -95,24 +145,8 @@ class TlsSettings:
 
     @classmethod
     def from_options(cls, prefix: str, options: Mapping[str, Any]) -> TlsSettings:
-        settings = cls(
-            prefix,
-            ca_file=options.get(f"{prefix}.tls.ca-file"),
-            cert_file=options.get(f"{prefix}.tls.cert-file"),
-            key_file=options.get(f"{prefix}.tls.key-file"),
-            key_password_env=options.get(f"{prefix}.tls.key-password.env"),
-            check_hostname=options.get(f"{prefix}.tls.check-hostname", True),
-        )
-        if settings.key_file and not settings.cert_file:
-            raise OptionError(
-                f"{prefix}.tls.key-file", f"needs {prefix}.tls.cert-file, the certificate it signs"
-            )
-        if settings.key_password_env and not settings.cert_file:
-            raise OptionError(
-                f"{prefix}.tls.key-password.env",
-                f"is the password of a client key: set {prefix}.tls.cert-file too",
-            )
-        return settings
+        """The ``<prefix>.tls.*`` settings in ``options``, read through their declarations."""
+        return TlsOptions.of(prefix).read(prefix, options)
 
     @property
     def configured(self) -> bool:

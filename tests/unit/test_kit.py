@@ -199,3 +199,39 @@ def test_a_handshake_check_asks_the_server_once_and_only_before_a_success(
 
 async def _none(asked: list[str], host: str) -> None:
     asked.append(host)
+
+
+def test_a_family_of_options_is_read_through_its_declaration() -> None:
+    from lookup_source.connector_api import OptionSpec
+
+    header = OptionSpec("acme.header.", str, None, "A header.", prefix=True)
+    options = {
+        "acme.header.accept": "text/plain",
+        "acme.header.x-token.env": "TOKEN",
+        "acme.header.unset": None,
+        "acme.table": "users",
+    }
+    assert header.family(options) == [("accept", "text/plain"), ("x-token.env", "TOKEN")]
+    with pytest.raises(ValueError, match="acme.table"):
+        OptionSpec("acme.table", str, None, "A table.").family(options)
+
+
+def test_tls_options_are_declared_once_and_read_through_their_declarations() -> None:
+    from lookup_source.connector_api.tls import TlsOptions, TlsSettings, tls_option_specs
+    from lookup_source.errors import OptionError
+
+    declared = TlsOptions.of("acme", "the store")
+    assert [s.name for s in tls_option_specs("acme", "the store")] == [
+        s.name for s in declared.specs
+    ]
+    given = {"acme.tls.ca-file": "/ca.pem", "acme.tls.check-hostname": False}
+    settings = TlsSettings.from_options("acme", given)
+    assert (settings.ca_file, settings.cert_file, settings.check_hostname) == (
+        "/ca.pem",
+        None,
+        False,
+    )
+    assert settings.configured
+    assert not TlsSettings.from_options("acme", {}).configured
+    with pytest.raises(OptionError, match=r"acme\.tls\.key-file.*acme\.tls\.cert-file"):
+        TlsSettings.from_options("acme", {"acme.tls.key-file": "/key.pem"})

@@ -169,13 +169,10 @@ class HttpLookupClient(LookupClient):
     def headers(self) -> dict[str, str]:
         """The request headers, with ``.env`` values read from this process's environment."""
         headers = {"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING}
-        for name, value in self.config.options.items():
-            if not name.startswith("http.header.") or value is None:
-                continue
-            header = name[len("http.header.") :]
+        for header, value in HEADER.family(self.config):
             if header.endswith(".env"):
+                value = secret_from_env(HEADER.name + header, value)
                 header = header[: -len(".env")]
-                value = secret_from_env(name, value)
             headers[header] = value
         return headers
 
