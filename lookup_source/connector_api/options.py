@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -79,6 +79,12 @@ class OptionSpec(Generic[T]):
         if isinstance(self.default, bool):
             return "true" if self.default else "false"
         return str(self.default)
+
+
+def find_spec(name: str, specs: Iterable[OptionSpec[Any]]) -> OptionSpec[Any] | None:
+    """The spec among ``specs`` that declares option ``name`` (a family's, for a member of
+    it), or None."""
+    return next((spec for spec in specs if spec.matches(name)), None)
 
 
 # ---------------------------------------------------------------------------------------------

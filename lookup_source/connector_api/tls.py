@@ -47,6 +47,7 @@ class TlsOptions:
     ``.key-password.env``, ``.check-hostname``), each declared once and read through its own
     declaration (:meth:`read`)."""
 
+    prefix: str
     ca_file: OptionSpec[str | None]
     cert_file: OptionSpec[str | None]
     key_file: OptionSpec[str | None]
@@ -58,6 +59,7 @@ class TlsOptions:
         """The TLS options of the connector ``prefix`` (``server``: how their docs name what
         the connector talks to)."""
         return cls(
+            prefix,
             OptionSpec(
                 f"{prefix}.tls.ca-file",
                 parse_text,
@@ -105,10 +107,10 @@ class TlsOptions:
             self.check_hostname,
         )
 
-    def read(self, prefix: str, options: Mapping[str, Any]) -> TlsSettings:
+    def read(self, options: Mapping[str, Any]) -> TlsSettings:
         """The settings these options give in ``options``, checked together."""
         settings = TlsSettings(
-            prefix,
+            self.prefix,
             ca_file=self.ca_file.get(options),
             cert_file=self.cert_file.get(options),
             key_file=self.key_file.get(options),
@@ -146,7 +148,7 @@ class TlsSettings:
     @classmethod
     def from_options(cls, prefix: str, options: Mapping[str, Any]) -> TlsSettings:
         """The ``<prefix>.tls.*`` settings in ``options``, read through their declarations."""
-        return TlsOptions.of(prefix).read(prefix, options)
+        return TlsOptions.of(prefix).read(options)
 
     @property
     def configured(self) -> bool:

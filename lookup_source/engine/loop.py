@@ -113,10 +113,10 @@ _PAUSES: contextvars.ContextVar[_Pauses | None] = contextvars.ContextVar(
 every task started on the loop sees its loop's (a context, not a process-wide table)."""
 
 
-def paused_for(loop: asyncio.AbstractEventLoop) -> float:
-    """How long the running :class:`TaskLoop` (``loop``) has not been running between its runs,
-    in all (by its own clock): a task's loop runs only while Spark waits on it, so a request in
-    flight may have been answered while nothing read the answer. 0.0 outside a TaskLoop."""
+def time_paused() -> float:
+    """How long the running :class:`TaskLoop` has not been running between its runs, in all
+    (by its own clock): a task's loop runs only while Spark waits on it, so a request in flight
+    may have been answered while nothing read the answer. 0.0 outside a TaskLoop."""
     state = _PAUSES.get()
     return state.total if state is not None else 0.0
 

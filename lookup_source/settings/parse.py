@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from lookup_source.connector_api.options import OptionSpec, parse_required_text
+from lookup_source.connector_api.options import OptionSpec, find_spec, parse_required_text
 from lookup_source.errors import OptionError
 from lookup_source.registry import available_connectors, resolve_connector, resolve_shared_cache
 from lookup_source.settings.budget import check_budget
@@ -25,10 +25,6 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = tuple(core.spec for core in DECLARED)
 
 # Options Spark itself may add to a data source's options; they mean nothing to us.
 _SPARK_ADDED_OPTIONS = frozenset({"path"})
-
-
-def _find_spec(name: str, specs: tuple[OptionSpec, ...]) -> OptionSpec | None:
-    return next((spec for spec in specs if spec.matches(name)), None)
 
 
 def _suggest(name: str, names: list[str]) -> str | None:
@@ -53,7 +49,7 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
     parsed: dict[str, Any] = {}
     connector_values: dict[str, Any] = {}
     for name, value in values.items():
-        spec = _find_spec(name, all_specs)
+        spec = find_spec(name, all_specs)
         if spec is None:
             raise _unknown_option(name, connector_name, all_specs)
         try:

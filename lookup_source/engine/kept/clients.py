@@ -218,9 +218,8 @@ class WorkerClients:
         aged past its limits); a client of the task's own, on this loop, when
         :data:`MAX_KEPT_CLIENTS` are kept and every one is in use."""
         with self._lock:
+            self._kept.expire()
             now = self._clock()
-            for idle in self._kept.idle(now):
-                self._kept.drop(idle)
             kept = self._kept.get(key)
             if kept is not None and kept.users == 0 and now - kept.last_used > max_idle_s:
                 self._kept.drop(key)  # idle too long to be trusted: replaced

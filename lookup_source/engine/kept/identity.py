@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from lookup_source.connector_api import ConnectorConfig, OptionSpec
+from lookup_source.connector_api.options import find_spec
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 from lookup_source.engine.kept.function_state import function_state
 from lookup_source.engine.kept.keeper import Keeper
@@ -104,12 +105,8 @@ def declared_options(factory: Any) -> tuple[OptionSpec[Any], ...]:
     return tuple(spec for spec in declared if isinstance(spec, OptionSpec))
 
 
-def _declared(name: str, declared: Sequence[OptionSpec[Any]]) -> OptionSpec[Any] | None:
-    return next((spec for spec in declared if spec.matches(name)), None)
-
-
 def _declared_secret(name: str, declared: Sequence[OptionSpec[Any]]) -> bool:
-    spec = _declared(name, declared)
+    spec = find_spec(name, declared)
     return spec is not None and spec.secret
 
 
@@ -230,7 +227,7 @@ def secret_values(config: ConnectorConfig, declared: Sequence[OptionSpec[Any]] =
     urls = [config.url] + [
         value
         for name, value in config.options.items()
-        if (spec := _declared(str(name), declared)) is not None and spec.url
+        if (spec := find_spec(str(name), declared)) is not None and spec.url
     ]
     for url in urls:
         if not isinstance(url, str) or "://" not in url:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from lookup_source.engine.loop import paused_for
+from lookup_source.engine.loop import time_paused
 
 if TYPE_CHECKING:
     from lookup_source.settings import HedgeSettings
@@ -237,7 +237,7 @@ async def race(
     Raises ``TimeoutError`` when no answer came within ``limit_s``."""
     loop = asyncio.get_running_loop()
     ends = loop.time() + limit_s
-    paused = paused_for(loop)
+    paused = time_paused()
     first = asyncio.ensure_future(start())
     second: asyncio.Future[Any] | None = None
     may_retry = delay_s is not None and delay_s < limit_s
@@ -308,7 +308,7 @@ def _unread_s(
     two runs) and how late the wait ended (the loop was busy: a cold start, a collection, the
     other processes of a small machine). A request is slow only when it is still unanswered
     that much longer. Returns that time, and the loop's paused time now."""
-    paused_now = paused_for(loop)
+    paused_now = time_paused()
     late = max(0.0, loop.time() - due)
     return (paused_now - paused_before) + (late if late > 0.002 else 0.0), paused_now
 
