@@ -87,6 +87,19 @@ def find_spec(name: str, specs: Iterable[OptionSpec[Any]]) -> OptionSpec[Any] | 
     return next((spec for spec in specs if spec.matches(name)), None)
 
 
+def declared_options(factory: Any) -> tuple[OptionSpec[Any], ...]:
+    """The options a client ``factory`` (a connector class) declares (``option_specs``): which
+    of them are secrets and which hold URLs is theirs to say; nothing for a user's function."""
+    declared = getattr(factory, "option_specs", ()) if isinstance(factory, type) else ()
+    return tuple(spec for spec in declared if isinstance(spec, OptionSpec))
+
+
+def declared_secret(name: str, specs: Iterable[OptionSpec[Any]]) -> bool:
+    """Whether option ``name`` is declared secret among ``specs``."""
+    spec = find_spec(name, specs)
+    return spec is not None and spec.secret
+
+
 # ---------------------------------------------------------------------------------------------
 # Value parsers: each raises ValueError with a message that completes "option 'x': ..."
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Secrets read where they are used: from the executor's environment.
+"""Secrets read where they are used: from the executor's environment; and the secrets a
+connector's configuration holds, which every text of a task hides (:func:`secret_values`).
 
 The driver reads one only when it must talk to the store itself (to infer a schema): the Spark
 layer says so with :func:`read_on_driver`, and a missing variable's message then names the
@@ -9,10 +10,18 @@ from __future__ import annotations
 
 import contextvars
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
+from lookup_source.connector_api.options import OptionSpec, declared_secret, find_spec
 from lookup_source.errors import MissingSecretError
+from lookup_source.redaction import secret_name
+
+if TYPE_CHECKING:
+    from lookup_source.connector_api.client import ConnectorConfig
 
 _ON_DRIVER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "asynclookup_secret_on_driver", default=None
@@ -48,3 +57,52 @@ def read_on_driver(why: str) -> Iterator[None]:
         yield
     finally:
         _ON_DRIVER.reset(token)
+
+
+def is_env_option(name: str) -> bool:
+    """Whether option ``name`` names an environment variable (``redis.password.env``)."""
+    return name.lower().endswith(".env")
+
+
+def secret_values(config: ConnectorConfig, declared: Sequence[OptionSpec[Any]] = ()) -> list[str]:
+    """The lookup's own secrets as texts might quote them: the values of options whose name is
+    a secret's and of those the connector declares secret (``declared``; a header) when they
+    read like a credential, the values ``*.env`` options name (as this process reads them),
+    the password and secret parameters of the URL and of every option declared to hold one."""
+    found: list[str] = []
+    for name, value in config.options.items():
+        name = str(name)
+        if value is None:
+            continue
+        if is_env_option(name):
+            resolved = os.environ.get(str(value))
+            if resolved:
+                found += [resolved, resolved.split(" ", 1)[-1]]  # "Bearer x": x alone too
+        elif secret_name(name) or (declared_secret(name, declared) and _looks_secret(str(value))):
+            text = str(value)
+            found += [text, text.split(" ", 1)[-1]]
+    urls = [config.url] + [
+        value
+        for name, value in config.options.items()
+        if (spec := find_spec(str(name), declared)) is not None and spec.url
+    ]
+    for url in urls:
+        if not isinstance(url, str) or "://" not in url:
+            continue
+        parts = urlsplit(url)
+        if parts.password:
+            found.append(parts.password)
+        if parts.username and not parts.password and parts.scheme in ("http", "https"):
+            found.append(parts.username)  # a lone token as the user (a database's user is not)
+        found += [v for n, v in parse_qsl(parts.query) if v and secret_name(n)]
+    return found
+
+
+_TOKEN_LIKE = re.compile(r"^[A-Za-z0-9._~+/=:-]{16,}$")
+
+
+def _looks_secret(value: str) -> bool:
+    """A header value that reads like a credential whatever its header's name: a secret's
+    word in it (``token-abc``), or one long unbroken token (``Bearer`` and the like aside)."""
+    last = value.strip().split(" ")[-1]
+    return secret_name(value) or bool(_TOKEN_LIKE.match(last))

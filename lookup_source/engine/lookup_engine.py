@@ -39,7 +39,6 @@ from lookup_source.engine.intake.batches import BatchEntry, Request
 from lookup_source.engine.intake.inflight import InFlightKeys, deliver
 from lookup_source.engine.intake.known_answers import KnownAnswers
 from lookup_source.engine.kept.cache_layer import CacheLayer
-from lookup_source.engine.kept.identity import declared_options, secret_values
 from lookup_source.engine.kept.shared_cache import SharedTier
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.output.builder import OutputBuilder
@@ -81,6 +80,7 @@ class LookupEngine:
         shared: SharedTier | None = None,
         metrics: LookupMetrics | None = None,
         budget: TaskBudget | None = None,
+        redact: Redactor | None = None,
     ) -> None:
         options = spec.options
         self.client = client
@@ -89,8 +89,7 @@ class LookupEngine:
         self._fields = list(spec.value_fields)
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._budget = budget
-        # messages never quote our secrets
-        redact = Redactor(secret_values(client.config, declared_options(type(client))))
+        redact = redact or Redactor()  # messages never quote the task's secrets (its resources')
         limit = limit_of(
             options.capacity,
             adaptive=options.capacity_adaptive,

@@ -14,13 +14,9 @@ import pyarrow as pa
 import pytest
 
 from lookup_source.connector_api import ConnectorConfig, OptionSpec
-from lookup_source.engine.kept.identity import (
-    LookupIdentity,
-    declared_options,
-    function_state,
-    implicit_inputs,
-    secret_values,
-)
+from lookup_source.connector_api.options import declared_options
+from lookup_source.connector_api.secrets import secret_values
+from lookup_source.engine.kept.identity import LookupIdentity, function_state, implicit_inputs
 
 
 def postgres(url: str = "postgresql://app@db/postgres") -> ConnectorConfig:
@@ -212,3 +208,48 @@ def test_a_task_keys_what_the_worker_keeps_by_the_function_and_the_tier_by_its_s
     memo["seen"] = 1
     again = task_identities(spec, config, function)
     assert again.local.digest("cache") == one.local.digest("cache")  # state moved: same
+
+
+def test_a_tasks_errors_hide_what_its_connector_declares_secret() -> None:
+    """The task's redactor is made once, with its resources, from the client's configuration
+    and its connector's declarations: a service that echoes a declared secret header (whose
+    name says nothing of a secret) in its error page never puts it in the task's error."""
+    from lookup_source.engine.runner import run_lookups
+    from lookup_source.errors import LookupFailedError
+    from lookup_source.testing.clock import VirtualTimeLoop
+    from tests.fakes import FakeClient, key_batch, make_config, make_options, make_spec
+
+    token = "zq81echoedroutingvalue77"  # its header declared secret; its name says nothing
+
+    class EchoingAcme(FakeClient):
+        name = "acme"
+        option_specs = _AcmeClient.option_specs
+
+        async def lookup(self, keys: Any) -> Any:
+            header = self.config.options["acme.header.x-routing"]
+            raise PermissionError(f"403 for request with x-routing: {header} (keys {list(keys)})")
+
+    spec = make_spec(make_options(max_attempts=1))
+    plain = make_config(spec)
+    config = ConnectorConfig(
+        connector="acme",
+        url=plain.url,
+        key_columns=plain.key_columns,
+        value_columns=plain.value_columns,
+        value_types=plain.value_types,
+        options={"acme.header.x-routing": token, "acme.table": "users"},
+    )
+    with pytest.raises(LookupFailedError) as info:
+        list(
+            run_lookups(
+                [key_batch([1, 2])],
+                spec,
+                config,
+                client_factory=EchoingAcme,
+                keep_client=False,
+                loop_factory=VirtualTimeLoop,
+            )
+        )
+    text = str(info.value)
+    assert "403 for request with x-routing" in text and "failed for 2 keys" in text
+    assert token not in text and "***" in text

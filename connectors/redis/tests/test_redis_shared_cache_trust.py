@@ -19,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookup_source.connector_api import ConnectorConfig
+from lookup_source.connector_api.options import declared_options
 from lookup_source.engine.clock import Clocks
-from lookup_source.engine.kept.identity import LookupIdentity, declared_options, function_state
+from lookup_source.engine.kept.identity import LookupIdentity, function_state
 from lookup_source.engine.kept.shared_cache import (
     TAG_BYTES,
     RejectedValue,

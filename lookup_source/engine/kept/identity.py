@@ -38,7 +38,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from lookup_source.connector_api import ConnectorConfig, OptionSpec
-from lookup_source.connector_api.options import find_spec
+from lookup_source.connector_api.options import declared_secret
+from lookup_source.connector_api.secrets import is_env_option
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 from lookup_source.engine.kept.function_state import function_state
 from lookup_source.engine.kept.keeper import Keeper
@@ -74,10 +75,6 @@ class IdentityKeys:
         return len(self._keys)
 
 
-def _is_env_option(name: str) -> bool:
-    return name.lower().endswith(".env")
-
-
 def _is_file_option(name: str) -> bool:
     lowered = name.lower()
     return lowered.endswith("-file") or lowered.endswith(".file")
@@ -98,20 +95,8 @@ def _file_fingerprint(path: Any) -> bytes:
         return f"unreadable:{exc.errno}".encode()
 
 
-def declared_options(factory: Any) -> tuple[OptionSpec[Any], ...]:
-    """The options a client ``factory`` (a connector class) declares (``option_specs``): which
-    of them are secrets and which hold URLs is theirs to say; nothing for a user's function."""
-    declared = getattr(factory, "option_specs", ()) if isinstance(factory, type) else ()
-    return tuple(spec for spec in declared if isinstance(spec, OptionSpec))
-
-
-def _declared_secret(name: str, declared: Sequence[OptionSpec[Any]]) -> bool:
-    spec = find_spec(name, declared)
-    return spec is not None and spec.secret
-
-
 def _public_option(name: str, value: Any, declared: Sequence[OptionSpec[Any]]) -> str:
-    if secret_name(name) or _is_env_option(name) or _declared_secret(name, declared):
+    if secret_name(name) or is_env_option(name) or declared_secret(name, declared):
         return f"{name}=(secret)"
     if name == "function.id":  # made anew for each job: the function's state stands for it
         return ""
@@ -175,7 +160,7 @@ class LookupIdentity:
             if str(name) == "function.id" and function is not None:
                 continue
             material.update(f"{name}={value!r}\x00".encode("utf-8", "surrogateescape"))
-            if _is_env_option(str(name)) and value:
+            if is_env_option(str(name)) and value:
                 material.update(b"env\x00" + _env_value(value) + b"\x00")
             if _is_file_option(str(name)) and value:
                 material.update(b"file\x00" + _file_fingerprint(value) + b"\x00")
@@ -207,50 +192,6 @@ class LookupIdentity:
         return hmac.new(self._key, b"key\x00" + purpose.encode(), "sha256").digest()
 
 
-def secret_values(config: ConnectorConfig, declared: Sequence[OptionSpec[Any]] = ()) -> list[str]:
-    """The lookup's own secrets as texts might quote them: the values of options whose name is
-    a secret's and of those the connector declares secret (``declared``; a header) when they
-    read like a credential, the values ``*.env`` options name (as this process reads them),
-    the password and secret parameters of the URL and of every option declared to hold one."""
-    found: list[str] = []
-    for name, value in config.options.items():
-        name = str(name)
-        if value is None:
-            continue
-        if _is_env_option(name):
-            resolved = os.environ.get(str(value))
-            if resolved:
-                found += [resolved, resolved.split(" ", 1)[-1]]  # "Bearer x": x alone too
-        elif secret_name(name) or (_declared_secret(name, declared) and _looks_secret(str(value))):
-            text = str(value)
-            found += [text, text.split(" ", 1)[-1]]
-    urls = [config.url] + [
-        value
-        for name, value in config.options.items()
-        if (spec := find_spec(str(name), declared)) is not None and spec.url
-    ]
-    for url in urls:
-        if not isinstance(url, str) or "://" not in url:
-            continue
-        parts = urlsplit(url)
-        if parts.password:
-            found.append(parts.password)
-        if parts.username and not parts.password and parts.scheme in ("http", "https"):
-            found.append(parts.username)  # a lone token as the user (a database's user is not)
-        found += [v for n, v in parse_qsl(parts.query) if v and secret_name(n)]
-    return found
-
-
-_TOKEN_LIKE = re.compile(r"^[A-Za-z0-9._~+/=:-]{16,}$")
-
-
-def _looks_secret(value: str) -> bool:
-    """A header value that reads like a credential whatever its header's name: a secret's
-    word in it (``token-abc``), or one long unbroken token (``Bearer`` and the like aside)."""
-    last = value.strip().split(" ")[-1]
-    return secret_name(value) or bool(_TOKEN_LIKE.match(last))
-
-
 def implicit_inputs(factory: Any, config: ConnectorConfig) -> tuple[str, ...]:
     """What a client ``factory`` (a connector class) says its library reads on its own
     (``LookupClient.implicit_inputs``); nothing for a user's function."""
@@ -267,8 +208,6 @@ __all__ = [
     "KDF_ITERATIONS",
     "IdentityKeys",
     "LookupIdentity",
-    "declared_options",
     "function_state",
     "implicit_inputs",
-    "secret_values",
 ]

@@ -22,20 +22,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_from_env
+from lookup_source.connector_api.options import declared_options
+from lookup_source.connector_api.secrets import secret_values
 from lookup_source.engine.kept.cache_layer import CacheLayer
 from lookup_source.engine.kept.clients import ClientFactory, Lease
-from lookup_source.engine.kept.identity import (
-    IdentityKeys,
-    LookupIdentity,
-    declared_options,
-    implicit_inputs,
-)
+from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, implicit_inputs
 from lookup_source.engine.kept.shared_cache import SharedTier, StoreHealth
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_kind
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.request.budget import TaskBudget
 from lookup_source.engine.request.hedge import Hedging
 from lookup_source.engine.spec import EngineSpec
+from lookup_source.redaction import Redactor
 
 if TYPE_CHECKING:
     from lookup_source.engine.kept.worker import Worker
@@ -100,6 +98,9 @@ class TaskResources:
     loop_kind: str
     """The kind of the task's loop (option ``loop``): its plugins' clients live on it too."""
     lease: Lease
+    redact: Redactor = field(default_factory=Redactor)
+    """Every text of the task (an error, a message, a log line) with the lookup's secrets
+    hidden: those of its client's configuration, as its connector declares them."""
     metrics: LookupMetrics = field(default_factory=lambda: LookupMetrics(tasks=1))
     cache: CacheLayer | None = None
     hedging: Hedging | None = None
@@ -140,6 +141,10 @@ class TaskResources:
         )
         resources = cls(worker, spec, identities, kind, lease)
         try:
+            client = lease.client
+            resources.redact = Redactor(
+                secret_values(client.config, declared_options(type(client)))
+            )
             resources._take(config, factory)
         except BaseException:
             resources.release(sound=False)
@@ -147,7 +152,8 @@ class TaskResources:
         return resources
 
     def _take(self, config: ConnectorConfig, factory: ClientFactory) -> None:
-        worker, options = self.worker, self.spec.options
+        worker, options, client = self.worker, self.spec.options, self.client
+        self.redact = Redactor(secret_values(client.config, declared_options(type(client))))
         self._gc_held = worker.gc.hold(options.gc_threshold)
         self.telemetry = worker.telemetry() if options.metrics_opentelemetry else None
         self._cache_budget = int(options.cache.worker_max_mb * 2**20)
@@ -183,6 +189,7 @@ class TaskResources:
             "shared": self.shared,
             "metrics": self.metrics,
             "budget": self.budget,
+            "redact": self.redact,
         }
 
     def _shared_tier(self) -> SharedTier | None:
@@ -229,9 +236,11 @@ class TaskResources:
         """A plugin's client for ``url`` (the shared tier's store, a budget's coordinator),
         kept by the worker like the lookup's own client, on the same loop."""
         options = self.spec.options
+        config = plugin_class.config_for(url)  # its identity: its URL, options, implicit inputs
         lease = self.worker.lease_client(
             plugin_class,
-            plugin_class.config_for(url),  # its identity: its URL, options, implicit inputs
+            config,
+            identity=self.worker.identity_of(plugin_class, config),
             max_idle_s=options.connection_max_idle_s,
             max_age_s=options.connection_max_age_s,
             keep=self.lease.kept,

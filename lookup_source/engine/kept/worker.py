@@ -52,6 +52,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lookup_source.connector_api import ConnectorConfig
+from lookup_source.connector_api.options import declared_options
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
 from lookup_source.engine.kept.caches import KeptCaches
 from lookup_source.engine.kept.clients import (
@@ -64,12 +65,7 @@ from lookup_source.engine.kept.clients import (
     worker_reuse,
 )
 from lookup_source.engine.kept.gc_tuning import GcHold
-from lookup_source.engine.kept.identity import (
-    IdentityKeys,
-    LookupIdentity,
-    declared_options,
-    implicit_inputs,
-)
+from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, implicit_inputs
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_factory_of
 
 if TYPE_CHECKING:
@@ -170,7 +166,7 @@ class Worker:
         factory: ClientFactory,
         config: ConnectorConfig,
         *,
-        identity: LookupIdentity | None = None,
+        identity: LookupIdentity | None,
         max_idle_s: float,
         max_age_s: float = 0.0,
         keep: bool | None = None,
@@ -182,27 +178,36 @@ class Worker:
         ``loop_kind``, when the worker serves task after task (``keep``: whether it does; by
         default, what Spark says) and ``max_idle_s`` > 0, else a loop (``loop``, the task's own
         already; or one made by ``loop_factory``, else of ``loop_kind``) and a client of the
-        task's own. A kept client older than
-        ``max_age_s`` (0: no limit) is replaced. ``identity``: the lookup's, computed once by
-        the task; by default (a plugin's client: a store, a coordinator), made from ``config``
-        and what ``factory``'s library reads on its own, when the client is kept."""
+        task's own. A kept client older than ``max_age_s`` (0: no limit) is replaced.
+        ``identity``: the client's, computed once by whoever leases it
+        (:meth:`identity_of`); without one, the client is the task's own, never kept."""
         if keep is None:
             keep = worker_reuse() and loop_factory is None
         reusable_class = bool(getattr(factory, "reusable", True))
         factory_id = factory_identity(factory)
-        if keep and max_idle_s > 0 and reusable_class and factory_id is not None:
-            if identity is None:
-                identity = LookupIdentity.of(
-                    config,
-                    implicit=implicit_inputs(factory, config),
-                    declared=declared_options(factory),
-                    keys=self.identity_keys,
-                )
+        if (
+            keep
+            and max_idle_s > 0
+            and reusable_class
+            and factory_id is not None
+            and identity is not None
+        ):
             key = client_key(factory_id, config, identity)
             lease = self.clients(loop_kind).lease(key, factory, config, max_idle_s, max_age_s)
             self._start_sweeper()
             return lease
         return task_lease(factory, config, loop_factory or loop_factory_of(loop_kind), loop)
+
+    def identity_of(self, factory: ClientFactory, config: ConnectorConfig) -> LookupIdentity:
+        """The identity of a client of ``factory`` for ``config`` (a plugin's: a shared tier's
+        store, a budget's coordinator; a scan's): its configuration and what the factory's
+        library reads on its own, under this worker's identity keys."""
+        return LookupIdentity.of(
+            config,
+            implicit=implicit_inputs(factory, config),
+            declared=declared_options(factory),
+            keys=self.identity_keys,
+        )
 
     def sweep(self) -> int:
         """Close the kept clients idle past their limit, in every thread that runs no task
@@ -336,8 +341,12 @@ def forget_worker() -> None:
 
 
 def lease_client(factory: ClientFactory, config: ConnectorConfig, **settings: Any) -> Lease:
-    """:meth:`Worker.lease_client` of this process's worker."""
-    return current_worker().lease_client(factory, config, **settings)
+    """:meth:`Worker.lease_client` of this process's worker, for a client known by its
+    configuration (:meth:`Worker.identity_of`) unless ``identity`` says otherwise."""
+    worker = current_worker()
+    if "identity" not in settings:
+        settings["identity"] = worker.identity_of(factory, config)
+    return worker.lease_client(factory, config, **settings)
 
 
 __all__ = [
