@@ -57,3 +57,33 @@ class Matches:
         """No match at all: every key is missing."""
         empty = pa.RecordBatch.from_pylist([], schema=pa.schema(list(fields)))
         return cls(np.zeros(0, dtype=np.int64), empty)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Matches], fields: Sequence[pa.Field]) -> Matches:
+        """All ``parts`` (each already conformed to ``fields``) as one :class:`Matches`, their
+        rows in order."""
+        parts = [part for part in parts if part.num_rows]
+        if not parts:
+            return cls.none(fields)
+        if len(parts) == 1:
+            return parts[0]
+        schema = pa.schema(list(fields))
+        values = pa.Table.from_batches([p.values for p in parts], schema=schema).combine_chunks()
+        batch = values.to_batches()[0] if values.num_rows else parts[0].values.slice(0, 0)
+        errors = None
+        if any(p.errors is not None for p in parts):
+            errors = pa.concat_arrays(
+                [
+                    p.errors if p.errors is not None else pa.nulls(p.num_rows, pa.string())
+                    for p in parts
+                ]
+            )
+        return cls(np.concatenate([p.key_index for p in parts]), batch, errors)
+
+    def rows(self, rows: np.ndarray, key_index: np.ndarray | None = None) -> Matches:
+        """The rows ``rows`` of these matches (with ``key_index``'s entries, if given, as their
+        keys)."""
+        index = pa.array(rows, type=pa.int64())
+        errors = self.errors.take(index) if self.errors is not None else None
+        keys = (key_index if key_index is not None else self.key_index)[rows]
+        return Matches(keys, self.values.take(index), errors)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -144,3 +145,29 @@ def test_arrow_to_matches_directly() -> None:
     assert matches.values.column(0).to_pylist() == ["c", "a"]
     empty = arrow_to_matches(answer.slice(0, 0), keys, fields, what="f")
     assert empty.num_rows == 0
+
+
+def test_matches_put_together_and_taken_apart_keep_keys_values_and_errors() -> None:
+    from lookup_source.connector_api import Matches
+
+    fields = [pa.field("name", pa.string())]
+    found = Matches([0, 2], pa.record_batch({"name": ["Ada", "Bob"]}))
+    failing = Matches(
+        [1, 1], pa.record_batch({"name": [None, "Cy"]}), pa.array(["bad value", None])
+    )
+    empty = Matches.none(fields)
+    both = Matches.concat([found, empty, failing], fields)
+    assert both.key_index.tolist() == [0, 2, 1, 1]
+    assert both.values.column("name").to_pylist() == ["Ada", "Bob", None, "Cy"]
+    assert both.errors is not None and both.errors.to_pylist() == [None, None, "bad value", None]
+    assert Matches.concat([empty, found], fields) is found  # one part with rows: itself
+    nothing = Matches.concat([], fields)
+    assert nothing.num_rows == 0 and nothing.values.schema.names == ["name"]
+    taken = both.rows(np.array([3, 0]))
+    assert taken.key_index.tolist() == [1, 0]
+    assert taken.values.column("name").to_pylist() == ["Cy", "Ada"]
+    assert taken.errors is not None and taken.errors.to_pylist() == [None, None]
+    renamed = both.rows(np.array([1]), key_index=np.array([7, 8, 9, 9]))
+    assert renamed.key_index.tolist() == [8] and renamed.values.column("name").to_pylist() == [
+        "Bob"
+    ]

@@ -17,8 +17,7 @@ import pyarrow as pa
 from lookup_source.connector_api import Matches
 from lookup_source.engine.intake.batches import BatchEntry
 from lookup_source.engine.output.joined_rows import JoinedRows
-from lookup_source.engine.request.answers import Part, concat_matches, gather
-from lookup_source.engine.request.combine import rows_of
+from lookup_source.engine.request.answers import Part, gather
 from lookup_source.errors import LookupFailedError
 from lookup_source.redaction import redact_text
 from lookup_source.settings import ERROR_COLUMN, LookupOptions
@@ -101,7 +100,7 @@ def over_max_matches(
         [pa.nulls(len(over), f.type) for f in fields], schema=pa.schema(list(fields))
     )
     failed = Matches(over.astype(np.int64), nulls, pa.array(messages, pa.string()))
-    return concat_matches([kept, failed], fields)
+    return Matches.concat([kept, failed], fields)
 
 
 class OutputBuilder:
@@ -208,7 +207,7 @@ class OutputBuilder:
             )
             if failure is not None:
                 raise failure
-        return concat_matches([answers, *failures], fields) if failures else answers
+        return Matches.concat([answers, *failures], fields) if failures else answers
 
     def _joined(
         self, batch: pa.RecordBatch, indices: pa.Array, num_keys: int, matches: Matches
@@ -230,9 +229,9 @@ def _split(
 ) -> tuple[Matches, list[Matches]]:
     """The rows of ``parts`` whose key is ``wanted`` (a mask by key position), as one
     :class:`Matches`; and the other rows, as the parts left."""
-    merged = concat_matches(parts, fields)
+    merged = Matches.concat(parts, fields)
     mine = wanted[merged.key_index]
     if mine.all():
         return merged, []
     taken, left = np.flatnonzero(mine), np.flatnonzero(~mine)
-    return rows_of(merged, taken), [rows_of(merged, left)]
+    return merged.rows(taken), [merged.rows(left)]

@@ -18,7 +18,7 @@ from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.values import conform_column, conform_matches
 from lookup_source.engine.output.builder import value_failure
 from lookup_source.engine.output.joined_rows import JoinedRows
-from lookup_source.engine.request.answers import concat_matches, keyed_messages
+from lookup_source.engine.request.answers import keyed_messages
 from lookup_source.settings import ERROR_COLUMN
 
 
@@ -57,7 +57,7 @@ def scan_rows(
         nulls = pa.RecordBatch.from_pylist([], schema=pa.schema(list(value_fields)))
         errors = pa.array([key_reasons[int(r)] for r in rows], type=pa.string())
         failing = Matches(rows, nulls.take(pa.nulls(len(rows), pa.int64())), errors)
-        matches = concat_matches([matches, failing], value_fields)
+        matches = Matches.concat([matches, failing], value_fields)
     if name_keys and matches.errors is not None and matches.errors.null_count < matches.num_rows:
         scanned = python_keys(keys)
         matches = keyed_messages(matches, lambda: scanned)

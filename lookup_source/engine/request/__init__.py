@@ -2,4 +2,4 @@
 :mod:`.limit`) and its pacing (:mod:`.pacing`: :mod:`.rate_limit`, the cluster budget of
 :mod:`.budget` and :mod:`.budget_share`) through its attempts (:mod:`.executor`, following
 :mod:`.retry`, within :mod:`.deadline`, hedged by :mod:`.hedge`) to its answer
-(:mod:`.answers`, :mod:`.combine`)."""
+(:mod:`.answers`)."""

@@ -16,7 +16,7 @@ batch together: one GET's record alone would cost more to convert than to fetch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -26,10 +26,27 @@ import pyarrow as pa
 from lookup_source.connector_api import Key, Matches
 from lookup_source.connector_api.values import conform_matches, records_to_matches
 from lookup_source.engine.kept.cached_rows import MISSING, CachedError, CachedRows, cache_rows
-from lookup_source.engine.request.combine import KeySource, concat_matches, keyed_messages, rows_of
 
 Fields = Sequence[pa.Field]
 """A value schema: the declared value columns."""
+
+KeySource = Callable[[], Sequence[Key]]
+"""The asked keys as Python values, made when first needed (a message names its key)."""
+
+
+def keyed_messages(matches: Matches, keys: KeySource) -> Matches:
+    """``matches`` with each error message prefixed by the key it concerns: ``key 7: ...``
+    (``keys()``: the asked keys, which ``key_index`` points into)."""
+    errors = matches.errors
+    if errors is None or errors.null_count == len(errors):
+        return matches
+    everything = keys()
+    index = matches.key_index
+    messages = [
+        None if text is None else f"key {everything[index[row]]!r}: {text}"
+        for row, text in enumerate(errors.to_pylist())
+    ]
+    return Matches(index, matches.values, pa.array(messages, type=pa.string()))
 
 
 def absent(value: Any) -> bool:
@@ -135,7 +152,7 @@ class ColumnarAnswer(Answer):
         slot = np.full(self.size, -1, dtype=np.int64)
         slot[rows] = np.arange(len(rows))
         mine = slot[self.matches.key_index]
-        kept = rows_of(self.matches, np.flatnonzero(mine >= 0), mine)
+        kept = self.matches.rows(np.flatnonzero(mine >= 0), mine)
         return ColumnarAnswer(kept, len(rows), self._asked_at(rows), self.fields)
 
     def placed(self, rows: np.ndarray, size: int, keys: KeySource) -> Answer:
@@ -146,7 +163,7 @@ class ColumnarAnswer(Answer):
     def merged(self, later: Sequence[Answer]) -> Answer:
         parts = [answer.to_matches() for answer in (self, *later)]
         return ColumnarAnswer(
-            concat_matches(parts, self.fields), self.size, self._keys, self.fields
+            Matches.concat(parts, self.fields), self.size, self._keys, self.fields
         )
 
     def cache_entries(self, *, cache_missing: bool) -> list[tuple[Key, Any]]:
@@ -286,7 +303,7 @@ class Gathering:
             columnar.append(
                 Matches(positions[converted.key_index], converted.values, converted.errors)
             )
-        return concat_matches(columnar, self.fields)
+        return Matches.concat(columnar, self.fields)
 
 
 def gather(parts: Sequence[Part], fields: Fields) -> Matches:
@@ -345,7 +362,6 @@ __all__ = [
     "answer_of",
     "cache_rows",
     "cached_answer",
-    "concat_matches",
     "gather",
     "keyed_messages",
     "merge",
