@@ -11,17 +11,25 @@ from __future__ import annotations
 import contextvars
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from lookup_source.connector_api.options import OptionSpec, declared_secret, find_spec
 from lookup_source.errors import MissingSecretError
 from lookup_source.redaction import secret_name
 
-if TYPE_CHECKING:
-    from lookup_source.connector_api.client import ConnectorConfig
+
+class Configured(Protocol):
+    """What :func:`secret_values` reads of a ``ConnectorConfig``."""
+
+    @property
+    def url(self) -> str | None: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+
 
 _ON_DRIVER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "asynclookup_secret_on_driver", default=None
@@ -64,7 +72,7 @@ def is_env_option(name: str) -> bool:
     return name.lower().endswith(".env")
 
 
-def secret_values(config: ConnectorConfig, declared: Sequence[OptionSpec[Any]] = ()) -> list[str]:
+def secret_values(config: Configured, declared: Sequence[OptionSpec[Any]] = ()) -> list[str]:
     """The lookup's own secrets as texts might quote them: the values of options whose name is
     a secret's and of those the connector declares secret (``declared``; a header) when they
     read like a credential, the values ``*.env`` options name (as this process reads them),
