@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from lookup_source.connector_api.options import OptionSpec, declared_secret, find_spec
+from lookup_source.connector_api.options import OptionSpec, find_spec
 from lookup_source.errors import MissingSecretError
 from lookup_source.redaction import secret_name
 
@@ -78,22 +78,21 @@ def secret_values(config: Configured, declared: Sequence[OptionSpec[Any]] = ()) 
     read like a credential, the values ``*.env`` options name (as this process reads them),
     the password and secret parameters of the URL and of every option declared to hold one."""
     found: list[str] = []
+    urls: list[Any] = [config.url]
     for name, value in config.options.items():
         name = str(name)
         if value is None:
             continue
+        spec = find_spec(name, declared)
         if is_env_option(name):
             resolved = os.environ.get(str(value))
             if resolved:
                 found += [resolved, resolved.split(" ", 1)[-1]]  # "Bearer x": x alone too
-        elif secret_name(name) or (declared_secret(name, declared) and _looks_secret(str(value))):
+        elif secret_name(name) or (spec is not None and spec.secret and _looks_secret(str(value))):
             text = str(value)
             found += [text, text.split(" ", 1)[-1]]
-    urls = [config.url] + [
-        value
-        for name, value in config.options.items()
-        if (spec := find_spec(str(name), declared)) is not None and spec.url
-    ]
+        if spec is not None and spec.url:
+            urls.append(value)
     for url in urls:
         if not isinstance(url, str) or "://" not in url:
             continue
