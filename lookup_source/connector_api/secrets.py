@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from lookup_source.connector_api.options import OptionSpec, find_spec
+from lookup_source.connector_api.options import OptionSpec, declared_options, find_spec
 from lookup_source.errors import MissingSecretError
-from lookup_source.redaction import secret_name
+from lookup_source.redaction import Redactor, secret_name
 
 
 class Configured(Protocol):
@@ -103,6 +103,13 @@ def secret_values(config: Configured, declared: Sequence[OptionSpec[Any]] = ()) 
             found.append(parts.username)  # a lone token as the user (a database's user is not)
         found += [v for n, v in parse_qsl(parts.query) if v and secret_name(n)]
     return found
+
+
+def client_redactor(client: Any) -> Redactor:
+    """What hides ``client``'s secrets in a text: those of its configuration
+    (:func:`secret_values`), as its connector class declares them, and every URL's
+    credentials."""
+    return Redactor(secret_values(client.config, declared_options(type(client))))
 
 
 _TOKEN_LIKE = re.compile(r"^[A-Za-z0-9._~+/=:-]{16,}$")

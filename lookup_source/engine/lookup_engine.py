@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorError, LookupClient
+from lookup_source.connector_api.secrets import client_redactor
 from lookup_source.engine.intake.batches import BatchEntry, Request
 from lookup_source.engine.intake.inflight import InFlightKeys, deliver
 from lookup_source.engine.intake.known_answers import KnownAnswers
@@ -89,7 +90,8 @@ class LookupEngine:
         self._fields = list(spec.value_fields)
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._budget = budget
-        redact = redact or Redactor()  # messages never quote the task's secrets (its resources')
+        # messages never quote the task's secrets: its resources' redactor, else its client's
+        redact = redact or client_redactor(client)
         limit = limit_of(
             options.capacity,
             adaptive=options.capacity_adaptive,

@@ -140,7 +140,8 @@ class LookupIdentity:
         ``cache.shared.namespace``; ``implicit``, what the connector's library reads on its own:
         ``env:NAME`` and ``file:PATH``, from ``LookupClient.implicit_inputs``; ``declared``, the
         connector's option specs, which say which options are secrets:
-        :func:`declared_options`; ``keys``, the worker's derived keys)."""
+        :func:`~lookup_source.connector_api.options.declared_options`; ``keys``, the worker's
+        derived keys)."""
         options = sorted(config.options.items(), key=lambda item: str(item[0]))
         shown = (_public_option(name, value, declared) for name, value in options)
         public = "\n".join(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_from_env
 from lookup_source.connector_api.options import declared_options
-from lookup_source.connector_api.secrets import secret_values
+from lookup_source.connector_api.secrets import client_redactor
 from lookup_source.engine.kept.cache_layer import CacheLayer
 from lookup_source.engine.kept.clients import ClientFactory, Lease
 from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, implicit_inputs
@@ -141,10 +141,6 @@ class TaskResources:
         )
         resources = cls(worker, spec, identities, kind, lease)
         try:
-            client = lease.client
-            resources.redact = Redactor(
-                secret_values(client.config, declared_options(type(client)))
-            )
             resources._take(config, factory)
         except BaseException:
             resources.release(sound=False)
@@ -152,8 +148,8 @@ class TaskResources:
         return resources
 
     def _take(self, config: ConnectorConfig, factory: ClientFactory) -> None:
-        worker, options, client = self.worker, self.spec.options, self.client
-        self.redact = Redactor(secret_values(client.config, declared_options(type(client))))
+        worker, options = self.worker, self.spec.options
+        self.redact = client_redactor(self.client)
         self._gc_held = worker.gc.hold(options.gc_threshold)
         self.telemetry = worker.telemetry() if options.metrics_opentelemetry else None
         self._cache_budget = int(options.cache.worker_max_mb * 2**20)
@@ -236,11 +232,9 @@ class TaskResources:
         """A plugin's client for ``url`` (the shared tier's store, a budget's coordinator),
         kept by the worker like the lookup's own client, on the same loop."""
         options = self.spec.options
-        config = plugin_class.config_for(url)  # its identity: its URL, options, implicit inputs
         lease = self.worker.lease_client(
             plugin_class,
-            config,
-            identity=self.worker.identity_of(plugin_class, config),
+            plugin_class.config_for(url),  # its identity: its URL, options, implicit inputs
             max_idle_s=options.connection_max_idle_s,
             max_age_s=options.connection_max_age_s,
             keep=self.lease.kept,

@@ -166,7 +166,7 @@ class Worker:
         factory: ClientFactory,
         config: ConnectorConfig,
         *,
-        identity: LookupIdentity | None,
+        identity: LookupIdentity | None = None,
         max_idle_s: float,
         max_age_s: float = 0.0,
         keep: bool | None = None,
@@ -179,19 +179,16 @@ class Worker:
         default, what Spark says) and ``max_idle_s`` > 0, else a loop (``loop``, the task's own
         already; or one made by ``loop_factory``, else of ``loop_kind``) and a client of the
         task's own. A kept client older than ``max_age_s`` (0: no limit) is replaced.
-        ``identity``: the client's, computed once by whoever leases it
-        (:meth:`identity_of`); without one, the client is the task's own, never kept."""
+        ``identity``: the lookup's, computed once by the task; by default (a plugin's client:
+        a store, a coordinator; a scan's), :meth:`identity_of`, computed only when the client
+        is kept."""
         if keep is None:
             keep = worker_reuse() and loop_factory is None
         reusable_class = bool(getattr(factory, "reusable", True))
         factory_id = factory_identity(factory)
-        if (
-            keep
-            and max_idle_s > 0
-            and reusable_class
-            and factory_id is not None
-            and identity is not None
-        ):
+        if keep and max_idle_s > 0 and reusable_class and factory_id is not None:
+            if identity is None:
+                identity = self.identity_of(factory, config)
             key = client_key(factory_id, config, identity)
             lease = self.clients(loop_kind).lease(key, factory, config, max_idle_s, max_age_s)
             self._start_sweeper()
@@ -341,12 +338,8 @@ def forget_worker() -> None:
 
 
 def lease_client(factory: ClientFactory, config: ConnectorConfig, **settings: Any) -> Lease:
-    """:meth:`Worker.lease_client` of this process's worker, for a client known by its
-    configuration (:meth:`Worker.identity_of`) unless ``identity`` says otherwise."""
-    worker = current_worker()
-    if "identity" not in settings:
-        settings["identity"] = worker.identity_of(factory, config)
-    return worker.lease_client(factory, config, **settings)
+    """:meth:`Worker.lease_client` of this process's worker."""
+    return current_worker().lease_client(factory, config, **settings)
 
 
 __all__ = [
