@@ -104,6 +104,25 @@ def redacted_cause(
     return cause
 
 
+def clean_cause(error: BaseException, redact: Callable[[str], str] = redact_text) -> BaseException:
+    """``error`` as the cause of an error that leaves the task (a ``LookupFailedError``, whose
+    traceback Spark prints and sends to the driver): ``error`` itself when no text of it nor
+    of the chain a traceback prints (its causes and contexts) has anything for ``redact`` to
+    hide; else :func:`redacted_cause` (its type's name, text and traceback, redacted)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        if redact(text) != text:
+            return redacted_cause(error, redact)
+        if current.__cause__ is not None:
+            current = current.__cause__
+        else:
+            current = None if current.__suppress_context__ else current.__context__
+    return error
+
+
 class translated_errors:
     """Raise what the body raises translated by :func:`translate_error` (a class, not a
     generator: it is entered on every request of a hot path)."""

@@ -6,6 +6,7 @@ shared tier."""
 from __future__ import annotations
 
 import os
+import traceback
 import types
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,5 @@ def test_a_tasks_errors_hide_what_its_connector_declares_secret() -> None:
     text = str(info.value)
     assert "403 for request with x-routing" in text and "failed for 2 keys" in text
     assert token not in text and "***" in text
+    printed = "".join(traceback.format_exception(info.value))  # what Spark sends the driver
+    assert token not in printed and "builtins.PermissionError: 403 for request" in printed

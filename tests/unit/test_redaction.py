@@ -158,3 +158,32 @@ def test_logs_carry_no_secret(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="lookup_source"):
         log.warning("service answered: %s", f"GET /users/1?access_token={SECRET} -> 500")
     assert SECRET not in caplog.records[0].getMessage()  # no scheme in the text: still hidden
+
+
+def test_a_failures_cause_is_kept_when_clean_and_redacted_when_it_quotes_a_secret() -> None:
+    from lookup_source.connector_api.boundary import LibraryError, clean_cause
+    from lookup_source.redaction import Redactor
+
+    redact = Redactor(["zq81echoedroutingvalue77"])
+    clean = TimeoutError("the store took longer than 2 s")
+    assert clean_cause(clean, redact) is clean  # nothing to hide: the error itself, its type kept
+    quoting = PermissionError("403 with x-routing: zq81echoedroutingvalue77")
+    cause = clean_cause(quoting, redact)
+    assert isinstance(cause, LibraryError)
+    assert str(cause) == "builtins.PermissionError: 403 with x-routing: ***"
+    try:  # a clean error whose context quotes it: the chain a traceback prints is checked
+        try:
+            raise quoting
+        except PermissionError:
+            raise ConnectionError("the store closed the connection") from None
+    except ConnectionError as suppressed:
+        assert clean_cause(suppressed, redact) is suppressed  # (from None: context not printed)
+    try:
+        try:
+            raise quoting
+        except PermissionError:
+            raise ConnectionError("the store closed the connection")  # noqa: B904
+    except ConnectionError as chained:
+        replaced = clean_cause(chained, redact)
+        assert isinstance(replaced, LibraryError) and "zq81" not in str(replaced)
+        assert replaced.__suppress_context__

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import Matches
+from lookup_source.connector_api.boundary import clean_cause
 from lookup_source.engine.intake.batches import BatchEntry
 from lookup_source.engine.output.joined_rows import JoinedRows
 from lookup_source.engine.request.answers import Part, gather
@@ -151,7 +152,7 @@ class OutputBuilder:
                 reason=reason,
                 sample_keys=keys,
             )
-            new.__cause__ = error
+            new.__cause__ = clean_cause(error, self.redact)  # its traceback quotes no secret
             return failure or new
         after = f" after {attempts} attempts" if attempts > 1 else ""
         message = f"{self.connector} lookup failed{after}: {reason}"
