@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers bench-smoke
+.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -113,15 +113,8 @@ spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
 
 spark-oldest: spark-$(SPARK_OLDEST)
 
-# the environments of CI's two legs (.venv with the SQL extension's jar, and the oldest
-# PySpark's), made one after the other
-environments: install $(JAR) .venvs/pyspark-$(SPARK_OLDEST)/.installed
-
-# the bench's smoke run alone (part of `make test`; CI runs it after its oldest leg, beside the
-# rest of the main leg)
-BENCH_SMOKE := tests/packaging/test_bench.py::test_bench_smoke
-bench-smoke: install $(JAR)
-	$(PY) -m pytest $(BENCH_SMOKE) $(PYTEST_ARGS)
+# the environments of CI's two legs (.venv, and the oldest PySpark's), made one after the other
+environments: install .venvs/pyspark-$(SPARK_OLDEST)/.installed
 
 # the engines the bench's http-transports scenario compares with (Daft, Ray Data), in an
 # environment of their own: asynclookup bench --scenarios http-transports --peers-python
