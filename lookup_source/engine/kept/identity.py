@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from lookup_source.connector_api import ConnectorConfig, OptionSpec
-from lookup_source.connector_api.options import declared_secret
+from lookup_source.connector_api.options import declared_options, declared_secret
 from lookup_source.connector_api.secrets import is_env_option
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 from lookup_source.engine.kept.function_state import function_state
@@ -193,6 +193,30 @@ class LookupIdentity:
         return hmac.new(self._key, b"key\x00" + purpose.encode(), "sha256").digest()
 
 
+def client_identity(
+    factory: Any,
+    config: ConnectorConfig,
+    *,
+    keys: IdentityKeys | None = None,
+    function: Any = None,
+    secret: str | None = None,
+    scope: str = "",
+) -> LookupIdentity:
+    """The identity of a client of ``factory`` for ``config``: its configuration, what the
+    factory's library reads on its own (:func:`implicit_inputs`) and which of its options it
+    declares secret, under ``keys`` (the worker's); ``function``, ``secret`` and ``scope`` as
+    :meth:`LookupIdentity.of` takes them."""
+    return LookupIdentity.of(
+        config,
+        function=function,
+        secret=secret,
+        scope=scope,
+        implicit=implicit_inputs(factory, config),
+        declared=declared_options(factory),
+        keys=keys,
+    )
+
+
 def implicit_inputs(factory: Any, config: ConnectorConfig) -> tuple[str, ...]:
     """What a client ``factory`` (a connector class) says its library reads on its own
     (``LookupClient.implicit_inputs``); nothing for a user's function."""
@@ -209,6 +233,7 @@ __all__ = [
     "KDF_ITERATIONS",
     "IdentityKeys",
     "LookupIdentity",
+    "client_identity",
     "function_state",
     "implicit_inputs",
 ]

@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_from_env
-from lookup_source.connector_api.options import declared_options
 from lookup_source.connector_api.secrets import client_redactor
 from lookup_source.engine.kept.cache_layer import CacheLayer
 from lookup_source.engine.kept.clients import ClientFactory, Lease
-from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, implicit_inputs
+from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, client_identity
 from lookup_source.engine.kept.shared_cache import SharedTier, StoreHealth
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_kind
 from lookup_source.engine.metrics import LookupMetrics
@@ -65,9 +64,7 @@ def task_identities(
 ) -> TaskIdentities:
     """The lookup's identities for one task (see :class:`TaskIdentities`; ``keys``: the
     worker's derived identity keys)."""
-    implicit = implicit_inputs(factory, config)
-    declared = declared_options(factory)
-    local = LookupIdentity.of(config, implicit=implicit, declared=declared, keys=keys)
+    local = client_identity(factory, config, keys=keys)
     settings = spec.options.cache.shared
     if settings.url is None:
         return TaskIdentities(local, None)
@@ -76,14 +73,13 @@ def task_identities(
         if settings.secret_env
         else None
     )
-    shared = LookupIdentity.of(
+    shared = client_identity(
+        factory,
         config,
+        keys=keys,
         function=getattr(factory, "function", None),
         secret=secret,
         scope=settings.namespace,
-        implicit=implicit,
-        declared=declared,
-        keys=keys,
     )
     return TaskIdentities(local, shared)
 

@@ -52,7 +52,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lookup_source.connector_api import ConnectorConfig
-from lookup_source.connector_api.options import declared_options
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks
 from lookup_source.engine.kept.caches import KeptCaches
 from lookup_source.engine.kept.clients import (
@@ -65,7 +64,7 @@ from lookup_source.engine.kept.clients import (
     worker_reuse,
 )
 from lookup_source.engine.kept.gc_tuning import GcHold
-from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, implicit_inputs
+from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, client_identity
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_factory_of
 
 if TYPE_CHECKING:
@@ -180,31 +179,20 @@ class Worker:
         already; or one made by ``loop_factory``, else of ``loop_kind``) and a client of the
         task's own. A kept client older than ``max_age_s`` (0: no limit) is replaced.
         ``identity``: the lookup's, computed once by the task; by default (a plugin's client:
-        a store, a coordinator; a scan's), :meth:`identity_of`, computed only when the client
-        is kept."""
+        a store, a coordinator; a scan's), the client's own
+        (:func:`~.identity.client_identity`), computed only when the client is kept."""
         if keep is None:
             keep = worker_reuse() and loop_factory is None
         reusable_class = bool(getattr(factory, "reusable", True))
         factory_id = factory_identity(factory)
         if keep and max_idle_s > 0 and reusable_class and factory_id is not None:
             if identity is None:
-                identity = self.identity_of(factory, config)
+                identity = client_identity(factory, config, keys=self.identity_keys)
             key = client_key(factory_id, config, identity)
             lease = self.clients(loop_kind).lease(key, factory, config, max_idle_s, max_age_s)
             self._start_sweeper()
             return lease
         return task_lease(factory, config, loop_factory or loop_factory_of(loop_kind), loop)
-
-    def identity_of(self, factory: ClientFactory, config: ConnectorConfig) -> LookupIdentity:
-        """The identity of a client of ``factory`` for ``config`` (a plugin's: a shared tier's
-        store, a budget's coordinator; a scan's): its configuration and what the factory's
-        library reads on its own, under this worker's identity keys."""
-        return LookupIdentity.of(
-            config,
-            implicit=implicit_inputs(factory, config),
-            declared=declared_options(factory),
-            keys=self.identity_keys,
-        )
 
     def sweep(self) -> int:
         """Close the kept clients idle past their limit, in every thread that runs no task
