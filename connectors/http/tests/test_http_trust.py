@@ -6,6 +6,7 @@ secrets in URLs reaching a message."""
 from __future__ import annotations
 
 import gzip
+import traceback
 import tracemalloc
 import zlib
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pytest
 from aiohttp import web
 
+from lookup_source.errors import LookupFailedError
 from lookup_source.service import BackgroundHttpServer
 from tests.helpers import INT64, run_keys
 
@@ -360,3 +362,23 @@ def test_a_service_echoing_the_lookups_secret_headers_shows_none(
     )
     error = rows[0]["_lookup_error"]
     assert "HTTP 401" in error and SECRET not in error, error
+
+
+def test_a_failed_tasks_traceback_shows_no_header_the_service_echoed(service: Recorder) -> None:
+    """Under on.error=fail the task fails with a LookupFailedError whose traceback Spark prints
+    and sends to the driver, cause included: a header value echoed in the service's error page
+    is hidden there too, though the header's name says nothing of a secret."""
+    routing = "zq81echoedroutingvalue77"
+    service.respond = lambda request: web.Response(
+        status=403, text=f"forbidden for x-routing {request.headers.get('X-Routing')}"
+    )
+    with pytest.raises(LookupFailedError) as info:
+        lookup(
+            [1],
+            url=f"{service.base_url}/users/{{key}}",
+            **{"on.error": "fail", "http.header.X-Routing": routing},
+        )
+    printed = "".join(traceback.format_exception(info.value))
+    assert "HTTP 403" in printed and "forbidden for x-routing ***" in printed
+    assert "failed for 1 key" in printed and routing not in printed, printed
+    assert service.seen and all(h.get("x-routing") == routing for _, _, h in service.seen)
