@@ -3,8 +3,10 @@
 each partition among them — takes 3 s, and over Redis and Postgres behind a proxy that holds
 the job's first query answers back 3 s. Each hedged job runs in a fresh worker state (a lookup of
 its own: its budget starts full), gets every row right, keeps within ``hedge.budget``, and
-ends in at most 0.6x the unhedged job's time (a suite that measures real time against real
-servers: a generous bound; the figures are printed with ``-s``). The losers' connections are
+the HTTP job ends sooner than the unhedged one by at least half the tail its slowest request
+no longer waits for (a suite that measures real time against real servers: a generous bound,
+as a difference of wall times, which Spark's fixed cost per job leaves alone; the figures are
+printed with ``-s``). The losers' connections are
 closed: the HTTP service sees each abandoned request's client go away (aiohttp hangs up at once,
 the native transport at the attempt's timeout plus its 1 s backstop)."""
 
@@ -118,7 +120,11 @@ def test_an_http_jobs_first_slow_answers_are_hedged(
     assert hedged.hedges >= slow_keys and hedged.hedges_won >= 1
     assert hedged.latency_max_ms < SLOW_S * 1000 / 2
     within_budget(hedged, 0.05)
-    assert hedged_s <= 0.6 * plain_s
+    # the job ends sooner by at least half the tail its slowest request no longer waits for: a
+    # difference, not a ratio, of wall times (Spark's fixed cost per job, which a loaded
+    # machine inflates in both jobs alike, would otherwise decide it)
+    tail_removed_s = (plain.latency_max_ms - hedged.latency_max_ms) / 1000
+    assert plain_s - hedged_s >= 0.5 * tail_removed_s, (plain_s, hedged_s, tail_removed_s)
     # each slow request that lost was abandoned: its client went away before its answer (over
     # the native transport, at its timeout's backstop)
     time.sleep(SLOW_S)  # the losers' handlers end their sleep
