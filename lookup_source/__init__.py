@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from lookup_source.spark.join import lookup_join
     from lookup_source.spark.metrics import log_metrics, lookup_metrics
     from lookup_source.spark.progress import progress_metrics
+    from lookup_source.spark.source_registry import register_data_source
     from lookup_source.spark.sql import register_lookup_table
     from lookup_source.spark.sql_extension import enable_sql_joins
 
@@ -65,6 +66,7 @@ __all__ = [
     "lookup_metrics",
     "parse_options",
     "progress_metrics",
+    "register_data_source",
     "register_lookup_table",
 ]
 
@@ -76,6 +78,7 @@ _LAZY = {  # name -> the module that defines it, imported on first use
     "AsyncLookupDataSource": "lookup_source.spark.datasource",
     "lookup_join": "lookup_source.spark.join",
     "register_lookup_table": "lookup_source.spark.sql",
+    "register_data_source": "lookup_source.spark.source_registry",
     "enable_sql_joins": "lookup_source.spark.sql_extension",
     "lookup_metrics": "lookup_source.spark.metrics",
     "log_metrics": "lookup_source.spark.metrics",

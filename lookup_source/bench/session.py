@@ -35,9 +35,9 @@ def spark_session(args: Any, *, reuse_workers: bool) -> Iterator[Any]:
     builder = _with_sql_joins(builder)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    from lookup_source import AsyncLookupDataSource
+    from lookup_source import register_data_source
 
-    spark.dataSource.register(AsyncLookupDataSource)
+    register_data_source(spark)
     try:
         yield spark
     finally:

@@ -43,6 +43,7 @@ from lookup_source.settings import (
 from lookup_source.spark.arguments import cluster_cores, lookup_options_of
 from lookup_source.spark.metrics import new_accumulator, remember_join_function
 from lookup_source.spark.plan import INFERRING, LookupPlan
+from lookup_source.spark.source_registry import register_data_source
 from lookup_source.spark.strategy import sql_join_limit
 from lookup_source.spark.versions import TABLE_FUNCTION
 
@@ -134,10 +135,8 @@ def _register(
     (``<name>_lookup``) and under one that only this view names (``sql.join.function``): the
     SQL extension rewrites a JOIN against the view into a call of that one, which no later
     registration under the same name can change."""
-    from lookup_source.spark.datasource import AsyncLookupDataSource
-
     join_function = f"{name}_lookup_{uuid.uuid4().hex[:8]}"
-    spark.dataSource.register(AsyncLookupDataSource)
+    register_data_source(spark)
     options = {**view_options, SQL_JOIN_FUNCTION: join_function}
     reader = spark.read.format("asynclookup").options(**options).schema(plan.schema)
     reader.load().createOrReplaceTempView(name)

@@ -90,9 +90,9 @@ def read_table(spark: Any, plan: LookupPlan, reader: TableReader, fields: list[A
     from pyspark.sql.types import StructType
 
     if reader.kind != "jdbc" or reader.jdbc is None:
-        from lookup_source.spark.datasource import AsyncLookupDataSource
+        from lookup_source.spark.source_registry import register_data_source
 
-        spark.dataSource.register(AsyncLookupDataSource)
+        register_data_source(spark)
         options = {
             k: v for k, v in plan.options.to_strings().items() if k.lower() not in _LOOKUP_ONLY
         }
