@@ -78,6 +78,10 @@ class ConnectorConfig:
     budget_in_flight: int = 0
     """The most requests the whole cluster may have in flight for this lookup
     (``budget.max-in-flight``; 0: no such budget): no worker needs more connections."""
+    key_equality: str = "store"
+    """``key.equality``: ``spark`` when the engine keeps only the matches whose own key equals
+    the asked key (a SQL JOIN's lookups): a connector that can report each match's key as
+    the store holds it (``Matches.keys``, :attr:`LookupClient.reports_keys`) should then."""
 
     @property
     def display_url(self) -> str | None:
@@ -127,6 +131,13 @@ class LookupClient:
     """Optional: microseconds of a core a key costs to look up (its share of a batched request,
     the store's work, decoding), as the bench's plan scenario measures it; ``strategy=auto``
     weighs it against a scan. None: a default (:mod:`lookup_source.spark.plan_cost`)."""
+
+    reports_keys: ClassVar[bool] = False
+    """True when :meth:`lookup_arrow` reports each match's own key (``Matches.keys``) whenever
+    ``config.key_equality`` is ``spark``: a SQL JOIN against the table then gives Spark's
+    join's rows even where the store's ``=`` is looser than Spark's (the engine drops the
+    matches of other keys). A connector that cannot is asked :meth:`keys_match_exactly`
+    instead, and a SQL JOIN stays Spark's scan and join where it says no."""
 
     scan_cost_us: ClassVar[float | None] = None
     """Optional: microseconds of a core a table row costs to read by :meth:`scan_arrow`."""

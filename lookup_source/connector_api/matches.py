@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,16 @@ class Matches:
       reported for its key).
     - ``errors``: optional, one string per row: why that key's stored value is unusable (null
       where it is fine). A key with an error row fails, whatever its other rows hold.
+    - ``keys``: optional, one row per match: the match's own key as the store holds it, in the
+      key columns' types. A store whose ``=`` is looser than Spark's (a case-insensitive
+      collation, ``citext``, ``char(n)``'s padding) may answer ``'eu'`` with the row of
+      ``'EU'``; with ``keys``, a lookup that compares keys as Spark does
+      (``key.equality=spark``, what a SQL JOIN runs with) keeps only the matches whose key
+      equals the asked one.
+    - ``unfit``: optional, ``{position: why}``: asked keys that the store's key type cannot
+      hold (an integer beyond the column's range, a text with a NUL, one too long), so that no
+      row can have them. They have no rows here; ``on.unfit-key`` decides whether such a key
+      is a miss (what Spark's own join finds for it) or a failed lookup saying why.
 
     >>> import pyarrow as pa
     >>> m = Matches([0, 2], pa.record_batch({"name": ["Ada", "Bob"]}))  # keys 0 and 2 found
@@ -32,6 +43,8 @@ class Matches:
     key_index: Any
     values: pa.RecordBatch
     errors: pa.Array | None = None
+    keys: pa.RecordBatch | None = None
+    unfit: Mapping[int, str] | None = None
 
     def __post_init__(self) -> None:
         index = self.key_index
@@ -46,6 +59,8 @@ class Matches:
             raise ValueError(
                 f"Matches: errors has {len(self.errors)} entries for {len(index)} rows"
             )
+        if self.keys is not None and self.keys.num_rows != len(index):
+            raise ValueError(f"Matches: keys has {self.keys.num_rows} rows for {len(index)} rows")
         object.__setattr__(self, "key_index", index)
 
     @property
@@ -62,11 +77,13 @@ class Matches:
     def concat(cls, parts: Sequence[Matches], fields: Sequence[pa.Field]) -> Matches:
         """All ``parts`` (each already conformed to ``fields``) as one :class:`Matches`, their
         rows in order."""
+        unfit = {k: v for part in parts for k, v in (part.unfit or {}).items()} or None
         parts = [part for part in parts if part.num_rows]
         if not parts:
-            return cls.none(fields)
+            return cls(np.zeros(0, dtype=np.int64), cls.none(fields).values, unfit=unfit)
         if len(parts) == 1:
-            return parts[0]
+            part = parts[0]
+            return part if part.unfit == unfit else dataclasses.replace(part, unfit=unfit)
         schema = pa.schema(list(fields))
         values = pa.Table.from_batches([p.values for p in parts], schema=schema).combine_chunks()
         batch = values.to_batches()[0] if values.num_rows else parts[0].values.slice(0, 0)
@@ -78,12 +95,31 @@ class Matches:
                     for p in parts
                 ]
             )
-        return cls(np.concatenate([p.key_index for p in parts]), batch, errors)
+        keys = None
+        if all(p.keys is not None for p in parts):
+            keys = pa.Table.from_batches([p.keys for p in parts]).combine_chunks().to_batches()[0]
+        index = np.concatenate([p.key_index for p in parts])
+        return cls(index, batch, errors, keys, unfit)
 
     def rows(self, rows: np.ndarray, key_index: np.ndarray | None = None) -> Matches:
         """The rows ``rows`` of these matches (with ``key_index``'s entries, if given, as their
         keys)."""
         index = pa.array(rows, type=pa.int64())
         errors = self.errors.take(index) if self.errors is not None else None
-        keys = (key_index if key_index is not None else self.key_index)[rows]
-        return Matches(keys, self.values.take(index), errors)
+        positions = (key_index if key_index is not None else self.key_index)[rows]
+        keys = self.keys.take(index) if self.keys is not None else None
+        return Matches(positions, self.values.take(index), errors, keys)
+
+    @classmethod
+    def failed(
+        cls,
+        positions: Sequence[int] | np.ndarray,
+        messages: Sequence[str],
+        fields: Sequence[pa.Field],
+    ) -> Matches:
+        """One error row (null values) for each key at ``positions``, saying why."""
+        nulls = pa.RecordBatch.from_arrays(
+            [pa.nulls(len(messages), type=f.type) for f in fields], schema=pa.schema(list(fields))
+        )
+        index = np.asarray(positions, dtype=np.int64)
+        return cls(index, nulls, pa.array(list(messages), type=pa.string()))

@@ -122,6 +122,7 @@ class LookupEngine:
             self._fields,
             how=spec.how,
             matched_column=spec.matched_column,
+            output_fields=spec.output_fields,
             connector=client.name,
             address=client.config.url,
             redact=redact,

@@ -45,6 +45,8 @@ COUNTERS = (
     "budget_wait_ms",
     "budget_grants",
     "budget_fallbacks",
+    "unfit_keys",
+    "unequal_matches",
 )
 """The fields of :class:`LookupMetrics` that add up over tasks (:meth:`LookupMetrics.merge`)."""
 
@@ -103,6 +105,12 @@ class LookupMetrics:
     budget_fallbacks: int = 0
     """Times a task fell back to its static share because the coordinator failed or was
     slow."""
+    unfit_keys: int = 0
+    """Keys the store's key type cannot hold (out of its range, a NUL in text, too long):
+    misses under ``on.unfit-key=miss`` (a SQL JOIN's), failed keys under ``error``."""
+    unequal_matches: int = 0
+    """Matches the store gave for a key that Spark's comparison does not equal (``'EU'`` for
+    ``'eu'`` under a case-insensitive collation), dropped under ``key.equality=spark``."""
     peak_in_flight: int = 0
     peak_rss_mb: float = 0.0
     latency_max_ms: float = 0.0

@@ -13,6 +13,13 @@ DEFAULT_OUTPUT_ROWS = 10_000
 ``spark.sql.execution.arrow.maxRecordsPerBatch``)."""
 
 
+HOWS = ("left", "inner", "semi", "anti")
+"""The joins the engine makes: ``left`` and ``inner`` add the value columns; ``semi`` keeps the
+rows whose key has a match, ``anti`` those whose key has none (the input's columns only)."""
+HOW_ALIASES = {"left_semi": "semi", "leftsemi": "semi", "left_anti": "anti", "leftanti": "anti"}
+"""Spark's names of the semi and anti joins, taken too."""
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """Which input columns hold the key, which value columns to append, how to join, and the
@@ -36,5 +43,10 @@ class EngineSpec:
     all null (the SQL JOIN rewrite reads it)."""
 
     def __post_init__(self) -> None:
-        if self.how not in ("left", "inner"):
-            raise ValueError(f"how must be 'left' or 'inner', got {self.how!r}")
+        if self.how not in HOWS:
+            raise ValueError(f"how must be one of {', '.join(HOWS)}, got {self.how!r}")
+
+    @property
+    def output_fields(self) -> tuple[pa.Field, ...]:
+        """The value columns the output carries: none for a semi or anti join."""
+        return self.value_fields if self.how in ("left", "inner") else ()

@@ -25,6 +25,7 @@ from lookup_source.settings.declare import (
     STRATEGY_LOOKUP_MAX_INPUT_ROWS,
     CoreOption,
 )
+from lookup_source.settings.keys import KeySettings
 from lookup_source.settings.lookup import ERROR_COLUMN, LookupOptions
 from lookup_source.settings.parse import (
     CORE_OPTIONS,
@@ -62,6 +63,7 @@ __all__ = [
     "CoreOption",
     "HedgeAfter",
     "HedgeSettings",
+    "KeySettings",
     "LookupOptions",
     "PlanSettings",
     "ReadSettings",

@@ -73,6 +73,8 @@ STRATEGY_BROADCAST_MAX_ROWS = "strategy.broadcast.max-rows"
 STRATEGY_LOOKUP_MAX_INPUT_ROWS = "strategy.lookup.max-input-rows"
 SCAN_READER = "scan.reader"
 SQL_JOIN_FUNCTION = "sql.join.function"
+KEY_EQUALITY = "key.equality"
+ON_UNFIT_KEY = "on.unfit-key"
 
 
 PROGRESS_FORMS = ("true", "fields", "false")

@@ -39,6 +39,7 @@ from lookup_source.settings.declare import (
     parse_progress,
     ratio_above_one,
 )
+from lookup_source.settings.keys import KeySettings
 from lookup_source.settings.plan import PlanSettings, ReadSettings
 
 ERROR_COLUMN = "_lookup_error"
@@ -204,6 +205,7 @@ class LookupOptions:
         "(and caches) a disjoint share of the keys; costs a shuffle.",
         scope=JOINS,
     )
+    keys: KeySettings = group(KeySettings)
     cache: CacheSettings = group(CacheSettings)
     hedge: HedgeSettings = group(HedgeSettings)
     budget: BudgetSettings = group(BudgetSettings)

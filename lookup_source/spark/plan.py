@@ -180,6 +180,7 @@ class LookupPlan:
             batch_size=opts.batch_size,
             timeout_s=opts.timeout_s,
             budget_in_flight=opts.budget.max_in_flight,
+            key_equality=opts.keys.equality,
         )
 
     def engine_spec(

@@ -1,12 +1,12 @@
 """Keys a batch cannot send — a text holding NUL, a value that is not of the key column's type
-(a text that is no UUID, an integer beyond int4) — found and answered as errors of their own,
-while the batch's other keys are asked as usual."""
+(a text that is no UUID, an integer beyond int4, a text longer than a ``name``) — found and
+answered as unfit keys (``Matches.unfit``: no row can have them; ``on.unfit-key`` says whether
+each is a miss or a failed key), while the batch's other keys are asked as usual."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,23 +43,19 @@ async def lookup_apart(
     message: str,
     fields: Sequence[pa.Field],
 ) -> Matches:
-    """The answer to ``keys`` where those at ``refused`` (a mask) are errors of their own
-    (``message``) and the others are asked as usual."""
+    """The answer to ``keys`` where those at ``refused`` (a mask) are unfit keys (``message``
+    says why) and the others are asked as usual."""
     kept = np.flatnonzero(~refused)
     found = await lookup(keys.take(pa.array(kept))) if len(kept) else Matches.none(fields)
-    bad = np.flatnonzero(refused)
-    nulls = pa.RecordBatch.from_arrays(
-        [pa.nulls(len(bad), type=f.type) for f in fields],
-        schema=pa.schema(fields),
-    )
-    failed = Matches(bad, nulls, pa.array([message] * len(bad), type=pa.string()))
-    placed = Matches(kept[found.key_index], found.values, found.errors)
-    return joined([(0, placed), (0, failed)], fields)
+    unfit = {int(p): message for p in np.flatnonzero(refused)}
+    for position, why in (found.unfit or {}).items():
+        unfit[int(kept[position])] = why
+    return Matches(kept[found.key_index], found.values, found.errors, found.keys, unfit)
 
 
 def a_key_error(error: BaseException) -> bool:
     """Whether ``error`` says a key could not be sent as a value of its column's type (raised
-    by asyncpg while encoding the keys, or by the server as a data exception, class 22)."""
+    by asyncpg while encoding the keys, or by the server as a data exception)."""
     import asyncpg
 
     if isinstance(error, (ValueError, TypeError, OverflowError)):
@@ -67,7 +63,9 @@ def a_key_error(error: BaseException) -> bool:
     client_side = getattr(asyncpg.exceptions, "_base", None)
     if client_side is not None and isinstance(error, getattr(client_side, "DataError", ())):
         return True
-    return isinstance(error, asyncpg.exceptions.DataError)
+    # class 22, or a text too long for a `name` key (42622: the query's own identifiers are
+    # checked when it is made, so only a key can be too long here)
+    return isinstance(error, (asyncpg.exceptions.DataError, asyncpg.exceptions.NameTooLongError))
 
 
 def key_error_text(error: BaseException) -> str:
@@ -78,21 +76,21 @@ def key_error_text(error: BaseException) -> str:
 
 
 def joined(parts: list[tuple[int, Matches]], fields: Sequence[pa.Field]) -> Matches:
-    """Several answers as one, each part's key positions moved by its offset."""
+    """Several answers as one, each part's key positions (and unfit keys) moved by its
+    offset."""
     names = [f.name for f in fields]
-    parts = [(offset, part) for offset, part in parts if part.num_rows]
-    if not parts:
-        return Matches.none(fields)
-    values = pa.Table.from_batches(
-        [part.values.select(names) for _, part in parts], schema=pa.schema(list(fields))
-    ).combine_chunks()
-    errors: list[Any] = []
-    for _, part in parts:
-        errors += [None] * part.num_rows if part.errors is None else part.errors.to_pylist()
-    return Matches(
-        np.concatenate([part.key_index + offset for offset, part in parts]),
-        values.to_batches()[0] if values.num_rows else Matches.none(fields).values,
-        pa.array(errors, type=pa.string()) if any(e is not None for e in errors) else None,
+    return Matches.concat(
+        [
+            Matches(
+                part.key_index + offset,
+                part.values.select(names),
+                part.errors,
+                part.keys,
+                {p + offset: why for p, why in (part.unfit or {}).items()} or None,
+            )
+            for offset, part in parts
+        ],
+        fields,
     )
 
 

@@ -106,6 +106,14 @@ class Column:
     name: str
     pg_type: str
     primary_key: bool
+    exact_collation: bool = True
+    """False for a column under a nondeterministic collation (case- or accent-insensitive),
+    whose ``=`` matches values with other bytes."""
+
+    @property
+    def compares_exactly(self) -> bool:
+        """Whether ``=`` on this column is byte equality (Spark's for its Spark type)."""
+        return self.pg_type in EXACT_KEY_TYPES and self.exact_collation
 
 
 async def describe_table(connection: Any, table: tuple[str, ...]) -> list[Column]:
@@ -115,9 +123,12 @@ async def describe_table(connection: Any, table: tuple[str, ...]) -> list[Column
         rows = await connection.fetch(
             """
             SELECT a.attname, format_type(a.atttypid, NULL) AS pg_type,
-                   coalesce(a.attnum = ANY(i.indkey), false) AS pk, a.attnum
+                   coalesce(a.attnum = ANY(i.indkey), false) AS pk, a.attnum,
+                   coalesce((to_jsonb(c) ->> 'collisdeterministic')::boolean, true)
+                       AS exact_collation
             FROM pg_attribute a
             LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+            LEFT JOIN pg_collation c ON c.oid = a.attcollation
             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
             ORDER BY a.attnum
             """,
@@ -127,7 +138,9 @@ async def describe_table(connection: Any, table: tuple[str, ...]) -> list[Column
         raise PermanentError(f"cannot read the columns of table {qualified}: {exc}") from exc
     if not rows:
         raise PermanentError(f"table {qualified} does not exist (or has no columns)")
-    return [Column(r["attname"], r["pg_type"], bool(r["pk"])) for r in rows]
+    return [
+        Column(r["attname"], r["pg_type"], bool(r["pk"]), bool(r["exact_collation"])) for r in rows
+    ]
 
 
 def type_name(pg_type: Any) -> str:

@@ -59,6 +59,10 @@ class LookupQuery:
         self.custom = custom
         self.sql = ""
         self.positions_from_server = False  # the query's first column is the key's position
+        # key.equality=spark: each row's own key is reported (Matches.keys); in a query whose
+        # positions come from the server, the key columns follow the position
+        self.reports_keys = config.key_equality == "spark"
+        self.exact_keys = True  # every key column's = is byte equality (Spark's)
         self.key_types: list[str] = []
         self.columns: list[str] = []  # catalog names: key columns, then value columns
         self.converters: list[tuple[int, str, Callable[[Any], Any]]] = []
@@ -76,18 +80,28 @@ class LookupQuery:
         if not rows:
             return Matches.none(self.value_fields)
         columns = list(zip(*rows))  # one tuple per column: asyncpg's records, transposed
-        width = 1 if self.positions_from_server else len(self.key_types)
+        nkeys = len(self.key_types)
+        returned: list[pa.Array] | None = None
         if self.positions_from_server:
             index = np.asarray(columns[0], dtype=np.int64) - 1
+            width = 1 + (nkeys if self.reports_keys else 0)
+            if self.reports_keys:
+                returned = [self.returned_keys(columns[1 + i], i, keys) for i in range(nkeys)]
         else:
+            width = nkeys
             returned = [self.returned_keys(columns[i], i, keys) for i in range(width)]
             index = match_rows(returned, list(keys.columns))
         keep = index >= 0  # a custom query may return rows for keys nobody asked
         if not keep.all():
             columns = [tuple(np.asarray(c, dtype=object)[keep]) for c in columns]
+            if returned is not None:
+                returned = [array.filter(pa.array(keep)) for array in returned]
             index = index[keep]
         values, reasons = self.value_arrays(columns[width:])
-        return Matches(index, values, error_rows(reasons, len(index)))
+        reported = None
+        if self.reports_keys and returned is not None:
+            reported = pa.RecordBatch.from_arrays(returned, names=list(self.config.key_columns))
+        return Matches(index, values, error_rows(reasons, len(index)), reported)
 
     def scanned(self, rows: Sequence[Any]) -> tuple[pa.RecordBatch, Matches]:
         """Rows read by a scan (key columns, then value columns) as keys and their matches."""
@@ -123,7 +137,8 @@ class LookupQuery:
         values = self._resolve(columns, self.config.value_columns)
         self._set_columns(keys, values)
         table = ".".join(quote_identifier(part) for part in self.table)
-        if len(keys) == 1 and keys[0].pg_type in EXACT_KEY_TYPES:
+        self.exact_keys = all(k.compares_exactly for k in keys)
+        if len(keys) == 1 and keys[0].compares_exactly:
             key = keys[0]
             selected = ", ".join(f"t.{quote_identifier(c.name)}" for c in keys + values)
             self.sql = (
@@ -131,8 +146,10 @@ class LookupQuery:
                 f"WHERE t.{quote_identifier(key.name)} = ANY($1::{cast_type(key.pg_type)}[])"
             )
             return
-        # the server says which asked key each row answers: k.i, its 1-based position
-        selected = ", ".join(["k.i"] + [f"t.{quote_identifier(c.name)}" for c in values])
+        # the server says which asked key each row answers: k.i, its 1-based position (then
+        # the row's own key, when reported)
+        reported = keys if self.reports_keys else []
+        selected = ", ".join(["k.i"] + [f"t.{quote_identifier(c.name)}" for c in reported + values])
         arrays = ", ".join(f"${i + 1}::{cast_type(k.pg_type)}[]" for i, k in enumerate(keys))
         aliases = ", ".join(f"k{i}" for i in range(len(keys)))
         join = " AND ".join(f"t.{quote_identifier(k.name)} = k.k{i}" for i, k in enumerate(keys))

@@ -630,3 +630,132 @@ def test_a_cluster_budget_bounds_the_pool_and_closes_idle_connections(
     assert unbounded.pool_size == 10 and unbounded.idle_close_s == 300.0
     used, _, open_later = asyncio.run(scenario(unbounded))
     assert used == 10 and open_later == 10  # kept for asyncpg's 300 s
+
+
+@pytest.mark.parametrize(
+    ("column_type", "stored", "asked", "store", "spark"),
+    [
+        (
+            "citext",
+            ["Ada", "BOB"],
+            ["ada", "Ada", "carl"],
+            ["Ada", "Ada", None],
+            [None, "Ada", None],
+        ),
+        ("ci", ["EU", "us"], ["eu", "EU", "US"], ["EU", "EU", "us"], [None, "EU", None]),
+        (
+            "char(5)",
+            ["ab", "abcde"],
+            ["ab", "ab   ", "abcde"],
+            ["ab", "ab", "abcde"],
+            [None, "ab", "abcde"],
+        ),
+        (
+            "uuid",
+            [str(UUIDS[1])],
+            [str(UUIDS[1]).upper(), str(UUIDS[1])],
+            [str(UUIDS[1])] * 2,
+            [None, str(UUIDS[1])],
+        ),
+    ],
+)
+def test_spark_equality_keeps_the_rows_whose_own_key_is_the_asked_one(
+    postgres_srv: Any,
+    pg: Any,
+    table_name: str,
+    column_type: str,
+    stored: list[str],
+    asked: list[str],
+    store: list[Any],
+    spark: list[Any],
+) -> None:
+    """``key.equality=spark`` (a SQL JOIN's): a key that the store's ``=`` matches with another
+    (case, padding, a uuid's spelling) finds only its own row; ``store``: the store's rows."""
+    if column_type == "citext":
+        pg("CREATE EXTENSION IF NOT EXISTS citext")
+    if column_type == "ci":  # a nondeterministic collation: case-insensitive text
+        pg(
+            "CREATE COLLATION IF NOT EXISTS asynclookup_ci "
+            "(provider = icu, locale = 'und-u-ks-level2', deterministic = false)"
+        )
+        column_type = "text COLLATE asynclookup_ci"
+    pg(f"CREATE TABLE {table_name} (k {column_type}, id int, v text, PRIMARY KEY (k, id))")
+    try:
+        pg.many(
+            f"INSERT INTO {table_name} VALUES ($1::text::{column_type.split()[0]}, 1, $2)",
+            [(k, k) for k in stored],
+        )
+        for equality, expected in (("store", store), ("spark", spark)):
+            options = {"postgres.table": table_name, "key.equality": equality}
+            one = lookup(
+                postgres_srv.url,
+                "k string, v string",
+                asked,
+                key_type=pa.string(),
+                **options,
+                **{"key.column": "k"},
+            )
+            assert [r["v"] for r in one] == expected, (equality, one)
+            assert [r["k"] for r in one] == asked  # each row keeps the key it asked with
+            # a composite key: the server says which asked key a row answers
+            two = lookup(
+                postgres_srv.url,
+                "k string, id int, v string",
+                [(a, 1) for a in asked],
+                **options,
+                **{"key.column": "k,id"},
+            )
+            assert [r["v"] for r in two] == expected, (equality, two)
+    finally:
+        pg(f"DROP TABLE {table_name}")
+
+
+@pytest.mark.parametrize("on_unfit", ["error", "miss"])
+def test_keys_the_column_cannot_hold_are_unfit(
+    postgres_srv: Any, pg: Any, table_name: str, on_unfit: str
+) -> None:
+    """Beyond int4, a NUL in text, longer than a ``name``: no row can have such a key. Under
+    ``on.unfit-key=miss`` (a SQL JOIN's) it is a miss, counted; under ``error`` a failed key
+    that says why; the batch's other keys are answered either way."""
+    from lookup_source.engine.metrics import LookupMetrics
+
+    pg(f"CREATE TABLE {table_name} (i int, n name, t text, v text, PRIMARY KEY (i, n))")
+    try:
+        pg(f"INSERT INTO {table_name} VALUES (1, 'a', 'a', 'one'), (2, 'b', 'b', 'two')")
+        options = {
+            "postgres.table": table_name,
+            "on.unfit-key": on_unfit,
+            "on.error": "column",
+            "retry.max-attempts": "1",
+        }
+        cases = [
+            ("i", "i long, v string", [1, 2**31, 2, -(2**31) - 1], INT64, [0, 1, 0, 1]),
+            ("n", "n string, v string", ["a", "x" * 64, "b"], pa.string(), [0, 1, 0]),
+            ("t", "t string, v string", ["a", "a\x00", "b"], pa.string(), [0, 1, 0]),
+        ]
+        for column, schema, keys, kind, unfit in cases:
+            stats: list[LookupMetrics] = []
+            rows = run_keys(
+                {"connector": "postgres", "url": postgres_srv.url, **options, "key.column": column},
+                schema,
+                keys,
+                key_type=kind,
+                stats=stats,
+            )
+            assert [r["v"] for r in rows] == [
+                None if bad else {1: "one", 2: "two", "a": "one", "b": "two"}[k]
+                for k, bad in zip(keys, unfit)
+            ]
+            errors = [r["_lookup_error"] is not None for r in rows]
+            assert errors == (
+                [bool(b) for b in unfit] if on_unfit == "error" else [False] * len(keys)
+            )
+            assert sum(s.unfit_keys for s in stats) == sum(unfit)
+        composite = run_keys(
+            {"connector": "postgres", "url": postgres_srv.url, **options, "key.column": "i,n"},
+            "i int, n string, v string",
+            [(1, "a"), (2, "y" * 70), (2, "b")],
+        )
+        assert [r["v"] for r in composite] == ["one", None, "two"]
+    finally:
+        pg(f"DROP TABLE {table_name}")

@@ -64,7 +64,8 @@ def task_identities(
 ) -> TaskIdentities:
     """The lookup's identities for one task (see :class:`TaskIdentities`; ``keys``: the
     worker's derived identity keys)."""
-    local = client_identity(factory, config, keys=keys)
+    answers = _answers_scope(spec)
+    local = client_identity(factory, config, keys=keys, scope=answers)
     settings = spec.options.cache.shared
     if settings.url is None:
         return TaskIdentities(local, None)
@@ -79,9 +80,19 @@ def task_identities(
         keys=keys,
         function=getattr(factory, "function", None),
         secret=secret,
-        scope=settings.namespace,
+        scope=settings.namespace + answers,
     )
     return TaskIdentities(local, shared)
+
+
+def _answers_scope(spec: EngineSpec) -> str:
+    """What narrows the identities of a lookup whose answers differ from the store's own:
+    ``key.equality=spark`` drops the matches of other keys, ``on.unfit-key=miss`` makes a
+    key the store cannot hold a miss (empty for the defaults)."""
+    keys = spec.options.keys
+    if keys.equality == "store" and keys.on_unfit == "error":
+        return ""
+    return f"\x00keys={keys.equality}/{keys.on_unfit}"
 
 
 @dataclass

@@ -118,9 +118,12 @@ class OutputBuilder:
         address: str | None,
         redact: Callable[[str], str] = redact_text,
         matched_column: str | None = None,
+        output_fields: Sequence[pa.Field] | None = None,
     ) -> None:
         self.options = options
         self.fields = list(fields)
+        self.output_fields = self.fields if output_fields is None else list(output_fields)
+        """The value columns the output carries (none for a semi or anti join)."""
         self.how = how
         self.matched_column = matched_column
         self.connector = connector
@@ -220,7 +223,7 @@ class OutputBuilder:
             matches,
             how=self.how,
             error_column=ERROR_COLUMN if self.options.error_column else None,
-            fields=self.fields,
+            fields=self.output_fields,
             matched_column=self.matched_column,
         )
 

@@ -9,7 +9,10 @@ key), and the :class:`~lookup_source.connector_api.Matches` gathered for those k
 - a key with no match (or a null key) keeps one row of nulls under ``how="left"`` and is
   dropped under ``how="inner"``;
 - a key whose lookup failed keeps one row of nulls under both (a failure is not a miss), with
-  the reason in the error column when there is one.
+  the reason in the error column when there is one;
+- ``how="semi"`` keeps each input row whose key has a match once, ``how="anti"`` each whose key
+  has none (a null key included), without the value columns (a failed key's row is kept by
+  both, with its reason in the error column when there is one: a failure is neither).
 
 No Python object is made per row: positions are computed with numpy, rows moved with ``take``.
 """
@@ -82,7 +85,10 @@ class JoinedRows:
         key_of_row = indices.fill_null(num_keys).to_numpy(zero_copy_only=False).astype(np.int64)
         self._kept: np.ndarray | None = None  # input rows that an inner join keeps (one-to-one)
         self._ends: np.ndarray | None = None  # one-to-many: where each input row's output ends
-        if not len(index) or np.max(counts) <= 1:
+        if how in ("semi", "anti"):
+            self._answer = self._exists(how, index, num_keys, key_of_row)
+            self.num_rows = len(self._answer)
+        elif not len(index) or np.max(counts) <= 1:
             first = np.full(num_keys + 1, -1, dtype=np.int64)
             first[index] = np.arange(len(index))
             answer = first[key_of_row]
@@ -99,6 +105,21 @@ class JoinedRows:
             self._starts = np.append(np.cumsum(counts) - counts, 0)
             self._key_of_row = key_of_row
             self.num_rows = int(self._ends[-1]) if len(self._ends) else 0
+
+    def _exists(
+        self, how: str, index: np.ndarray, num_keys: int, key_of_row: np.ndarray
+    ) -> np.ndarray:
+        """Semi and anti joins: the input rows kept (in :attr:`_kept`), and for each its error
+        row, or -1."""
+        is_error = self._is_error
+        found = np.zeros(num_keys + 1, dtype=bool)
+        found[index[~is_error]] = True
+        error_row = np.full(num_keys + 1, -1, dtype=np.int64)
+        error_row[index[is_error]] = np.flatnonzero(is_error)
+        matched, failed = found[key_of_row], error_row[key_of_row]
+        keep = (matched | (failed >= 0)) if how == "semi" else ~matched
+        self._kept = np.flatnonzero(keep)
+        return failed[self._kept]
 
     @property
     def held_rows(self) -> int:

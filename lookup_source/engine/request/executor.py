@@ -5,6 +5,7 @@ final failure (:class:`RequestExecutor`). The retry strategy it follows is
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from lookup_source.engine.request.answers import Answer, answer_of, merge
 from lookup_source.engine.request.budget import TaskBudget
 from lookup_source.engine.request.deadline import AttemptTimer, RequestDeadline
 from lookup_source.engine.request.hedge import Hedging, race
+from lookup_source.engine.request.key_rules import STORE_RULES, KeyRules
 from lookup_source.engine.request.limit import ConcurrencyLimit
 from lookup_source.engine.request.pacing import Admission, AskedKeys, Pacing
 from lookup_source.engine.request.rate_limit import RateLimiter
@@ -98,8 +100,10 @@ class RequestExecutor:
         hedging: Hedging | None = None,
         hedge_slot: tuple[Callable[[], Awaitable[None]], Callable[[], None]] | None = None,
         redact: Callable[[str], str] = redact_text,
+        key_rules: KeyRules = STORE_RULES,
     ) -> None:
         self._client = client
+        self._key_rules = key_rules
         self._redact = redact
         self._policy = policy
         self._deadline = deadline
@@ -151,6 +155,7 @@ class RequestExecutor:
             hedging=hedging,
             hedge_slot=(slots.take_for_hedge, slots.release),
             redact=redact,
+            key_rules=KeyRules.of(options.keys.equality, options.keys.on_unfit),
         )
 
     async def run(self, asked: AskedKeys) -> Answer:
@@ -184,7 +189,8 @@ class RequestExecutor:
                 error = exc
             else:
                 feedback.answered(started, loop.time())
-                answer = self._answer(self._checked(result), asked.size, asked.python_keys, rows)
+                settled = self._settled(self._checked(result), asked, rows)
+                answer = self._answer(settled, asked.size, asked.python_keys, rows)
                 if not policy.retry_on_miss and rows is None:  # the common case: one answer
                     return answer
                 answers.append(answer)
@@ -222,6 +228,17 @@ class RequestExecutor:
         ):
             return None, delay
         return missing, delay
+
+    def _settled(
+        self, result: Matches | Mapping[Any, Any], asked: AskedKeys, rows: np.ndarray | None
+    ) -> Matches | Mapping[Any, Any]:
+        """A columnar answer as the lookup's key rules want it (:mod:`.key_rules`)."""
+        if not isinstance(result, Matches) or (result.keys is None and not result.unfit):
+            return result
+        keys = asked.keys()
+        if rows is not None:
+            keys = keys.take(pa.array(rows))
+        return self._key_rules.settle(result, keys, self._fields, self._metrics)
 
     def _answer(
         self,
@@ -319,7 +336,11 @@ class RequestExecutor:
                 )
             errors = result.errors
             if errors is not None and errors.null_count < len(errors):  # a connector's texts
-                return Matches(result.key_index, result.values, redact_texts(errors, self._redact))
+                errors = redact_texts(errors, self._redact)
+                return dataclasses.replace(result, errors=errors)
+            if result.unfit:
+                unfit = {p: self._redact(str(why)) for p, why in result.unfit.items()}
+                return dataclasses.replace(result, unfit=unfit)
             return result
         if result is None:
             return {}
