@@ -8,7 +8,8 @@ Everything else in the package uses public PySpark only. Here:
   values of every action (the client replaces them with each action's otherwise);
 - :func:`builder_options`: the settings a ``SparkSession.builder`` holds so far (to add the SQL
   extension after the extensions and jars already set);
-- :func:`jvm_decisions`: what the SQL extension decided lately, read from the driver's JVM.
+- :func:`jvm_decisions`: what the SQL extension decided lately in a session, read from the
+  driver's JVM (:func:`clear_decisions` forgets them).
 
 ``tests/spark/test_internals.py`` checks both on every supported PySpark.
 """
@@ -74,14 +75,37 @@ def builder_options(builder: Any) -> dict[str, Any] | None:
 
 
 def jvm_decisions(spark: Any) -> list[tuple[str, str, str, str]]:
-    """The SQL extension's recent decisions on this driver (outcome, table, function,
+    """The SQL extension's recent decisions in this session (outcome, table, function,
     reason), oldest first; empty over Spark Connect or without the extension."""
     try:
-        lines = list(spark._jvm.asynclookup.sql.Decisions.recent())
+        lines = list(spark._jvm.asynclookup.sql.Decisions.recent(spark._jsparkSession))
     except Exception:
         return []
     decisions = []
-    for line in lines:
+    for line in lines:  # outcome, table, function, reason
         parts = [*str(line).split("\t"), "", "", "", ""][:4]
         decisions.append((parts[0], parts[1], parts[2], parts[3]))
     return decisions
+
+
+def clear_decisions(spark: Any) -> None:
+    """Forget the SQL extension's decisions in this session (tests)."""
+    with contextlib.suppress(Exception):
+        spark._jvm.asynclookup.sql.Decisions.clear(spark._jsparkSession)
+
+
+def session_key(spark: Any) -> str:
+    """What tells a Spark session from the others of its driver (a classic session's UUID, a
+    Spark Connect session's id); empty for none."""
+    if spark is None:
+        return ""
+    for read in (
+        lambda: spark._jsparkSession.sessionUUID(),
+        lambda: spark.session_id,
+        lambda: spark._session_id,
+    ):
+        with contextlib.suppress(Exception):
+            value = read()
+            if value:
+                return str(value)
+    return str(id(spark))

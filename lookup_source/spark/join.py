@@ -11,7 +11,7 @@ from pyspark.sql.types import StructType
 
 from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine.runner import ClientFactory, run_lookups
-from lookup_source.engine.spec import EngineSpec
+from lookup_source.engine.spec import HOW_ALIASES, HOWS, EngineSpec
 from lookup_source.errors import SchemaError
 from lookup_source.functions import LookupFunction
 from lookup_source.settings import LookupOptions
@@ -42,10 +42,12 @@ def lookup_join(
 
     ``on`` names the key column(s) of ``df``, in the order of the schema's key columns
     (``key.column``, else the first column of ``schema``). ``how="left"`` keeps rows whose key
-    is missing or null (their value columns are null); ``how="inner"`` drops them. Rows whose
-    lookup *failed* are never dropped silently: ``on.error=fail`` fails the task,
-    ``null``/``column`` keep them. Works on streaming DataFrames too; an event-time watermark
-    set before the join still holds after it.
+    is missing or null (their value columns are null); ``how="inner"`` drops them;
+    ``how="semi"`` (or ``"left_semi"``) keeps, once, each row whose key exists, and
+    ``how="anti"`` (``"left_anti"``) each row whose key does not (a null key included) — both
+    without the value columns. Rows whose lookup *failed* are never dropped silently:
+    ``on.error=fail`` fails the task, ``null``/``column`` keep them. Works on streaming
+    DataFrames too; an event-time watermark set before the join still holds after it.
 
     The lookup goes through the connector of ``options`` or through your own async function:
     ``fetch`` (one key per call; returns a record, a list of records or None) or
@@ -68,8 +70,13 @@ def lookup_join(
     >>> enriched = lookup_join(events, "user_id", schema="user_id long, name string, tier int",
     ...                        fetch=fetch)                             # doctest: +SKIP
     """
-    if how not in ("left", "inner"):
-        raise SchemaError(f"how must be 'left' or 'inner', got {how!r}")
+    wanted = how
+    how = HOW_ALIASES.get(str(how).strip().lower(), str(how).strip().lower())
+    if how not in HOWS:
+        raise SchemaError(
+            f"how must be 'left', 'inner', 'semi' or 'anti' (or 'left_semi', 'left_anti'), "
+            f"got {wanted!r}"
+        )
     function = LookupFunction.of(fetch, fetch_many)
     plan, lookup = _planned(df, on, schema, options, function, name)
     on_columns = resolve_on(df.schema, on, plan)
@@ -115,7 +122,7 @@ def _looked_up(
     lookup_options = plan.options
     if lookup_options.partition_by_key:
         df = partitioned_by_key(df, on_columns)
-    out_schema = output_schema(df.schema, plan)
+    out_schema = output_schema(df.schema, plan, how=how)
     spec = plan.engine_spec(
         tuple(on_columns), how=how, output_rows=output_rows(df.sparkSession), name=lookup
     )

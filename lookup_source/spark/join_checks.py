@@ -1,11 +1,14 @@
 """What a SQL JOIN rewritten into lookups must hold to give Spark's join's rows, checked by the
 lookup table function's ``analyze`` when the SQL extension calls it (mode ``sql-join``).
 
-The extension (Java) sees the plan; only Python knows the store. So the table function has the
-last word: when the store matches keys otherwise than Spark compares them (a Postgres ``citext``,
-``char(n)`` or ``uuid`` key that Spark sees as a string), or when the lookup cannot be set up at
-all, ``analyze`` answers with a single column ``__asynclookup_veto`` whose metadata says why,
-and the extension puts the original join back (Spark's scan and join): the answer never changes.
+The extension (Java) sees the plan; only Python knows the store. A SQL JOIN's lookups compare
+keys as Spark does (``key.equality=spark``): a connector that reports each match's own key
+(``LookupClient.reports_keys``, Postgres) has the matches of other keys dropped (a ``citext``
+or case-insensitive key answers ``'eu'`` with ``'EU'``'s row); for one that does not, the table
+function has the last word: when the store matches keys otherwise than Spark compares them, or
+when the lookup cannot be set up at all, ``analyze`` answers with a single column
+``__asynclookup_veto`` whose metadata says why, and the extension puts the original join back
+(Spark's scan and join): the answer never changes.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import hashlib
 import logging
 import pickle
 import threading
+from typing import Any
 
 from pyspark.sql.types import BooleanType, StructField, StructType
 
@@ -22,6 +26,7 @@ from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.clock import monotonic
 from lookup_source.engine.scan import keys_match_exactly
 from lookup_source.redaction import redact_text
+from lookup_source.settings import KeySettings
 from lookup_source.spark.plan import LookupPlan
 
 log = logging.getLogger("lookup_source")
@@ -49,10 +54,12 @@ def veto(reason: str) -> StructType:
 def refusal(plan: LookupPlan) -> str | None:
     """Why a SQL JOIN against ``plan``'s table must stay Spark's, or None. Asked at each
     query's analysis; the store's answer is kept a minute per configuration."""
-    config = plan.connector_config()
+    config = for_sql_join(plan).connector_config()
     client_class = plan.options.connector_class()
     if not client_class.can_scan(config):
         return None  # Spark's join cannot read the table at all: lookups are the answer
+    if client_class.reports_keys:
+        return None  # each match's key is compared with the asked one, as Spark compares them
     identity = hashlib.sha256(
         pickle.dumps((client_class.__module__, client_class.__name__, config))
     ).hexdigest()
@@ -78,13 +85,37 @@ def refusal(plan: LookupPlan) -> str | None:
     return why
 
 
+def untravelled(schema: StructType) -> str | None:
+    """Why a column of ``schema`` (the input a rewritten JOIN hands the table function) cannot
+    travel through Arrow to the Python worker on this PySpark (a year-month interval, say), or
+    None: such a JOIN stays Spark's, which never moves its rows through Python."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    # the worker converts with the session's time zone (4.2+ asks for one; 4.1 has none)
+    zone: dict[str, Any] = (
+        {"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_type).parameters else {}
+    )
+    for field in schema.fields:
+        try:
+            to_arrow_type(field.dataType, **zone)
+        except Exception as error:  # PySpark's own refusal, whatever its class
+            return (
+                f"the input column {field.name} ({field.dataType.simpleString()}) cannot travel "
+                f"through Arrow to Python on this PySpark: {type(error).__name__}"
+            )
+    return None
+
+
 def for_sql_join(plan: LookupPlan) -> LookupPlan:
-    """The plan a SQL JOIN's lookups run with: every match of a key, as Spark's join gives them
-    (``lookup.max-matches`` off, unless set)."""
-    options = plan.options
-    if "lookup.max-matches" in options.given:
-        return plan
-    return dataclasses.replace(plan, options=dataclasses.replace(options, max_matches=0))
+    """The plan a SQL JOIN's lookups run with: Spark's equality of keys and a key the store
+    cannot hold a miss (:meth:`KeySettings.as_spark_join`), every match of a key, as Spark's
+    join gives them (``lookup.max-matches`` off, unless set)."""
+    options = dataclasses.replace(plan.options, keys=KeySettings.as_spark_join())
+    if "lookup.max-matches" not in options.given:
+        options = dataclasses.replace(options, max_matches=0)
+    return dataclasses.replace(plan, options=options)
 
 
 def describe_failure(error: BaseException) -> str:

@@ -133,14 +133,15 @@ class Tracked:
 
 
 _LOOKUPS: Recent[str, Tracked] = Recent()  # function id -> the lookup_join
-_TABLES: Recent[str, Any] = Recent()  # registered lookup table -> its accumulator (or None)
-_JOIN_FUNCTIONS: Recent[str, str] = Recent()  # registered lookup table -> its SQL JOIN function
+# by (session, registered lookup table): each session's tables are its own
+_TABLES: Recent[tuple[str, str], Any] = Recent()  # -> its accumulator (or None)
+_JOIN_FUNCTIONS: Recent[tuple[str, str], str] = Recent()  # -> its SQL JOIN function
 
 
-def remember_join_function(table: str, function: str) -> None:
-    """The table function a SQL JOIN against registered table ``table`` is rewritten into:
-    :func:`lookup_metrics` reads the SQL extension's last decision about it."""
-    _JOIN_FUNCTIONS[table.lower()] = function
+def remember_join_function(spark: Any, table: str, function: str) -> None:
+    """The table function a SQL JOIN against ``spark``'s registered table ``table`` is
+    rewritten into: :func:`lookup_metrics` reads the SQL extension's last decision about it."""
+    _JOIN_FUNCTIONS[(internals.session_key(spark), table.lower())] = function
 
 
 def track(name: str, choice: Any, accumulator: Any = None) -> str:
@@ -159,7 +160,7 @@ def new_accumulator(spark: Any, table: str | None = None) -> Any:
     except Exception:
         accumulator = None
     if table:  # lookup_metrics(table) reads it, or says why there is nothing to read
-        _TABLES[table.lower()] = accumulator
+        _TABLES[(internals.session_key(spark), table.lower())] = accumulator
     return accumulator
 
 
@@ -212,15 +213,16 @@ def _from_observation(tracked: Tracked) -> LookupMetrics:
     return merged
 
 
-def lookup_metrics(source: Any) -> LookupMetrics:
+def lookup_metrics(source: Any, spark: Any = None) -> LookupMetrics:
     """The metrics of a DataFrame returned by ``lookup_join``, or of any DataFrame derived from
     it (those of every lookup_join in its plan, merged), or of a table registered with
     ``register_lookup_table`` (by name: its table function), summed over every action run so
     far. On a classic SparkSession Spark accumulators carry them; over Spark Connect (PySpark
     4.0+), observations of the DataFrame. A stream's per micro-batch metrics are in its
-    progress (``observedMetrics['asynclookup_<name>']``)."""
+    progress (``observedMetrics['asynclookup_<name>']``). A table's name is looked up in
+    ``spark``'s registered tables (default: the active session's): each session's are its own."""
     if isinstance(source, str):
-        return _table_metrics(source)
+        return _table_metrics(source, spark)
     if not callable(getattr(source, "explain", None)):
         raise ValueError(
             f"lookup_metrics takes a DataFrame or a lookup table's name, not "
@@ -254,10 +256,14 @@ def lookup_metrics(source: Any) -> LookupMetrics:
     return merged
 
 
-def _table_metrics(table: str) -> LookupMetrics:
-    if table.lower() not in _TABLES:
+def _table_metrics(table: str, spark: Any = None) -> LookupMetrics:
+    from pyspark.sql import SparkSession
+
+    spark = spark if spark is not None else SparkSession.getActiveSession()
+    key = (internals.session_key(spark), table.lower())
+    if key not in _TABLES:
         raise KeyError(f"no lookup table named {table!r} was registered in this session")
-    accumulator = _TABLES[table.lower()]
+    accumulator = _TABLES[key]
     if accumulator is None:
         raise ValueError(
             f"lookup table {table!r} was registered over Spark Connect, where its table "
@@ -267,19 +273,16 @@ def _table_metrics(table: str) -> LookupMetrics:
     value = accumulator.value
     assert isinstance(value, LookupMetrics)
     value.name = value.name or table
-    decision = _sql_join_decision(table)
+    decision = _sql_join_decision(spark, table)
     if decision is not None:
         value.strategy, value.strategy_reason = decision
     return value
 
 
-def _sql_join_decision(table: str) -> tuple[str, str] | None:
-    """The SQL extension's last decision about a JOIN against registered table ``table``:
-    (``lookup`` or ``scan``, why), or None (no JOIN seen, or no extension)."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.getActiveSession()
-    function = _JOIN_FUNCTIONS.get(table.lower())
+def _sql_join_decision(spark: Any, table: str) -> tuple[str, str] | None:
+    """The SQL extension's last decision in ``spark`` about a JOIN against its registered table
+    ``table``: (``lookup`` or ``scan``, why), or None (no JOIN seen, or no extension)."""
+    function = _JOIN_FUNCTIONS.get((internals.session_key(spark), table.lower()))
     if spark is None or function is None:
         return None
     for outcome, view, called, reason in reversed(internals.jvm_decisions(spark)):

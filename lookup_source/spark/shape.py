@@ -127,16 +127,19 @@ def output_schema(
     plan: LookupPlan,
     terms: InputTerms = DATAFRAME,
     matched_column: str | None = None,
+    how: str = "left",
 ) -> StructType:
-    """The input's fields, unchanged and *with their metadata*, then the value columns (and
-    the error column, and a ``matched_column`` flag when one is asked for).
+    """The input's fields, unchanged and *with their metadata*, then the value columns (none
+    for a ``semi`` or ``anti`` join; and the error column, and a ``matched_column`` flag when
+    one is asked for).
 
     mapInArrow keeps an event-time watermark only if the output field still carries the
     ``spark.watermarkDelayMs`` metadata; declaring the output from a DDL string would drop it,
     and with it append-mode windowed aggregations after the join.
     """
     existing = {name.lower() for name in df_schema.fieldNames()}
-    added = [StructField(f.name, f.dataType, True, f.metadata) for f in plan.value_fields]
+    values = plan.value_fields if how in ("left", "inner") else []
+    added = [StructField(f.name, f.dataType, True, f.metadata) for f in values]
     if plan.options.error_column:
         added.append(StructField(ERROR_COLUMN, StringType(), True))
     if matched_column is not None:

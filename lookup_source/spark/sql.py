@@ -142,7 +142,7 @@ def _register(
     reader.load().createOrReplaceTempView(name)
     spark.udtf.register(f"{name}_lookup", table_function)
     spark.udtf.register(join_function, table_function)
-    remember_join_function(name, join_function)
+    remember_join_function(spark, name, join_function)
 
 
 def _sql_join_limit(view_options: dict[str, str], plan: LookupPlan, name: str) -> None:

@@ -347,4 +347,6 @@ def table_join(
     condition = functools.reduce(
         lambda a, b: a & b, [df[o] == F.col(k) for o, k in zip(on_columns, keys)]
     )
-    return df.join(F.broadcast(table) if broadcast else table, condition, how).drop(*keys)
+    spark_how = {"semi": "left_semi", "anti": "left_anti"}.get(how, how)
+    joined = df.join(F.broadcast(table) if broadcast else table, condition, spark_how)
+    return joined if how in ("semi", "anti") else joined.drop(*keys)

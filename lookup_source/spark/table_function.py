@@ -17,13 +17,14 @@ from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
 from lookup_source.engine.runner import ClientFactory, LookupTask
-from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS
+from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS, HOW_ALIASES, HOWS
 from lookup_source.errors import SchemaError
 from lookup_source.spark.join_checks import (
     SQL_JOIN,
     describe_failure,
     for_sql_join,
     refusal,
+    untravelled,
     veto,
 )
 from lookup_source.spark.plan import LookupPlan, output_rows
@@ -68,7 +69,7 @@ def _analyze(
         return _analyzed(plan, buckets, table, keys, how, matched)
     try:
         result = _analyzed(plan, buckets, table, keys, how, matched)
-        why = refusal(plan)
+        why = untravelled(result.input_schema or StructType()) or refusal(plan)
     except Exception as error:  # never fail the query: leave the join to Spark
         why = describe_failure(error)
     if why is not None:
@@ -94,14 +95,13 @@ def _analyzed(
             "TABLE(events) or TABLE(SELECT ...)"
         )
     on_text = _constant(keys, "the key column(s) of the table, e.g. 'user_id'")
-    join = _constant(how, "how ('left' or 'inner')", "left").lower()
-    if join not in ("left", "inner"):
-        raise SchemaError(f"how must be 'left' or 'inner', got {join!r}")
+    join = _constant(how, "how ('left', 'inner', 'semi' or 'anti')", "left").lower().strip()
+    join = HOW_ALIASES.get(join, join)
+    if join not in HOWS:
+        raise SchemaError(f"how must be 'left', 'inner', 'semi' or 'anti', got {join!r}")
     flag = None
-    if matched is not None:
-        flag = _constant(matched, "the name of the match flag column").strip()
-        if not flag:
-            raise SchemaError("the name of the match flag column is empty")
+    if matched is not None:  # (empty: none)
+        flag = _constant(matched, "the name of the match flag column").strip() or None
     on = tuple(resolve_on(table.dataType, on_text, plan, TABLE_ARGUMENT))
     # partition.by-key: Spark hash-partitions TABLE(t) by a bucket of the key. Not by the key
     # itself: PySpark starts a new instance of the function (a new client) for each distinct
@@ -109,7 +109,7 @@ def _analyzed(
     # instance per task.
     bucket = f"pmod(hash({', '.join(map(_quoted, on))}), {buckets})"
     return LookupAnalyzeResult(
-        schema=output_schema(table.dataType, plan, TABLE_ARGUMENT, matched_column=flag),
+        schema=output_schema(table.dataType, plan, TABLE_ARGUMENT, matched_column=flag, how=join),
         partitionBy=(PartitioningColumn(bucket),) if plan.options.partition_by_key else (),
         on=on,
         how=join,
@@ -149,9 +149,12 @@ def lookup_handler(
 ) -> type:
     """The class a lookup table function runs: ``analyze`` (static), then per instance
     ``eval`` on each Arrow batch of ``TABLE(t)``, ``terminate`` and ``cleanup``. Its arguments:
-    ``TABLE(t)``, the key column(s), optionally ``'left'`` (default) or ``'inner'``, and, as
-    the SQL extension calls it for a JOIN, the name of a match flag column to add and the mode
-    ``'sql-join'`` (every match of a key; refuse what could not give Spark's join's rows)."""
+    ``TABLE(t)``, the key column(s), optionally ``'left'`` (default), ``'inner'``, ``'semi'``
+    (the rows whose key exists, once, without the value columns) or ``'anti'`` (those whose
+    key does not), and, as the SQL extension calls it for a JOIN, the name of a match flag
+    column to add (empty: none) and the mode ``'sql-join'`` (Spark's equality of keys, every
+    match of a key, a key the store cannot hold a miss; refuse what could not give Spark's
+    join's rows)."""
 
     class LookupJoinFunction(_LookupRuns):
         lookup = _Lookup(plan, rows_per_batch, metrics, client_factory, name)
@@ -189,6 +192,7 @@ class _LookupRuns:
     def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
         lookup = self.lookup
         joined = for_sql_join(lookup.plan) if analyze_result.sql_join else lookup.plan
+        self.config = joined.connector_config()
         self.spec = joined.engine_spec(
             analyze_result.on,
             how=analyze_result.how,
@@ -212,7 +216,7 @@ class _LookupRuns:
                 metrics = self.lookup.metrics
                 self.task = LookupTask(
                     self.spec,
-                    self.lookup.plan.connector_config(),
+                    self.config,
                     client_factory=self.lookup.client_factory,
                     on_metrics=metrics.add if metrics is not None else None,
                 )

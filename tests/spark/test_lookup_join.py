@@ -10,6 +10,8 @@ from pyspark.sql import functions as F
 
 from lookup_source import lookup_join
 from lookup_source.errors import OptionError, SchemaError
+from lookup_source.spark.versions import BROADCAST
+from tests.helpers import needs
 from tests.servers import RedisServer
 
 SCHEMA = "user_id long, name string, tier int"
@@ -73,6 +75,40 @@ def test_matches_a_plain_spark_join(spark: Any, users: dict, options: dict) -> N
     expected = df.join(dim, "user_id", "left").select("event_id", "user_id", "name", "tier")
     got = lookup_join(df, "user_id", schema=SCHEMA, options=options)
     assert got.exceptAll(expected).count() == 0 and expected.exceptAll(got).count() == 0
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        "lookup",
+        pytest.param("scan", marks=needs(BROADCAST)),
+        pytest.param("broadcast", marks=needs(BROADCAST)),
+    ],
+)
+def test_semi_and_anti_joins_match_spark_joins(
+    spark: Any, users: dict, options: dict, strategy: str
+) -> None:
+    """``how="semi"`` keeps each row whose key exists, once; ``how="anti"`` each whose key does
+    not, a null key included; neither adds the value columns — as Spark's left semi and left
+    anti joins against the table, whatever the strategy."""
+    dim = spark.createDataFrame([(k, v["name"], v["tier"]) for k, v in users.items()], SCHEMA)
+    df = events(spark, 20_000, 6000)
+    for how, spark_how in (("semi", "left_semi"), ("left_anti", "left_anti")):
+        got = lookup_join(
+            df, "user_id", schema=SCHEMA, options={**options, "strategy": strategy}, how=how
+        )
+        expected = df.join(dim, "user_id", spark_how)
+        assert got.columns == ["event_id", "user_id"], how
+        rows = sorted(tuple(r) for r in got.collect())
+        assert rows == sorted(tuple(r) for r in expected.select("event_id", "user_id").collect())
+        if how == "semi":
+            assert len(rows) == df.where("user_id < 5000").count()
+        else:
+            assert any(r[1] is None for r in rows) and all(
+                r[1] is None or r[1] >= 5000 for r in rows
+            )
+    with pytest.raises(SchemaError, match="how must be 'left', 'inner', 'semi' or 'anti'"):
+        lookup_join(df, "user_id", schema=SCHEMA, options=options, how="full")
 
 
 def test_key_column_with_another_name_and_type(spark: Any, users: dict, options: dict) -> None:

@@ -269,6 +269,35 @@ def _check_sql_join(namespace: dict[str, Any], out: str, workspace: str) -> None
     assert sorted(join.collect()) == [(1, "user-10"), (2, "user-11"), (3, None), (4, "user-99")]
 
 
+def _check_semi_anti(namespace: dict[str, Any], out: str, workspace: str) -> None:
+    spark = namespace["spark"]
+    exists = spark.sql(
+        "SELECT v.event_id FROM visits v WHERE EXISTS "
+        "(SELECT 1 FROM users u WHERE u.user_id = v.user_id)"
+    )
+    anti = spark.sql(
+        "SELECT v.event_id FROM visits v LEFT ANTI JOIN users u ON v.user_id = u.user_id"
+    )
+    tiers = spark.sql(
+        "SELECT v.event_id, t.tier FROM visits v LEFT JOIN user_tiers t "
+        "ON v.user_id = t.user_id AND v.ts >= t.valid_from AND v.ts < t.valid_to"
+    )
+    assert sorted(r[0] for r in exists.collect()) == [1, 2, 3]
+    assert [r[0] for r in anti.collect()] == [4]  # the null key
+    assert sorted(tuple(r) for r in tiers.collect()) == [
+        (1, "free"),
+        (2, "plus"),
+        (3, "pro"),
+        (4, None),
+    ]
+    from lookup_source.spark.sql_extension import extension_active
+
+    if extension_active(spark):
+        for frame in (exists, anti, tiers):
+            assert "ArrowEvalPythonUDTF" in frame._jdf.queryExecution().executedPlan().toString()
+    assert "plus" in out and "pro" in out
+
+
 def _check_data_source(namespace: dict[str, Any], out: str, workspace: str) -> None:
     if "users" in namespace:
         assert _names(namespace["users"], "user_id") == ["Ada", "Grace"]
@@ -317,5 +346,6 @@ CHECKS = {
     "Read a dimension table by key": _check_data_source,
     "SQL": _check_sql,
     "A SQL JOIN is the lookup": _check_sql_join,
+    "Semi, anti and point-in-time joins": _check_semi_anti,
     "HTTP connector": _check_http,
 }

@@ -255,7 +255,7 @@ def test_sql_errors_are_clear(spark: Any, redis_srv: RedisServer) -> None:
     spark.createDataFrame([("1",)], "code string").createOrReplaceTempView("codes")
     with pytest.raises(Exception, match=r"key column 'code' is string in the TABLE\(...\) arg"):
         spark.sql("SELECT * FROM api_users_lookup(TABLE(codes), 'code')").collect()
-    with pytest.raises(Exception, match="how must be 'left' or 'inner'"):
+    with pytest.raises(Exception, match="how must be 'left', 'inner', 'semi' or 'anti'"):
         spark.sql("SELECT * FROM api_users_lookup(TABLE(ids), 'uid', 'outer')").collect()
     with pytest.raises(Exception, match="must be a plain SQL identifier"):
         register_lookup_table(

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from lookup_source import lookup_metrics, register_lookup_table
 from lookup_source.service import BackgroundHttpServer
-from lookup_source.spark.internals import jvm_decisions, plan_text
+from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
 from lookup_source.spark.sql_extension import ENABLED
 from lookup_source.spark.versions import SQL_JOINS
 from tests.helpers import needs
@@ -122,7 +122,7 @@ def rows(frame: Any) -> Counter[tuple[Any, ...]]:
 
 def decided(spark: Any, sql: str) -> list[tuple[str, str, str, str]]:
     """The extension's decisions while ``sql`` is analyzed (the rewrite on)."""
-    spark._jvm.asynclookup.sql.Decisions.clear()
+    clear_decisions(spark)
     spark.sql(sql).schema  # noqa: B018 - analysis only
     return jvm_decisions(spark)
 
@@ -292,15 +292,18 @@ def test_conditions_beside_the_key(spark: Any, tables: dict[str, str]) -> None:
     for (e, uid, key, name, tier), count in expected_join("left").items():
         expected[(e, uid, key, name, tier) if e % 2 == 0 else (e, uid, None, None, None)] += count
     assert same_both_ways(spark, left) == expected
-    # left: a condition on the table's values is Spark's to keep (a row is matched by any of
-    # its key's matches that pass it)
+    # left: a condition on the table's values (a row is matched by any of its key's matches
+    # that pass it): Spark's join, against the lookups of the input's keys
     on_values = (
         f"SELECT e.event_id, u.name FROM {events} e LEFT JOIN {users} u "
         "ON e.user_id = u.user_id AND u.tier = 1"
     )
     outcome, _, _, reason = decided(spark, on_values)[-1]
-    assert outcome == "spark" and "reads the lookup table's values" in reason
-    same_both_ways(spark, on_values, rewritten=False)
+    assert outcome == "lookup" and "Spark's join against the lookups of its keys" in reason
+    assert same_both_ways(spark, on_values) == Counter(
+        (e, user(u)[0] if u is not None and u < USERS and user(u)[1] == 1 else None)
+        for e, u, _, _ in EVENTS
+    )
 
 
 def test_a_where_on_the_input_is_applied_before_the_lookup(
@@ -355,7 +358,10 @@ def test_two_lookup_tables_and_a_self_join(spark: Any, tables: dict[str, str]) -
         f"SELECT a.user_id, b.name FROM {tables['users']} a "
         f"JOIN {tables['users']} b ON a.user_id = b.user_id"
     )
-    assert same_both_ways(spark, self_join, scans=1) == Counter(
+    # a self-join stays Spark's (the DataFrame API resolves a self-join's condition on its own
+    # join, which must stay one): the same rows
+    assert "a self-join" in decided(spark, self_join)[-1][3]
+    assert same_both_ways(spark, self_join, rewritten=False) == Counter(
         {(u, user(u)[0]): 1 for u in range(USERS)}
     )
 
@@ -371,10 +377,13 @@ def test_a_filtered_lookup_table(spark: Any, tables: dict[str, str]) -> None:
             if u is not None and u < USERS and u != NO_VALUES and u % 3 == 1
         }
     )
-    # a LEFT JOIN against a filter on values: Spark's
+    # a LEFT JOIN against a filter on values: Spark's join, against the lookups of its keys
     left = inner.replace(" JOIN ", " LEFT JOIN ")
-    assert decided(spark, left)[-1][0] == "spark"
-    same_both_ways(spark, left, rewritten=False)
+    assert "Spark's join against the lookups" in decided(spark, left)[-1][3]
+    assert same_both_ways(spark, left) == Counter(
+        (e, f"USER {u}" if u is not None and u < USERS and u != NO_VALUES and u % 3 == 1 else None)
+        for e, u, _, _ in EVENTS
+    )
     # a LEFT JOIN against a filter on the key, and a computed column: rewritten, exactly
     on_key = f"(SELECT user_id, coalesce(name, 'none') AS n FROM {users} WHERE user_id < 20)"
     keyed = f"SELECT e.event_id, u.n FROM {events} e LEFT JOIN {on_key} u ON e.user_id = u.user_id"
@@ -654,15 +663,120 @@ def test_a_stream_static_join(spark: Any, tables: dict[str, str], tmp_path: Any)
     )
 
 
+def test_semi_and_anti_joins_of_a_stream(spark: Any, tables: dict[str, str], tmp_path: Any) -> None:
+    """A stream's rows whose key exists (EXISTS), and those whose key does not (LEFT ANTI): as
+    lookups, micro-batch by micro-batch; a LEFT JOIN whose condition reads the table's values
+    needs Spark's join after the lookups, which a stream cannot have: Spark's, and it runs."""
+    (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 50)
+        .load()
+        .selectExpr("value AS event_id", "value % 70 AS user_id")
+        .createOrReplaceTempView("sj_semi_stream")
+    )
+    users = tables["users"]
+    semi = (
+        "SELECT s.event_id, s.user_id FROM sj_semi_stream s WHERE EXISTS "
+        f"(SELECT 1 FROM {users} u WHERE u.user_id = s.user_id)"
+    )
+    anti = (
+        f"SELECT s.event_id, s.user_id FROM sj_semi_stream s LEFT ANTI JOIN {users} u "
+        "ON s.user_id = u.user_id"
+    )
+    valued = (
+        f"SELECT s.event_id, u.name FROM sj_semi_stream s LEFT JOIN {users} u "
+        "ON s.user_id = u.user_id AND u.tier = 1"
+    )
+    assert decided(spark, semi)[-1][0] == "lookup"
+    assert decided(spark, anti)[-1][0] == "lookup"
+    outcome, _, _, why = decided(spark, valued)[-1]
+    assert outcome == "spark" and "stream" in why, why
+    for name, sql, kept in (
+        ("sj_semi_out", semi, lambda uid: uid < USERS),
+        ("sj_anti_out", anti, lambda uid: uid >= USERS),
+    ):
+        query = (
+            spark.sql(sql)
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 60
+            query.processAllAvailable()
+            while spark.sql(f"SELECT count(*) FROM {name}").first()[0] < 5:
+                assert time.monotonic() < deadline, f"no rows from {name}"
+                query.processAllAvailable()
+        finally:
+            query.stop()
+        out = spark.sql(f"SELECT event_id, user_id FROM {name}").collect()
+        assert out and all(r.user_id == r.event_id % 70 and kept(r.user_id) for r in out)
+        ids = [r.event_id for r in out]
+        assert len(ids) == len(set(ids))  # each row once
+
+
+def test_two_sessions_of_one_jvm(spark: Any, postgres_srv: Any, tables: dict[str, str]) -> None:
+    """spark.newSession() registers the data source and its own lookup tables, reads and
+    joins them as lookups; neither session sees the other's tables, decisions or metrics."""
+    other = spark.newSession()
+    name = "sj_other_users"
+    register_lookup_table(
+        other,
+        name,
+        schema="user_id long, name string, tier int",
+        options={
+            "connector": "postgres",
+            "url": postgres_srv.url,
+            "postgres.table": tables["pg_users"],
+        },
+    )
+    assert other.table(name).where("user_id = 7").collect()[0]["name"] == "user 7"
+    assert (
+        other.read.format("asynclookup")
+        .options(
+            connector="postgres", url=postgres_srv.url, **{"postgres.table": tables["pg_users"]}
+        )
+        .load()
+        .count()
+        == USERS
+    )
+    assert not spark.catalog.tableExists(name)  # temporary views are per session
+    other.createDataFrame([(1, 7), (2, 99), (3, None)], "e long, uid long").createOrReplaceTempView(
+        "sj_other_events"
+    )
+    sql = f"SELECT o.e, u.name FROM sj_other_events o LEFT JOIN {name} u ON o.uid = u.user_id"
+    clear_decisions(other)
+    clear_decisions(spark)
+    frame = other.sql(sql)
+    assert "ArrowEvalPythonUDTF" in plan_text(frame, "simple")
+    assert sorted(tuple(r) for r in frame.collect()) == [(1, "user 7"), (2, None), (3, None)]
+    assert jvm_decisions(other)[-1][0] == "lookup"
+    assert jvm_decisions(spark) == []  # the first session's decisions are its own
+    assert lookup_metrics(name, spark=other).rows == 3
+    assert lookup_metrics(name, spark=other).strategy == "lookup"
+    with pytest.raises(KeyError, match="registered in this session"):
+        lookup_metrics(name, spark=spark)
+    # the first session still joins its own tables as lookups
+    assert (
+        decided(
+            spark,
+            f"SELECT * FROM {tables['events']} e JOIN {tables['users']} u ON e.user_id = u.user_id",
+        )[-1][0]
+        == "lookup"
+    )
+
+
 # -- what must stay Spark's: the store's equality, collations, errors, hidden columns ---------
 
 
-def test_a_key_the_store_matches_otherwise_keeps_spark_join(
+def test_a_key_the_store_matches_otherwise_gives_spark_rows(
     spark: Any, postgres_srv: Any, pg: Any, table_name: str
 ) -> None:
     """A char(4) key (Postgres pads it, and matches 'ab' to 'ab  '): Spark's join compares the
-    scanned 'ab  ' with 'ab' and finds nothing. The table function, asked at analysis, says
-    its store matches otherwise; the JOIN stays Spark's, with Spark's rows."""
+    scanned 'ab  ' with 'ab' and finds nothing. The lookups compare each row's own key with
+    the asked one as Spark does: the rewritten JOIN gives Spark's rows."""
     pg(f"CREATE TABLE {table_name}_codes (code char(4) PRIMARY KEY, label text)")
     pg(f"INSERT INTO {table_name}_codes VALUES ('ab', 'x'), ('cdef', 'y')")
     register_lookup_table(
@@ -679,14 +793,15 @@ def test_a_key_the_store_matches_otherwise_keeps_spark_join(
         "sj_code_input"
     )
     sql = "SELECT i.c, k.label FROM sj_code_input i LEFT JOIN sj_codes k ON i.c = k.code"
-    decisions = decided(spark, sql)
-    assert decisions[-1][0] == "spark" and "matches the key otherwise" in decisions[-1][3]
-    got = same_both_ways(spark, sql, rewritten=False)
+    assert decided(spark, sql)[-1][0] == "lookup"
+    got = same_both_ways(spark, sql)
     assert got == Counter({("ab", None): 1, ("cdef", "y"): 1, ("zz", None): 1})
+    padded = "SELECT i.c, k.label FROM (SELECT 'ab  ' AS c) i JOIN sj_codes k ON i.c = k.code"
+    assert same_both_ways(spark, padded) == Counter({("ab  ", "x"): 1})
     pg(f"DROP TABLE {table_name}_codes")
 
 
-def test_collations_floats_and_raising_conditions_stay_spark(
+def test_collations_floats_and_raising_conditions(
     spark: Any, postgres_srv: Any, tables: dict[str, str]
 ) -> None:
     events, acc, users = tables["events"], tables["acc"], tables["users"]
@@ -707,13 +822,18 @@ def test_collations_floats_and_raising_conditions_stay_spark(
     doubled = f"SELECT e.event_id, d.name FROM {events} e JOIN sj_double d ON e.user_id = d.score"
     outcome, _, _, why = decided(spark, doubled)[-1]
     assert outcome == "spark" and "a double key compares otherwise" in why, why
-    # a LEFT JOIN's condition on the input that may raise where Spark never evaluates it
+    # a LEFT JOIN's condition on the input that may raise (user 60 has no row, so Spark never
+    # evaluates it there): Spark's join evaluates it, against the lookups of the input's keys
     raising = (
         f"SELECT e.event_id, u.name FROM {events} e LEFT JOIN {users} u "
         "ON e.user_id = u.user_id AND 10 DIV (e.user_id - 60) <> 7"
     )
     outcome, _, _, why = decided(spark, raising)[-1]
-    assert outcome == "spark" and "may raise an error there" in why, why
+    assert outcome == "lookup" and "Spark's join against the lookups" in why, why
+    assert same_both_ways(spark, raising) == Counter(
+        (e, user(u)[0] if u is not None and u < USERS and 10 // (u - 60) != 7 else None)
+        for e, u, _, _ in EVENTS
+    )
 
 
 def test_hidden_columns_and_watermarks(spark: Any, tables: dict[str, str], tmp_path: Any) -> None:

@@ -19,7 +19,7 @@ import scala.runtime.BoxedUnit;
  *
  * <ul>
  *   <li>{@code spark.asynclookup.sql.extension.joinRewrite.enabled}: the analyzer rule {@link
- *       LookupJoinRewrite};
+ *       LookupJoinRule};
  *   <li>{@code spark.asynclookup.sql.extension.filterPushdown.enabled}: the optimizer rule {@link
  *       FilterLookupInput}, which filters a lookup's input rows before they are looked up.
  * </ul>
@@ -37,7 +37,7 @@ public final class AsyncLookupSqlExtensions
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
     extensions.injectResolutionRule(
-        part("joinRewrite", Settings.PART_JOIN_REWRITE, LookupJoinRewrite::new));
+        part("joinRewrite", Settings.PART_JOIN_REWRITE, LookupJoinRule::new));
     extensions.injectOptimizerRule(
         part("filterPushdown", Settings.PART_FILTER_PUSHDOWN, session -> new FilterLookupInput()));
     return BoxedUnit.UNIT;

@@ -1,6 +1,7 @@
 package asynclookup.sql;
 
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -19,25 +20,50 @@ import org.apache.spark.sql.types.DataType;
 import scala.Option;
 
 /**
- * A join's ON condition and its lookup side's filters, sorted: the input expression that gives
- * each key column its value, conditions on the input alone, conditions on the table's values.
+ * A join's condition and its lookup side's filters, sorted: the input expression that gives
+ * each key column its value, conditions on the input alone, and conditions that read the
+ * table's values.
  *
- * <p>A condition that the rewrite evaluates on other rows than Spark's join would — the side's
- * filters on the key (Spark evaluates them on the table's rows, the rewrite on the input's
- * values), a LEFT JOIN's conditions on the input (Spark evaluates them on rows whose key
- * matched, the rewrite on every row) — must be one that never raises, or the join is left to
- * Spark.
+ * <p>A key column may be compared through casts that widen it exactly ({@code e.amount_dec =
+ * u.id}: the id cast to a decimal, maybe in two steps): the input's value is then narrowed back
+ * to the key's type by TRY casts, and a value that is not exactly a key asks for nothing (it
+ * could match no row in Spark's join either).
+ *
+ * <p>A filter of the lookup side that reads only its key columns becomes a condition on the
+ * input (the key's value is the input's); it never raises ({@link LookupSide} checks).
  */
 final class Conditions {
   final Expression[] keys;
+  /** Conditions on the input alone (the ON condition's, and the side's filters on keys). */
   final List<Expression> onInput = new ArrayList<>();
+  /** Conditions that read the table's values (the ON condition's, and the side's filters). */
   final List<Expression> onValues = new ArrayList<>();
 
   private Conditions(int keys) {
     this.keys = new Expression[keys];
   }
 
-  static Conditions of(Expression on, LookupSide side, AttributeSet inputSet, boolean leftOuter) {
+  /** Whether every condition on the input can never raise (see {@link RaiseFree}). */
+  boolean inputNeverRaises() {
+    for (Expression c : onInput) {
+      if (!RaiseFree.neverRaises(c)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /** Whether every key expression can never raise. */
+  boolean keysNeverRaise() {
+    for (Expression k : keys) {
+      if (!RaiseFree.neverRaises(k)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static Conditions of(Expression on, LookupSide side, AttributeSet inputSet) {
     LookupTable table = side.table;
     Conditions result = new Conditions(table.keys.size());
     List<Expression> rest = new ArrayList<>();
@@ -63,25 +89,22 @@ final class Conditions {
     }
     if (!unbound.isEmpty()) {
       throw new NotRewritten(
-          "the ON condition does not equate every key column of the table ("
+          "the condition does not equate every key column of the table ("
               + String.join(", ", table.keyNames())
               + ") with the other side: missing "
               + String.join(", ", unbound));
     }
-    int fromOn = rest.size();
     rest.addAll(side.filters);
-    for (int i = 0; i < rest.size(); i++) {
-      Expression c = rest.get(i);
+    for (Expression c : rest) {
+      for (Attribute a : Scala.list(c.references().toSeq())) {
+        if (!inputSet.contains(a) && table.keyIndex(a) < 0 && !table.isValue(a)) {
+          throw new NotRewritten(
+              "a condition reads " + a.name() + ", of neither the input nor the table");
+        }
+      }
       Expression onKeys = Expressions.substitute(c, keyValues);
       if (onKeys.references().subsetOf(inputSet)) {
         requireInputOnly(onKeys);
-        boolean moved = i >= fromOn || leftOuter; // evaluated on other rows than Spark's
-        if (moved && !Expressions.neverRaises(onKeys)) {
-          throw new NotRewritten(
-              "a condition would be evaluated on rows Spark's join never gives it, and may"
-                  + " raise an error there: "
-                  + c.sql());
-        }
         result.onInput.add(onKeys);
       } else {
         if (!Expressions.movable(c)) {
@@ -99,11 +122,11 @@ final class Conditions {
     if (!Expressions.referencesOnly(inputSide, inputSet)) {
       return false;
     }
+    List<Cast> casts = new ArrayList<>(); // from the outermost in
     Expression key = tableSide;
-    boolean cast = false;
-    if (key instanceof Cast) { // the key column widened to the input's type
+    while (key instanceof Cast) {
+      casts.add((Cast) key);
       key = ((Cast) key).child();
-      cast = true;
     }
     if (!(key instanceof AttributeReference)) {
       return false;
@@ -113,7 +136,7 @@ final class Conditions {
       return false;
     }
     DataType keyType = key.dataType();
-    if (!cast) {
+    if (casts.isEmpty()) {
       if (!inputSide.dataType().sameType(keyType)) {
         return false;
       }
@@ -121,16 +144,25 @@ final class Conditions {
       keys[k] = inputSide;
       return true;
     }
-    DataType wide = tableSide.dataType();
-    if (!Casts.oneToOne(keyType, wide)) {
-      return false;
+    Collections.reverse(casts); // from the innermost out
+    for (Cast cast : casts) {
+      if (!Casts.oneToOne(cast.child().dataType(), cast.dataType())) {
+        return false;
+      }
     }
     requireInputOnly(inputSide);
     // the input's value as the key's type, when it is exactly one: else no key, no match
-    Expression narrowed = new Cast(inputSide, keyType, Option.empty(), EvalMode$.MODULE$.TRY());
-    Expression back = new Cast(narrowed, wide, Option.empty(), EvalMode$.MODULE$.TRY());
+    Expression narrowed = tryCast(inputSide, keyType);
+    Expression back = narrowed;
+    for (Cast cast : casts) {
+      back = tryCast(back, cast.dataType());
+    }
     keys[k] = new If(new EqualTo(back, inputSide), narrowed, Literal.create(null, keyType));
     return true;
+  }
+
+  private static Expression tryCast(Expression e, DataType type) {
+    return new Cast(e, type, Option.empty(), EvalMode$.MODULE$.TRY());
   }
 
   private static void requireInputOnly(Expression e) {

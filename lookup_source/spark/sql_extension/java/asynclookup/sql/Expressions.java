@@ -73,6 +73,18 @@ final class Expressions {
     return e.find(Scala.fn(node -> (Object) unmovable(node))).isEmpty();
   }
 
+  /** Whether {@code e} reads the outer query (a correlated subquery's condition). */
+  static boolean isCorrelated(Expression e) {
+    return e.find(Scala.fn(node -> (Object) (node instanceof OuterReference))).isDefined();
+  }
+
+  /** {@code e} with each outer reference replaced by the attribute it names. */
+  static Expression withoutOuter(Expression e) {
+    return e.transformUp(
+        Scala.everywhere(
+            node -> node instanceof OuterReference ? (Expression) ((OuterReference) node).e() : node));
+  }
+
   private static boolean unmovable(Expression node) {
     if (node instanceof SubqueryExpression || node instanceof OuterReference) {
       return true;
@@ -81,51 +93,9 @@ final class Expressions {
     return name.contains("UDF") || name.contains("UserDefined");
   }
 
-  /** The expression classes that never raise, whatever their input (ANSI mode included). */
-  private static final java.util.Set<String> NEVER_RAISE =
-      java.util.Set.of(
-          "AttributeReference",
-          "BoundReference",
-          "Literal",
-          "And",
-          "Or",
-          "Not",
-          "EqualTo",
-          "EqualNullSafe",
-          "LessThan",
-          "LessThanOrEqual",
-          "GreaterThan",
-          "GreaterThanOrEqual",
-          "IsNull",
-          "IsNotNull",
-          "IsNaN",
-          "In",
-          "InSet",
-          "If",
-          "CaseWhen",
-          "Coalesce",
-          "StartsWith",
-          "EndsWith",
-          "Contains",
-          "AtLeastNNonNulls");
-
-  /**
-   * Whether evaluating {@code e} on any row can never raise an error (so that evaluating it on
-   * rows the original plan never gave it — the input rows of a LEFT JOIN that match nothing, the
-   * input's values instead of the table's — cannot fail a query that did not fail): only
-   * comparisons, boolean logic and null tests of columns and literals, and casts that widen.
-   */
+  /** Whether evaluating {@code e} can never raise, on any row ({@link RaiseFree}). */
   static boolean neverRaises(Expression e) {
-    return e.find(Scala.fn(node -> (Object) !raiseFree(node))).isEmpty();
-  }
-
-  private static boolean raiseFree(Expression node) {
-    if (node instanceof org.apache.spark.sql.catalyst.expressions.Cast) {
-      org.apache.spark.sql.catalyst.expressions.Cast cast =
-          (org.apache.spark.sql.catalyst.expressions.Cast) node;
-      return Casts.oneToOne(cast.child().dataType(), cast.dataType());
-    }
-    return NEVER_RAISE.contains(node.getClass().getSimpleName());
+    return RaiseFree.neverRaises(e);
   }
 
   static boolean referencesOnly(Expression e, AttributeSet attributes) {

@@ -140,6 +140,23 @@ final class LookupTable {
     throw new NotRewritten("key.column names " + name + ", which the table does not have");
   }
 
+  /** Whether {@code plan} reads this same table (the same options and schema) anywhere. */
+  boolean readBy(org.apache.spark.sql.catalyst.plans.logical.LogicalPlan plan) {
+    if (isLookupRelation(plan)) {
+      DataSourceV2Relation other = (DataSourceV2Relation) plan;
+      if (other.options().equals(relation.options()) && other.schema().equals(relation.schema())) {
+        return true;
+      }
+    }
+    for (org.apache.spark.sql.catalyst.plans.logical.LogicalPlan child :
+        Scala.list(plan.children())) {
+      if (readBy(child)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** The options as given to the data source, for the table function made from them. */
   Map<String, String> options() {
     return relation.options().asCaseSensitiveMap();

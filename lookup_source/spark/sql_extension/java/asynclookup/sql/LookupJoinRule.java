@@ -1,0 +1,374 @@
+package asynclookup.sql;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.AttributeReference;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
+import org.apache.spark.sql.catalyst.plans.logical.CTERelationDef;
+import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.Join;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.WithCTE;
+import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.catalyst.trees.TreeNodeTag;
+import org.apache.spark.sql.classic.SparkSession;
+
+/**
+ * The analyzer rule: a join against an asynclookup lookup table runs as lookups of the other
+ * side's keys, so only those are asked of the store, and gives Spark's join's rows.
+ *
+ * <p>It finds the joins ({@link JoinShape}): {@code JOIN ... ON} (inner, left outer, left semi,
+ * left anti; the table on either side of an inner join), a comma join or {@code CROSS JOIN}
+ * whose {@code WHERE} equates the keys, and {@code [NOT] EXISTS} and {@code IN} subqueries of
+ * a {@code WHERE}; then builds one of two plans:
+ *
+ * <ul>
+ *   <li>{@link DirectLookupPlan}: the table function takes the join's place — whenever every
+ *       condition can be evaluated where Spark would (inner joins; left and anti joins whose
+ *       conditions on the input cannot raise and read no table value; semi joins reading no
+ *       table value);
+ *   <li>{@link KeysFirstPlan}: Spark's join stays, against the table's rows for the input's
+ *       keys, looked up — for the other left, semi and anti joins (not in a stream).
+ * </ul>
+ *
+ * <p>Whatever it cannot rewrite exactly it leaves to Spark, and says why ({@link Decisions}, per
+ * session, and at debug level on the {@code asynclookup.sql} logger). The table function has the
+ * last word: its {@code analyze} (Python, which knows the store) may refuse a rewrite by
+ * answering with a single column {@code __asynclookup_veto}, whose metadata says why; the rule
+ * then puts the original back. Any failure of its own leaves the plan alone.
+ */
+public final class LookupJoinRule extends Rule<LogicalPlan> {
+  /** Marks a node the rule has already decided to leave alone (the analyzer loops). */
+  static final TreeNodeTag<String> LEFT_ALONE = new TreeNodeTag<>("asynclookup.leftAlone");
+
+  /** On a rewrite's top node: what it replaced, put back if the function refuses. */
+  static final TreeNodeTag<Replaced> REPLACED = new TreeNodeTag<>("asynclookup.replaced");
+
+  /** The column a table function answers with when it refuses a rewrite. */
+  static final String VETO = Names.PREFIX + "veto";
+
+  private final SparkSession session;
+
+  public LookupJoinRule(org.apache.spark.sql.SparkSession session) {
+    this.session = (SparkSession) session;
+  }
+
+  /** A rewritten plan's original, for when its table function refuses. */
+  static final class Replaced {
+    final LogicalPlan original;
+    final String table;
+
+    Replaced(LogicalPlan original, String table) {
+      this.original = original;
+      this.table = table;
+    }
+  }
+
+  @Override
+  public String ruleName() {
+    return "asynclookup.LookupJoinRule";
+  }
+
+  @Override
+  public LogicalPlan apply(LogicalPlan plan) {
+    if (!Settings.joinsEnabled()) {
+      return plan;
+    }
+    Map<String, Integer> named = namesInUse(plan);
+    Map<Long, CTERelationDef> ctes = new HashMap<>();
+    collectCtes(plan, ctes);
+    return plan.resolveOperatorsUp(
+        Scala.everywhere(
+            p -> {
+              if (p.getTagValue(REPLACED).isDefined()) {
+                return refused(p);
+              }
+              if (!p.resolved() || p.getTagValue(LEFT_ALONE).isDefined()) {
+                return p;
+              }
+              if (p instanceof Join) {
+                return onJoin((Join) p, null, p, named, ctes);
+              }
+              if (p instanceof Filter) {
+                return onFilter((Filter) p, named, ctes);
+              }
+              return p;
+            }));
+  }
+
+  private LogicalPlan onFilter(Filter filter, Map<String, Integer> named, Map<Long, CTERelationDef> ctes) {
+    LogicalPlan child = filter.child();
+    if (child instanceof Join
+        && ((Join) child).condition().isEmpty()
+        && filter.condition().deterministic()
+        && !hasSubquery(filter.condition())
+        && isLookupJoin((Join) child, ctes)) { // a comma join: its WHERE is its condition
+      return onJoin((Join) child, filter.condition(), filter, named, ctes);
+    }
+    List<Expression> conjuncts = Expressions.conjuncts(filter.condition());
+    for (int i = 0; i < conjuncts.size(); i++) {
+      LogicalPlan sub = JoinShape.subqueryPlan(conjuncts.get(i));
+      if (sub != null && LookupSide.looksLikeOne(sub, ctes)) {
+        return onSubquery(filter, conjuncts, i, named, ctes);
+      }
+    }
+    return filter;
+  }
+
+  private static boolean isLookupJoin(Join join, Map<Long, CTERelationDef> ctes) {
+    return LookupSide.looksLikeOne(join.right(), ctes) || LookupSide.looksLikeOne(join.left(), ctes);
+  }
+
+  private LogicalPlan onJoin(
+      Join join,
+      Expression where,
+      LogicalPlan original,
+      Map<String, Integer> named,
+      Map<Long, CTERelationDef> ctes) {
+    if (!isLookupJoin(join, ctes) || join.getTagValue(LEFT_ALONE).isDefined() && where == null) {
+      return original;
+    }
+    String table = "an asynclookup table";
+    try {
+      JoinShape shape = JoinShape.ofJoin(join, where, ctes);
+      table = shape.side.describe();
+      hiddenColumnsUnused(join, named);
+      return rewritten(shape, original, table);
+    } catch (NotRewritten why) {
+      return leaveAlone(original, table, why.getMessage());
+    } catch (RuntimeException | LinkageError error) { // never break a query
+      return failed(original, table, error);
+    }
+  }
+
+  /** A WHERE whose conjunct {@code at} is a subquery against a lookup table: the other
+   * conjuncts filter the input first (as Spark's own rewrite of subqueries does). */
+  private LogicalPlan onSubquery(
+      Filter filter,
+      List<Expression> conjuncts,
+      int at,
+      Map<String, Integer> named,
+      Map<Long, CTERelationDef> ctes) {
+    String table = "an asynclookup table";
+    try {
+      List<Expression> plain = new ArrayList<>();
+      List<Expression> subqueries = new ArrayList<>();
+      for (int i = 0; i < conjuncts.size(); i++) {
+        if (i != at) {
+          (hasSubquery(conjuncts.get(i)) ? subqueries : plain).add(conjuncts.get(i));
+        }
+      }
+      LogicalPlan input = plain.isEmpty() ? filter.child() : new Filter(Expressions.and(plain), filter.child());
+      JoinShape shape = JoinShape.ofSubquery(conjuncts.get(at), input, ctes);
+      table = shape.side.describe();
+      hiddenColumnsUnused(filter.child(), named);
+      LogicalPlan plan = rewritten(shape, filter, table);
+      return subqueries.isEmpty() ? plan : new Filter(Expressions.and(subqueries), plan);
+    } catch (NotRewritten why) {
+      return leaveAlone(filter, table, why.getMessage());
+    } catch (RuntimeException | LinkageError error) { // never break a query
+      return failed(filter, table, error);
+    }
+  }
+
+  /** The plan that answers {@code shape} by lookups; tagged with what it replaces. */
+  private LogicalPlan rewritten(JoinShape shape, LogicalPlan original, String table) {
+    Strategy strategy = Strategy.of(shape.side.table, shape.input);
+    if (!strategy.lookups) {
+      throw new NotRewritten(strategy.reason);
+    }
+    if (Expressions.isCorrelated(shape.condition) || hasOuterReference(shape.input)) {
+      throw new NotRewritten("the join reads the outer query of a correlated subquery");
+    }
+    Conditions conditions = Conditions.of(shape.condition, shape.side, shape.input.outputSet());
+    String function = TableFunctions.functionFor(session, shape.side.table);
+    boolean direct = direct(shape, conditions);
+    LogicalPlan plan =
+        direct
+            ? DirectLookupPlan.of(session, shape, conditions, function)
+            : KeysFirstPlan.of(session, shape, conditions, function);
+    plan.setTagValue(REPLACED, new Replaced(original, table));
+    String how = direct ? "as lookups" : "as Spark's join against the lookups of its keys";
+    AsyncLookupSqlExtensions.LOG.info(
+        "asynclookup: the {} with {} runs {} through {} ({})",
+        shape.written,
+        table,
+        how,
+        function,
+        strategy.reason);
+    Decisions.record(session, "lookup", table, function, strategy.reason + "; " + how);
+    return plan;
+  }
+
+  /** Whether the table function can take the join's place (see the class doc). */
+  private static boolean direct(JoinShape shape, Conditions conditions) {
+    switch (shape.kind) {
+      case INNER:
+        return true;
+      case SEMI:
+        return conditions.onValues.isEmpty();
+      default: // LEFT, ANTI: their conditions on the input move to every input row
+        return conditions.onValues.isEmpty() && conditions.inputNeverRaises();
+    }
+  }
+
+  /** A rewrite whose table function refused it (see the class doc): the original, back. */
+  private LogicalPlan refused(LogicalPlan rewritten) {
+    Attribute veto = vetoOf(rewritten);
+    if (veto == null) {
+      return rewritten;
+    }
+    Replaced replaced = rewritten.getTagValue(REPLACED).get();
+    String reason =
+        veto.metadata().contains("reason")
+            ? veto.metadata().getString("reason")
+            : "the table function refused the rewrite";
+    return leaveAlone(replaced.original, replaced.table, reason);
+  }
+
+  private static Attribute vetoOf(LogicalPlan plan) {
+    if (plan.resolved()) { // (an unresolved node cannot say its output yet)
+      for (Attribute a : Scala.list(plan.output())) {
+        if (VETO.equals(a.name())) {
+          return a;
+        }
+      }
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      Attribute found = vetoOf(child);
+      if (found != null) {
+        return found;
+      }
+    }
+    return null;
+  }
+
+  private LogicalPlan leaveAlone(LogicalPlan original, String table, String reason) {
+    original.setTagValue(LEFT_ALONE, reason);
+    AsyncLookupSqlExtensions.LOG.debug(
+        "asynclookup: the join with {} is left to Spark: {}", table, reason);
+    Decisions.record(session, "spark", table, "", reason);
+    return original;
+  }
+
+  private LogicalPlan failed(LogicalPlan original, String table, Throwable error) {
+    AsyncLookupSqlExtensions.LOG.warn(
+        "asynclookup: the join with {} is left to Spark: the rewrite failed: {}",
+        table,
+        error.toString());
+    return leaveAlone(original, table, "the rewrite failed: " + error);
+  }
+
+  /**
+   * Hidden columns of the input (a file's {@code _metadata}, the other side's key of a {@code
+   * USING} join) do not pass through a lookup: a query that reads one keeps Spark's join. Read
+   * means: referenced by its id anywhere, or named where no column of the input has that name.
+   */
+  private static void hiddenColumnsUnused(LogicalPlan input, Map<String, Integer> named) {
+    Set<String> shown = new HashSet<>();
+    for (Attribute a : Scala.list(input.output())) {
+      shown.add(a.name().toLowerCase(Locale.ROOT));
+    }
+    Map<String, Integer> inside = namesInUse(input); // the input's own uses stay with it
+    checkHidden(input, named, inside, shown);
+  }
+
+  private static void checkHidden(
+      LogicalPlan plan,
+      Map<String, Integer> named,
+      Map<String, Integer> inside,
+      Set<String> shown) {
+    for (Attribute hidden : Scala.list(plan.metadataOutput())) { // any node's, views' inside
+      String name = hidden.name().toLowerCase(Locale.ROOT);
+      if (usedOutside("#" + hidden.exprId().id(), named, inside)
+          || (usedOutside(name, named, inside) && !shown.contains(name))) {
+        throw new NotRewritten("the query reads the hidden column " + hidden.name());
+      }
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      checkHidden(child, named, inside, shown);
+    }
+  }
+
+  private static boolean usedOutside(
+      String name, Map<String, Integer> named, Map<String, Integer> inside) {
+    return named.getOrDefault(name, 0) > inside.getOrDefault(name, 0);
+  }
+
+  /** How often each name is used by an unresolved reference (lower case), and each id by a
+   * resolved one (as {@code #<id>}). */
+  private static Map<String, Integer> namesInUse(LogicalPlan plan) {
+    Map<String, Integer> names = new HashMap<>();
+    collectNames(plan, names);
+    return names;
+  }
+
+  private static void collectNames(LogicalPlan plan, Map<String, Integer> names) {
+    for (Expression e : Scala.list(plan.expressions())) {
+      e.foreach(
+          Scala.fn(
+              node -> {
+                if (node instanceof AttributeReference) {
+                  names.merge("#" + ((AttributeReference) node).exprId().id(), 1, Integer::sum);
+                } else if (node instanceof UnresolvedAttribute) {
+                  for (String part : Scala.list(((UnresolvedAttribute) node).nameParts())) {
+                    names.merge(part.toLowerCase(Locale.ROOT), 1, Integer::sum);
+                  }
+                } else if (node instanceof SubqueryExpression) {
+                  collectNames(((SubqueryExpression) node).plan(), names);
+                }
+                return scala.runtime.BoxedUnit.UNIT;
+              }));
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      collectNames(child, names);
+    }
+  }
+
+  private static void collectCtes(LogicalPlan plan, Map<Long, CTERelationDef> ctes) {
+    if (plan instanceof WithCTE) {
+      for (CTERelationDef def : Scala.list(((WithCTE) plan).cteDefs())) {
+        ctes.put(def.id(), def);
+      }
+    }
+    for (Expression e : Scala.list(plan.expressions())) {
+      e.foreach(
+          Scala.fn(
+              node -> {
+                if (node instanceof SubqueryExpression) {
+                  collectCtes(((SubqueryExpression) node).plan(), ctes);
+                }
+                return scala.runtime.BoxedUnit.UNIT;
+              }));
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      collectCtes(child, ctes);
+    }
+  }
+
+  private static boolean hasSubquery(Expression e) {
+    return e.find(Scala.fn(n -> (Object) (n instanceof SubqueryExpression))).isDefined();
+  }
+
+  private static boolean hasOuterReference(LogicalPlan plan) {
+    for (Expression e : Scala.list(plan.expressions())) {
+      if (Expressions.isCorrelated(e)) {
+        return true;
+      }
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      if (hasOuterReference(child)) {
+        return true;
+      }
+    }
+    return false;
+  }
+}

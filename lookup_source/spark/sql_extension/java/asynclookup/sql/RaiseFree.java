@@ -1,0 +1,237 @@
+package asynclookup.sql;
+
+import java.util.Set;
+import java.util.regex.Pattern;
+import org.apache.spark.sql.catalyst.expressions.BinaryArithmetic;
+import org.apache.spark.sql.catalyst.expressions.Cast;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.Literal;
+import org.apache.spark.sql.types.DoubleType;
+import org.apache.spark.sql.types.FloatType;
+import org.apache.spark.sql.types.StringType;
+
+/**
+ * Which expressions can never raise an error, whatever row they are evaluated on, as the session
+ * built them (each arithmetic and cast node carries its own ANSI mode). The rewrite evaluates
+ * some conditions on other rows than Spark's join would — a LEFT JOIN's conditions on the input
+ * on every input row, where Spark evaluates them on the rows whose key matched; a filter of the
+ * lookup side on the table's matched rows only, where Spark evaluates it on every row it scans —
+ * so it moves only those that cannot raise: then no query fails or succeeds with the rewrite
+ * that would not without it.
+ *
+ * <p>Known to never raise: references and literals; comparisons, boolean logic, null tests,
+ * {@code IN} lists, {@code CASE}/{@code IF}/{@code COALESCE}; string functions that only read
+ * their input; {@code LIKE} and {@code RLIKE} with a literal pattern that compiles; casts that
+ * cannot fail (TRY casts, casts outside ANSI mode, widening casts, casts to string, casts of a
+ * constant that succeed); arithmetic outside ANSI mode, on floating point, and {@code %} or
+ * division by a literal that is not zero (nor -1 for an integral division). Anything else may
+ * raise.
+ */
+final class RaiseFree {
+  private RaiseFree() {}
+
+  private static final Set<String> ALWAYS =
+      Set.of(
+          "AttributeReference",
+          "BoundReference",
+          "OuterReference",
+          "Literal",
+          "Alias",
+          "And",
+          "Or",
+          "Not",
+          "EqualTo",
+          "EqualNullSafe",
+          "LessThan",
+          "LessThanOrEqual",
+          "GreaterThan",
+          "GreaterThanOrEqual",
+          "IsNull",
+          "IsNotNull",
+          "IsNaN",
+          "NaNvl",
+          "In",
+          "InSet",
+          "If",
+          "CaseWhen",
+          "Coalesce",
+          "NullIf",
+          "Nvl",
+          "Nvl2",
+          "Greatest",
+          "Least",
+          "AtLeastNNonNulls",
+          "KnownNotNull",
+          "KnownNullable",
+          "KnownFloatingPointNormalized",
+          "NormalizeNaNAndZero",
+          "StartsWith",
+          "EndsWith",
+          "Contains",
+          "Upper",
+          "Lower",
+          "InitCap",
+          "Length",
+          "OctetLength",
+          "BitLength",
+          "StringTrim",
+          "StringTrimLeft",
+          "StringTrimRight",
+          "StringTrimBoth",
+          "Concat",
+          "ConcatWs",
+          "Substring",
+          "Left",
+          "Right",
+          "StringInstr",
+          "StringLocate",
+          "Reverse",
+          "Ascii",
+          "Md5",
+          "Sha1",
+          "Crc32",
+          "Hex",
+          "Murmur3Hash",
+          "XxHash64",
+          "GetStructField",
+          "CreateNamedStruct",
+          "CreateArray",
+          "ArrayContains",
+          "Year",
+          "Quarter",
+          "Month",
+          "DayOfMonth",
+          "DayOfWeek",
+          "DayOfYear",
+          "WeekDay",
+          "Hour",
+          "Minute",
+          "Second");
+
+  /** Whether evaluating {@code e} can never raise, on any row. */
+  static boolean neverRaises(Expression e) {
+    return e.find(Scala.fn(node -> (Object) !free(node))).isEmpty();
+  }
+
+  private static boolean free(Expression node) {
+    String name = node.getClass().getSimpleName();
+    if (ALWAYS.contains(name)) {
+      return true;
+    }
+    if (node instanceof Cast) {
+      return castFree((Cast) node);
+    }
+    switch (name) {
+      case "Like":
+      case "ILike":
+        return likeFree(node);
+      case "RLike":
+        return regexFree(node);
+      case "Add":
+      case "Subtract":
+      case "Multiply":
+      case "UnaryMinus":
+      case "Abs":
+        return !ansi(node) || floating(node);
+      case "Divide":
+        return !ansi(node) || (floating(node) && divisorNot(node, 0));
+      case "Remainder":
+      case "Pmod":
+        return !ansi(node) || divisorNot(node, 0);
+      case "IntegralDivide":
+        return !ansi(node) || (divisorNot(node, 0) && divisorNot(node, -1));
+      default:
+        return false;
+    }
+  }
+
+  /** Whether a cast cannot fail: see the class doc. */
+  static boolean castFree(Cast cast) {
+    String mode = cast.evalMode().toString();
+    if ("TRY".equals(mode) || "LEGACY".equals(mode)) {
+      return true;
+    }
+    if (cast.dataType() instanceof StringType
+        || Casts.oneToOne(cast.child().dataType(), cast.dataType())) {
+      return true;
+    }
+    try {
+      if (Cast.canUpCast(cast.child().dataType(), cast.dataType())) {
+        return true;
+      }
+    } catch (LinkageError ignored) { // another Spark: judge by the rest
+    }
+    if (cast.child().foldable()) {
+      try {
+        cast.eval(null); // a constant: it either casts now, or never does
+        return true;
+      } catch (RuntimeException raised) {
+        return false;
+      }
+    }
+    return false;
+  }
+
+  private static boolean likeFree(Expression like) {
+    Expression pattern = like.children().apply(1);
+    if (!(pattern instanceof Literal) || ((Literal) pattern).value() == null) {
+      return false;
+    }
+    try {
+      char escape = (char) like.getClass().getMethod("escapeChar").invoke(like);
+      org.apache.spark.sql.catalyst.util.StringUtils.escapeLikeRegex(
+          ((Literal) pattern).value().toString(), escape);
+      return true;
+    } catch (ReflectiveOperationException | RuntimeException | LinkageError invalid) {
+      return false;
+    }
+  }
+
+  private static boolean regexFree(Expression rlike) {
+    Expression pattern = rlike.children().apply(1);
+    if (!(pattern instanceof Literal) || ((Literal) pattern).value() == null) {
+      return false;
+    }
+    try {
+      Pattern.compile(((Literal) pattern).value().toString());
+      return true;
+    } catch (RuntimeException invalid) {
+      return false;
+    }
+  }
+
+  /** Whether an arithmetic node runs in ANSI mode (it raises on overflow, division by zero). */
+  private static boolean ansi(Expression node) {
+    try {
+      Object mode = node.getClass().getMethod("evalMode").invoke(node);
+      return "ANSI".equals(String.valueOf(mode));
+    } catch (ReflectiveOperationException | RuntimeException | LinkageError unknown) {
+      try {
+        Object fail = node.getClass().getMethod("failOnError").invoke(node);
+        return Boolean.TRUE.equals(fail);
+      } catch (ReflectiveOperationException | RuntimeException | LinkageError none) {
+        return true; // cannot tell: it may raise
+      }
+    }
+  }
+
+  private static boolean floating(Expression node) {
+    return node.dataType() instanceof DoubleType || node.dataType() instanceof FloatType;
+  }
+
+  /** Whether the divisor of {@code node} is a literal other than {@code value}. */
+  private static boolean divisorNot(Expression node, int value) {
+    if (!(node instanceof BinaryArithmetic)) {
+      return false;
+    }
+    Expression divisor = ((BinaryArithmetic) node).right();
+    if (!(divisor instanceof Literal) || ((Literal) divisor).value() == null) {
+      return false;
+    }
+    try {
+      return Double.parseDouble(((Literal) divisor).value().toString()) != value;
+    } catch (NumberFormatException notANumber) {
+      return false;
+    }
+  }
+}

@@ -1,0 +1,324 @@
+"""The SQL extension's guarantee, tried over generated queries: a JOIN against a lookup table
+gives the rows Spark's own join gives (the rewrite off: Spark's scan and join, the reference),
+or raises what Spark's raises — whether the rewrite takes it or leaves it to Spark.
+
+A seeded generator writes join queries from parts — the join (inner, left, semi, anti, a comma
+or CROSS JOIN with a WHERE, [NOT] EXISTS, [NOT] IN, the table on either side, a filtered or CTE
+lookup side, an input that is itself a USING join), the key pairing (int/bigint/decimal inputs
+against an int4 key, strings against case-insensitive, citext, char(n) and name keys, dates,
+timestamps, decimals, a composite key), and extra conditions (on the input: safe or raising;
+on the table's values; a validity range of a versioned table) — over inputs with nulls,
+duplicates, keys in other cases and paddings, keys the store cannot hold (beyond int4, a NUL,
+longer than a name). Each query runs with the rewrite on and off in one session; any
+difference fails with the query. ``ASYNCLOOKUP_SQL_DIFF_SEED`` picks another seed, the test
+size (``ASYNCLOOKUP_TEST_SIZE=full``) more queries.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from lookup_source import register_lookup_table
+from lookup_source.spark.internals import plan_text
+from lookup_source.spark.sql_extension import ENABLED
+from lookup_source.spark.versions import SQL_JOINS
+from tests.helpers import needs
+from tests.sizes import sized
+
+pytestmark = needs(SQL_JOINS)
+
+SEED = int(os.environ.get("ASYNCLOOKUP_SQL_DIFF_SEED", "20261127"))
+QUERIES = sized(ci=90, full=400)
+
+LONG = "x" * 70  # longer than a Postgres name (63 bytes)
+STRINGS = ["EU", "eu", "Us", "us", "ab", "ab  ", "a", "AB", LONG, "a\x00b", None, "zz", "eu"]
+EVENTS = [
+    # id, ki, kl, kd, kdec, ks, kdate, kts (hours), amt, x
+    (
+        i,
+        None if i % 11 == 10 else i % 9,
+        [None, 2**31, -(2**31) - 1, 3, 3][i % 5] if i % 7 == 6 else i % 12,
+        None if i % 13 == 12 else i % 10,
+        [None, "1.50", "2.00", "2.5", "3.25"][i % 5],
+        STRINGS[i % len(STRINGS)],
+        None if i % 8 == 7 else i % 6,
+        None if i % 9 == 8 else i % 5,
+        i % 4,
+        (i % 5) * 0.75,
+    )
+    for i in range(52)
+]
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """A lookup table and how the input's columns meet its key column(s)."""
+
+    table: str
+    keys: tuple[tuple[str, str], ...]  # (input column, table key column)
+    value: str = "v"
+
+
+PAIRINGS = [
+    Pairing("int4", (("ki", "k"),)),
+    Pairing("int4", (("kl", "k"),)),
+    Pairing("int4", (("kd", "k"),)),
+    Pairing("int4_long", (("kl", "k"),)),
+    Pairing("ci", (("ks", "k"),)),
+    Pairing("citext", (("ks", "k"),)),
+    Pairing("chars", (("ks", "k"),)),
+    Pairing("names", (("ks", "k"),)),
+    Pairing("comp", (("ks", "r"), ("kl", "a"))),
+    Pairing("dates", (("kd8", "k"),)),
+    Pairing("stamps", (("kts8", "k"),)),
+    Pairing("decs", (("kdec8", "k"),)),
+    Pairing("dup", (("kl", "k"),)),
+    Pairing("ver", (("kl", "k"),)),
+]
+SAFE_INPUT = ["e.amt <> 0", "e.id % 2 = 0", "e.ks LIKE 'e%'", "e.x > 1.0", "e.ki IS NOT NULL"]
+RAISING_INPUT = ["100 DIV e.amt > 30", "CAST(e.ks AS INT) > 0"]
+ON_VALUES = ["d.n > 1", "d.v IS NOT NULL", "d.n % 2 = 1"]
+RANGES = ["e.id >= d.lo AND e.id < d.hi", "e.id BETWEEN d.lo AND d.hi"]
+
+
+def run_sql(url: str, *statements: str) -> None:
+    import asyncio
+
+    import asyncpg
+
+    async def run() -> None:
+        connection = await asyncpg.connect(url)
+        try:
+            for statement in statements:
+                await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
+    """The lookup tables (Postgres, registered) and the input views, by short name."""
+    suffix = uuid.uuid4().hex[:8]
+    pgt = {name: f"dif_{name}_{suffix}" for name in ("int4", "ci", "cit", "chr", "nam", "comp")}
+    pgt |= {name: f"dif_{name}_{suffix}" for name in ("dat", "stm", "dec", "dup", "ver")}
+    values = "v text, n int"
+    run_sql(
+        postgres_srv.url,
+        "CREATE EXTENSION IF NOT EXISTS citext",
+        "CREATE COLLATION IF NOT EXISTS asynclookup_ci "
+        "(provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+        f"CREATE TABLE {pgt['int4']} (k int PRIMARY KEY, {values})",
+        f"INSERT INTO {pgt['int4']} SELECT g, 'i' || g, g % 4 FROM generate_series(0, 10) g",
+        f"INSERT INTO {pgt['int4']} VALUES (2147483647, 'max', 1), (-2147483648, 'min', 2)",
+        f"CREATE TABLE {pgt['ci']} (k text COLLATE asynclookup_ci PRIMARY KEY, {values})",
+        f"INSERT INTO {pgt['ci']} VALUES ('EU', 'ci EU', 1), ('us', 'ci us', 2), "
+        "('ab', 'ci ab', 3), ('a', NULL, 4)",
+        f"CREATE TABLE {pgt['cit']} (k citext PRIMARY KEY, {values})",
+        f"INSERT INTO {pgt['cit']} VALUES ('eu', 'cit eu', 1), ('US', 'cit US', 3), ('zz', 'z', 2)",
+        f"CREATE TABLE {pgt['chr']} (k char(4) PRIMARY KEY, {values})",
+        f"INSERT INTO {pgt['chr']} VALUES ('ab', 'chr ab', 1), ('eu', 'chr eu', 2), "
+        "('a', 'chr a', 3)",
+        f"CREATE TABLE {pgt['nam']} (k name PRIMARY KEY, {values})",
+        f"INSERT INTO {pgt['nam']} VALUES ('EU', 'nam EU', 1), ('ab', 'nam ab', 2), "
+        "('a', 'nam a', 5)",
+        f"CREATE TABLE {pgt['comp']} (r text COLLATE asynclookup_ci, a bigint, {values}, "
+        "PRIMARY KEY (r, a))",
+        f"INSERT INTO {pgt['comp']} SELECT r, g, r || g, g FROM unnest(ARRAY['EU', 'us', 'ab']) r, "
+        "generate_series(0, 5) g",
+        f"CREATE TABLE {pgt['dat']} (k date PRIMARY KEY, {values})",
+        f"INSERT INTO {pgt['dat']} SELECT date '2024-01-01' + g, 'd' || g, g FROM "
+        "generate_series(0, 4) g",
+        f"CREATE TABLE {pgt['stm']} (k timestamptz PRIMARY KEY, {values})",
+        f"INSERT INTO {pgt['stm']} SELECT timestamptz '2024-01-01 00:00+00' + g * interval "
+        "'1 hour', 't' || g, g FROM generate_series(0, 3) g",
+        f"CREATE TABLE {pgt['dec']} (k numeric(10, 2) PRIMARY KEY, {values})",
+        f"INSERT INTO {pgt['dec']} VALUES (1.5, 'one and a half', 1), (2, 'two', 2), "
+        "(3.25, 'three', 3)",
+        f"CREATE TABLE {pgt['dup']} (k bigint, {values})",
+        f"INSERT INTO {pgt['dup']} SELECT g % 6, 'dup' || g, g FROM generate_series(0, 14) g",
+        f"INSERT INTO {pgt['dup']} VALUES (NULL, 'no key', 9)",
+        f"CREATE TABLE {pgt['ver']} (k bigint, lo int, hi int, {values})",
+        f"INSERT INTO {pgt['ver']} SELECT g % 8, (g / 8) * 15, (g / 8) * 15 + 20, 'ver' || g, g "
+        "FROM generate_series(0, 31) g",
+    )
+    base = {"connector": "postgres", "url": postgres_srv.url}
+    names: dict[str, str] = {}
+
+    def register(short: str, table: str, schema: str | None, **options: str) -> None:
+        names[short] = f"dif_{short}_{suffix}"
+        register_lookup_table(
+            spark, names[short], schema=schema, options={**base, "postgres.table": table, **options}
+        )
+
+    register("int4", pgt["int4"], None)  # inferred: k int
+    register("int4_long", pgt["int4"], "k long, v string, n int")  # Spark bigint over int4
+    register("ci", pgt["ci"], None)
+    register("citext", pgt["cit"], None)
+    register("chars", pgt["chr"], "k string, v string, n int")
+    register("names", pgt["nam"], "k string, v string, n int")
+    register("comp", pgt["comp"], None)
+    register("dates", pgt["dat"], None)
+    register("stamps", pgt["stm"], None)
+    register("decs", pgt["dec"], "k decimal(10,2), v string, n int")
+    register("dup", pgt["dup"], "k long, v string, n int", **{"key.column": "k"})
+    register("ver", pgt["ver"], "k long, lo int, hi int, v string, n int", **{"key.column": "k"})
+    frame = spark.createDataFrame(
+        EVENTS,
+        "id long, ki int, kl long, kdl long, kdec string, ks string, kday int, "
+        "khour int, amt int, x double",
+    )
+    frame.selectExpr(
+        "*",
+        "CAST(kdl AS decimal(20,0)) AS kd",
+        "CAST(kdec AS decimal(10,2)) AS kdec8",
+        "date_add(DATE'2024-01-01', kday) AS kd8",
+        "TIMESTAMP'2024-01-01 00:00:00' + make_interval(0, 0, 0, 0, khour) AS kts8",
+    ).createOrReplaceTempView(f"dif_ev_{suffix}")
+    names["ev"] = f"dif_ev_{suffix}"
+    yield names
+    run_sql(postgres_srv.url, *(f"DROP TABLE {t}" for t in pgt.values()))
+
+
+def key_condition(pairing: Pairing, input_alias: str = "e", table_alias: str = "d") -> str:
+    return " AND ".join(f"{input_alias}.{i} = {table_alias}.{t}" for i, t in pairing.keys)
+
+
+def generate(rng: random.Random, names: dict[str, str]) -> str:
+    """One join query."""
+    pairing = rng.choice(PAIRINGS)
+    table, events = names[pairing.table], names["ev"]
+    form = rng.choice(
+        [
+            "inner",
+            "inner",
+            "left",
+            "left",
+            "semi",
+            "anti",
+            "comma",
+            "cross",
+            "exists",
+            "not exists",
+            "in",
+            "not in",
+            "table left",
+        ]
+    )
+    keys = key_condition(pairing)
+    extra: list[str] = []
+    if rng.random() < 0.5:
+        extra.append(rng.choice(SAFE_INPUT + SAFE_INPUT + RAISING_INPUT))
+    if rng.random() < 0.35:
+        extra.append(rng.choice(ON_VALUES))
+    if pairing.table == "ver" and rng.random() < 0.7:
+        extra.append(rng.choice(RANGES))
+    condition = " AND ".join([keys, *extra])
+    side = table
+    roll = rng.random()
+    if roll < 0.15:
+        kept = rng.choice(["n > 0", "n IS NOT NULL", "v <> 'x'"])
+        side = f"(SELECT * FROM {table} WHERE {kept})"
+    source = f"{events} e"
+    if rng.random() < 0.12:  # an input that is itself a USING join
+        source = f"(SELECT a.* FROM {events} a JOIN {events} b USING (id)) e"
+    ctes = []
+    if roll > 0.88:
+        ctes.append(f"dd AS (SELECT * FROM {table})")
+        side = "dd"
+    if source == f"{events} e" and rng.random() < 0.12:  # an input read through a CTE
+        ctes.append(f"ee AS (SELECT * FROM {events} WHERE id > 2)")
+        source = "ee e"
+    cte = f"WITH {', '.join(ctes)} " if ctes else ""
+    values = f"e.id, d.{pairing.value}, d.n"
+    if form in ("inner", "left"):
+        join = "JOIN" if form == "inner" else "LEFT JOIN"
+        return f"{cte}SELECT {values} FROM {source} {join} {side} d ON {condition}"
+    if form == "table left":
+        return f"{cte}SELECT {values} FROM {side} d JOIN {source} ON {condition}"
+    if form in ("semi", "anti"):
+        return (
+            f"{cte}SELECT e.id, e.ks FROM {source} LEFT {form.upper()} JOIN {side} d ON {condition}"
+        )
+    if form in ("comma", "cross"):
+        glue = ", " if form == "comma" else " CROSS JOIN "
+        return f"{cte}SELECT {values} FROM {source}{glue}{side} d WHERE {condition}"
+    if form in ("exists", "not exists"):
+        return (
+            f"{cte}SELECT e.id FROM {source} WHERE {form.upper()} "
+            f"(SELECT 1 FROM {side} d WHERE {condition})"
+        )
+    column, key = pairing.keys[0]
+    negated = "NOT IN" if form == "not in" else "IN"
+    where = f" WHERE {rng.choice(['n > 1', 'v IS NOT NULL'])}" if rng.random() < 0.3 else ""
+    subquery = f"SELECT {key} FROM {side}{where}"
+    return f"{cte}SELECT e.id FROM {source} WHERE e.{column} {negated} ({subquery})"
+
+
+def outcome(spark: Any, sql: str, on: bool) -> tuple[Any, bool]:
+    """The rows of ``sql`` (or the error class it raised) with the rewrite on or off, and
+    whether its plan ran lookups."""
+    spark.conf.set(ENABLED, "true" if on else "false")
+    try:
+        frame = spark.sql(sql)
+        looked_up = "ArrowEvalPythonUDTF" in plan_text(frame, "simple")
+        return Counter(tuple(row) for row in frame.collect()), looked_up
+    except Exception as error:
+        condition = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)
+        return ("raised", condition() if callable(condition) else type(error).__name__), False
+    finally:
+        spark.conf.unset(ENABLED)
+
+
+def test_generated_joins_give_spark_rows(spark: Any, world: dict[str, str]) -> None:
+    rng = random.Random(SEED)
+    differ: list[str] = []
+    rewritten: Counter[str] = Counter()
+    for number in range(QUERIES):
+        sql = generate(rng, world)
+        on, looked_up = outcome(spark, sql, True)
+        off, _ = outcome(spark, sql, False)
+        rewritten["lookups" if looked_up else "spark"] += 1
+        if on != off:
+            differ.append(f"#{number} {sql}\n  with the rewrite: {on}\n  Spark's own: {off}")
+    assert not differ, f"seed {SEED}: {len(differ)} of {QUERIES} differ:\n" + "\n".join(differ)
+    assert rewritten["lookups"] >= QUERIES // 2, rewritten  # most shapes run as lookups
+
+
+def test_dataframe_joins_and_self_joins(spark: Any, world: dict[str, str]) -> None:
+    """The DataFrame API's joins, and self-joins of a lookup table (which the rule must leave
+    working, rewritten or not)."""
+    from pyspark.sql import functions as F
+
+    events = spark.table(world["ev"])
+    dim = spark.table(world["int4"])
+    frames = {
+        how: lambda how=how: events.join(dim, events.ki == dim.k, how).select(
+            "id", *(["v"] if how in ("inner", "left") else [])
+        )
+        for how in ("inner", "left", "left_semi", "left_anti")
+    }
+    frames["self"] = lambda: dim.alias("a").join(dim.alias("b"), F.col("a.k") == F.col("b.k"))
+    frames["self left"] = lambda: dim.alias("a").join(
+        dim.alias("b"), F.col("a.k") == F.col("b.k"), "left"
+    )
+    frames["self using"] = lambda: dim.join(dim, "k")
+    for name, make in frames.items():
+        got = {}
+        for on in (True, False):
+            spark.conf.set(ENABLED, "true" if on else "false")
+            try:
+                got[on] = Counter(tuple(r) for r in make().collect())
+            finally:
+                spark.conf.unset(ENABLED)
+        assert got[True] == got[False], name
+        assert sum(got[False].values()) > 0, name
