@@ -123,6 +123,7 @@ class LookupEngine:
             how=spec.how,
             matched_column=spec.matched_column,
             output_fields=spec.output_fields,
+            conditions=spec.match_conditions,
             connector=client.name,
             address=client.config.url,
             redact=redact,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from lookup_source.engine.output.match_conditions import MatchCondition
 from lookup_source.settings import LookupOptions
 
 DEFAULT_OUTPUT_ROWS = 10_000
@@ -41,6 +42,10 @@ class EngineSpec:
     match (false for a missing or null key, and for a failed lookup kept by ``on.error``), so
     that a left join's matched rows are told from unmatched ones even when their values are
     all null (the SQL JOIN rewrite reads it)."""
+
+    match_conditions: tuple[MatchCondition, ...] = ()
+    """Conditions on each pair of a row and one of its key's matches (a validity range),
+    judged before the join (:mod:`.output.match_conditions`)."""
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:

@@ -8,6 +8,8 @@ PySpark 4.1 (Arrow UDTFs); :func:`lookup_source.register_lookup_table` checks th
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
+from lookup_source.engine.output.match_conditions import parse_match_conditions
 from lookup_source.engine.runner import ClientFactory, LookupTask
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS, HOW_ALIASES, HOWS
 from lookup_source.errors import SchemaError
@@ -41,6 +44,8 @@ class LookupAnalyzeResult(AnalyzeResult):
     input_schema: StructType | None = None
     matched: str | None = None
     sql_join: bool = False
+    conditions: str = ""
+    """Conditions on each pair of a row and a match, as JSON (:mod:`.match_conditions`)."""
 
 
 def _constant(argument: AnalyzeArgument | None, what: str, default: str | None = None) -> str:
@@ -61,14 +66,16 @@ def _analyze(
     how: AnalyzeArgument | None,
     matched: AnalyzeArgument | None = None,
     mode: AnalyzeArgument | None = None,
+    conditions: AnalyzeArgument | None = None,
 ) -> LookupAnalyzeResult:
     """The lookup table function's ``analyze``. Called by the SQL extension for a JOIN it
     rewrites (``mode`` ``'sql-join'``), it never raises: it refuses instead, when the lookup
     could not give Spark's join's rows (:mod:`.join_checks`)."""
-    if mode is None or _constant(mode, "the mode") != SQL_JOIN:
-        return _analyzed(plan, buckets, table, keys, how, matched)
+    sql_join = mode is not None and _constant(mode, "the mode").strip() == SQL_JOIN
+    if not sql_join:
+        return _analyzed(plan, buckets, table, keys, how, matched, conditions)
     try:
-        result = _analyzed(plan, buckets, table, keys, how, matched)
+        result = _analyzed(plan, buckets, table, keys, how, matched, conditions)
         why = untravelled(result.input_schema or StructType()) or refusal(plan)
     except Exception as error:  # never fail the query: leave the join to Spark
         why = describe_failure(error)
@@ -85,10 +92,12 @@ def _analyzed(
     keys: AnalyzeArgument | None,
     how: AnalyzeArgument | None,
     matched: AnalyzeArgument | None = None,
+    conditions: AnalyzeArgument | None = None,
 ) -> LookupAnalyzeResult:
     """The lookup table function's output schema (``TABLE(t)``'s columns, then the value
-    columns, then the match flag when one is named), the key columns and the join, checked;
-    with ``partition.by-key``, the bucket of the key Spark partitions ``TABLE(t)`` by."""
+    columns, then the match flag when one is named), the key columns, the join and the
+    conditions on its pairs, checked; with ``partition.by-key``, the bucket of the key Spark
+    partitions ``TABLE(t)`` by."""
     if not table.isTable or not isinstance(table.dataType, StructType):
         raise SchemaError(
             "the first argument of a lookup table function is a table: "
@@ -103,6 +112,8 @@ def _analyzed(
     if matched is not None:  # (empty: none)
         flag = _constant(matched, "the name of the match flag column").strip() or None
     on = tuple(resolve_on(table.dataType, on_text, plan, TABLE_ARGUMENT))
+    pairs = "" if conditions is None else _constant(conditions, "the match conditions")
+    checked_conditions(pairs, table.dataType, plan)
     # partition.by-key: Spark hash-partitions TABLE(t) by a bucket of the key. Not by the key
     # itself: PySpark starts a new instance of the function (a new client) for each distinct
     # value of what it partitions by; a bucket per shuffle partition keeps that to about one
@@ -115,6 +126,7 @@ def _analyzed(
         how=join,
         input_schema=table.dataType,
         matched=flag,
+        conditions=pairs,
     )
 
 
@@ -166,8 +178,9 @@ def lookup_handler(
             how: AnalyzeArgument | None = None,
             matched: AnalyzeArgument | None = None,
             mode: AnalyzeArgument | None = None,
+            conditions: AnalyzeArgument | None = None,
         ) -> AnalyzeResult:
-            return _analyze(plan, buckets, table, keys, how, matched, mode)
+            return _analyze(plan, buckets, table, keys, how, matched, mode, conditions)
 
     return LookupJoinFunction
 
@@ -200,6 +213,7 @@ class _LookupRuns:
             name=lookup.name,
             matched_column=analyze_result.matched,
         )
+        self.conditions = analyze_result.conditions
         self.task: LookupTask | None = None
         self.failed = False
 
@@ -210,12 +224,17 @@ class _LookupRuns:
         how: pa.Array | None = None,
         matched: pa.Array | None = None,
         mode: pa.Array | None = None,
+        conditions: pa.Array | None = None,
     ) -> Iterator[pa.RecordBatch]:
         try:
             if self.task is None:
                 metrics = self.lookup.metrics
+                spec = self.spec
+                if self.conditions:  # their types: the input's, as Arrow brings it
+                    pairs = parse_match_conditions(self.conditions, table.schema, spec.value_fields)
+                    spec = dataclasses.replace(spec, match_conditions=pairs)
                 self.task = LookupTask(
-                    self.spec,
+                    spec,
                     self.config,
                     client_factory=self.lookup.client_factory,
                     on_metrics=metrics.add if metrics is not None else None,
@@ -241,6 +260,41 @@ class _LookupRuns:
     def cleanup(self) -> None:
         if self.task is not None:
             self.task.close(failed=self.failed)
+
+
+def checked_conditions(text: str, input_schema: StructType, plan: LookupPlan) -> None:
+    """Conditions on the pairs (JSON, :mod:`~lookup_source.engine.output.match_conditions`)
+    that name ``TABLE(t)``'s columns and the value columns, each comparing one Spark type with
+    itself; a SchemaError naming what is wrong otherwise."""
+    if not text.strip():
+        return
+    from pyspark.sql.types import StructType as Struct
+
+    values = Struct(list(plan.value_fields))
+    try:
+        items = json.loads(text)
+    except ValueError as error:
+        raise SchemaError(f"the match conditions are not JSON: {error}") from None
+    for item in items if isinstance(items, list) else [items]:
+        kinds = [
+            _operand_type(item.get(side) if isinstance(item, dict) else None, input_schema, values)
+            for side in ("left", "right")
+        ]
+        known = [k for k in kinds if k is not None]
+        if not known or any(k != known[0] for k in known):
+            raise SchemaError(f"a match condition must compare two operands of one type: {item}")
+
+
+def _operand_type(spec: Any, input_schema: StructType, values: StructType) -> Any:
+    for side, schema in (("input", input_schema), ("value", values)):
+        if isinstance(spec, dict) and side in spec:
+            for field in schema.fields:
+                if field.name == spec[side]:
+                    return field.dataType
+            raise SchemaError(f"a match condition names no {side} column {spec[side]!r}")
+    if isinstance(spec, dict) and spec.get("literal") is not None:
+        return None
+    raise SchemaError(f"a match condition's operand is not a column or a literal: {spec!r}")
 
 
 def _arrow_table_function(handler: type, spark: Any = None) -> Any:

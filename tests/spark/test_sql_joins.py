@@ -292,16 +292,25 @@ def test_conditions_beside_the_key(spark: Any, tables: dict[str, str]) -> None:
     for (e, uid, key, name, tier), count in expected_join("left").items():
         expected[(e, uid, key, name, tier) if e % 2 == 0 else (e, uid, None, None, None)] += count
     assert same_both_ways(spark, left) == expected
-    # left: a condition on the table's values (a row is matched by any of its key's matches
-    # that pass it): Spark's join, against the lookups of the input's keys
+    # left: a comparison of the table's value (a row is matched by any of its key's matches
+    # that pass it): judged by the table function on each pair, as lookups
     on_values = (
         f"SELECT e.event_id, u.name FROM {events} e LEFT JOIN {users} u "
         "ON e.user_id = u.user_id AND u.tier = 1"
     )
     outcome, _, _, reason = decided(spark, on_values)[-1]
-    assert outcome == "lookup" and "Spark's join against the lookups of its keys" in reason
+    assert outcome == "lookup" and reason.endswith("as lookups"), reason
     assert same_both_ways(spark, on_values) == Counter(
         (e, user(u)[0] if u is not None and u < USERS and user(u)[1] == 1 else None)
+        for e, u, _, _ in EVENTS
+    )
+    # any other condition on the table's values: Spark's join, against the lookups of the
+    # input's keys
+    computed = on_values.replace("u.tier = 1", "upper(u.name) LIKE 'USER 1%'")
+    outcome, _, _, reason = decided(spark, computed)[-1]
+    assert outcome == "lookup" and "Spark's join against the lookups of its keys" in reason
+    assert same_both_ways(spark, computed) == Counter(
+        (e, user(u)[0] if u is not None and u < USERS and str(u).startswith("1") else None)
         for e, u, _, _ in EVENTS
     )
 
@@ -377,9 +386,9 @@ def test_a_filtered_lookup_table(spark: Any, tables: dict[str, str]) -> None:
             if u is not None and u < USERS and u != NO_VALUES and u % 3 == 1
         }
     )
-    # a LEFT JOIN against a filter on values: Spark's join, against the lookups of its keys
+    # a LEFT JOIN against a filter on values: each pair judged by the table function
     left = inner.replace(" JOIN ", " LEFT JOIN ")
-    assert "Spark's join against the lookups" in decided(spark, left)[-1][3]
+    assert decided(spark, left)[-1][3].endswith("as lookups")
     assert same_both_ways(spark, left) == Counter(
         (e, f"USER {u}" if u is not None and u < USERS and u != NO_VALUES and u % 3 == 1 else None)
         for e, u, _, _ in EVENTS
@@ -665,8 +674,9 @@ def test_a_stream_static_join(spark: Any, tables: dict[str, str], tmp_path: Any)
 
 def test_semi_and_anti_joins_of_a_stream(spark: Any, tables: dict[str, str], tmp_path: Any) -> None:
     """A stream's rows whose key exists (EXISTS), and those whose key does not (LEFT ANTI): as
-    lookups, micro-batch by micro-batch; a LEFT JOIN whose condition reads the table's values
-    needs Spark's join after the lookups, which a stream cannot have: Spark's, and it runs."""
+    lookups, micro-batch by micro-batch; a LEFT JOIN comparing a table's value too; one whose
+    condition computes on the table's values needs Spark's join after the lookups, which a
+    stream cannot have: Spark's."""
     (
         spark.readStream.format("rate")
         .option("rowsPerSecond", 50)
@@ -687,9 +697,11 @@ def test_semi_and_anti_joins_of_a_stream(spark: Any, tables: dict[str, str], tmp
         f"SELECT s.event_id, u.name FROM sj_semi_stream s LEFT JOIN {users} u "
         "ON s.user_id = u.user_id AND u.tier = 1"
     )
+    computed = valued.replace("u.tier = 1", "upper(u.name) LIKE 'USER 1%'")
     assert decided(spark, semi)[-1][0] == "lookup"
     assert decided(spark, anti)[-1][0] == "lookup"
-    outcome, _, _, why = decided(spark, valued)[-1]
+    assert decided(spark, valued)[-1][0] == "lookup"
+    outcome, _, _, why = decided(spark, computed)[-1]
     assert outcome == "spark" and "stream" in why, why
     for name, sql, kept in (
         ("sj_semi_out", semi, lambda uid: uid < USERS),

@@ -18,6 +18,7 @@ from lookup_source.connector_api import Matches
 from lookup_source.connector_api.boundary import clean_cause
 from lookup_source.engine.intake.batches import BatchEntry
 from lookup_source.engine.output.joined_rows import JoinedRows
+from lookup_source.engine.output.match_conditions import MatchCondition
 from lookup_source.engine.request.answers import Part, gather
 from lookup_source.errors import LookupFailedError
 from lookup_source.redaction import redact_text
@@ -119,11 +120,14 @@ class OutputBuilder:
         redact: Callable[[str], str] = redact_text,
         matched_column: str | None = None,
         output_fields: Sequence[pa.Field] | None = None,
+        conditions: Sequence[MatchCondition] = (),
     ) -> None:
         self.options = options
         self.fields = list(fields)
         self.output_fields = self.fields if output_fields is None else list(output_fields)
         """The value columns the output carries (none for a semi or anti join)."""
+        self.conditions = tuple(conditions)
+        """Conditions on each pair of a row and a match, judged before the join."""
         self.how = how
         self.matched_column = matched_column
         self.connector = connector
@@ -225,6 +229,7 @@ class OutputBuilder:
             error_column=ERROR_COLUMN if self.options.error_column else None,
             fields=self.output_fields,
             matched_column=self.matched_column,
+            conditions=self.conditions,
         )
 
 

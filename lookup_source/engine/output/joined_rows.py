@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import Matches
+from lookup_source.engine.output.match_conditions import MatchCondition, pairs_passing
 
 
 def _without_extra_rows_of_failed_keys(matches: Matches) -> tuple[Matches, np.ndarray]:
@@ -73,6 +74,7 @@ class JoinedRows:
         error_column: str | None,
         fields: Sequence[pa.Field],
         matched_column: str | None = None,
+        conditions: Sequence[MatchCondition] = (),
     ) -> None:
         matches, self._is_error = _without_extra_rows_of_failed_keys(matches)
         self._batch = batch
@@ -85,7 +87,10 @@ class JoinedRows:
         key_of_row = indices.fill_null(num_keys).to_numpy(zero_copy_only=False).astype(np.int64)
         self._kept: np.ndarray | None = None  # input rows that an inner join keeps (one-to-one)
         self._ends: np.ndarray | None = None  # one-to-many: where each input row's output ends
-        if how in ("semi", "anti"):
+        if conditions:  # each pair (row, match) judged first: explicit pairs
+            self._answer = self._pairs(how, counts, num_keys, key_of_row, conditions)
+            self.num_rows = len(self._answer)
+        elif how in ("semi", "anti"):
             self._answer = self._exists(how, index, num_keys, key_of_row)
             self.num_rows = len(self._answer)
         elif not len(index) or np.max(counts) <= 1:
@@ -107,19 +112,63 @@ class JoinedRows:
             self.num_rows = int(self._ends[-1]) if len(self._ends) else 0
 
     def _exists(
-        self, how: str, index: np.ndarray, num_keys: int, key_of_row: np.ndarray
+        self,
+        how: str,
+        index: np.ndarray,
+        num_keys: int,
+        key_of_row: np.ndarray,
+        matched: np.ndarray | None = None,
     ) -> np.ndarray:
         """Semi and anti joins: the input rows kept (in :attr:`_kept`), and for each its error
-        row, or -1."""
+        row, or -1; ``matched``: whether each row has a match (else: its key has one)."""
         is_error = self._is_error
-        found = np.zeros(num_keys + 1, dtype=bool)
-        found[index[~is_error]] = True
         error_row = np.full(num_keys + 1, -1, dtype=np.int64)
         error_row[index[is_error]] = np.flatnonzero(is_error)
-        matched, failed = found[key_of_row], error_row[key_of_row]
+        if matched is None:
+            found = np.zeros(num_keys + 1, dtype=bool)
+            found[index[~is_error]] = True
+            matched = found[key_of_row]
+        failed = error_row[key_of_row]
         keep = (matched | (failed >= 0)) if how == "semi" else ~matched
         self._kept = np.flatnonzero(keep)
         return failed[self._kept]
+
+    def _pairs(
+        self,
+        how: str,
+        counts: np.ndarray,
+        num_keys: int,
+        key_of_row: np.ndarray,
+        conditions: Sequence[MatchCondition],
+    ) -> np.ndarray:
+        """With conditions on the pairs: every pair of a row and one of its key's matches,
+        those that pass the conditions (an error row always does), then the rows a join of
+        ``how`` keeps — in :attr:`_kept` (a row once per pair kept, in input order) — and for
+        each its match row, or -1."""
+        index = self._matches.key_index
+        order = np.argsort(index, kind="stable")
+        starts = np.append(np.cumsum(counts) - counts, 0)
+        per_row = np.append(counts, 0)[key_of_row]
+        row = np.repeat(np.arange(len(key_of_row), dtype=np.int64), per_row)
+        offset = np.arange(len(row), dtype=np.int64) - np.repeat(
+            np.cumsum(per_row) - per_row, per_row
+        )
+        match = order[np.repeat(starts[key_of_row], per_row) + offset]
+        values = self._matches.values
+        keep = pairs_passing(conditions, self._batch, values, row, match) | self._is_error[match]
+        row, match = row[keep], match[keep]
+        if how in ("semi", "anti"):
+            real = ~self._is_error[match]
+            matched = np.bincount(row[real], minlength=len(key_of_row)) > 0
+            return self._exists(how, index, num_keys, key_of_row, matched)
+        if how == "left":  # a row none of whose matches passed keeps one row of nulls
+            alone = np.flatnonzero(np.bincount(row, minlength=len(key_of_row)) == 0)
+            row = np.concatenate([row, alone])
+            match = np.concatenate([match, np.full(len(alone), -1, dtype=np.int64)])
+            by_row = np.argsort(row, kind="stable")
+            row, match = row[by_row], match[by_row]
+        self._kept = row
+        return match
 
     @property
     def held_rows(self) -> int:

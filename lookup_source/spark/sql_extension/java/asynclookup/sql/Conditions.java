@@ -36,8 +36,12 @@ final class Conditions {
   final Expression[] keys;
   /** Conditions on the input alone (the ON condition's, and the side's filters on keys). */
   final List<Expression> onInput = new ArrayList<>();
-  /** Conditions that read the table's values (the ON condition's, and the side's filters). */
+  /** Conditions that read the table's values (the ON condition's, and the side's filters),
+   * but for those in {@link #onPairs}. */
   final List<Expression> onValues = new ArrayList<>();
+  /** Comparisons of a table's value column with an input column or a literal, which the table
+   * function judges on each pair of a row and a match ({@link PairConditions}). */
+  final List<Expression> onPairs = new ArrayList<>();
 
   private Conditions(int keys) {
     this.keys = new Expression[keys];
@@ -110,7 +114,7 @@ final class Conditions {
         if (!Expressions.movable(c)) {
           throw new NotRewritten("a condition cannot move above the lookup: " + c.sql());
         }
-        result.onValues.add(c);
+        (PairConditions.takes(c, table, inputSet) ? result.onPairs : result.onValues).add(c);
       }
     }
     return result;

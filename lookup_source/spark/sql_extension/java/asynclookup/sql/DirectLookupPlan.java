@@ -30,12 +30,13 @@ import org.apache.spark.sql.types.DataTypes;
  *
  * <pre>
  *   Project [the join's attributes, under their own ids]          (the rest of the query binds)
- *   +- Filter [conditions on the table's values]                  (inner joins)
+ *   +- Filter [other conditions on the table's values]            (inner joins)
  *      +- Project [the call's columns, under ids of our own]
  *         +- f(TABLE(Project [input columns, key expressions]     (f: the table's function)
  *                    +- Filter [conditions on the input]          (inner and semi joins)
  *                       +- the join's input, with new ids),
- *              'keys', 'inner' | 'left' | 'semi' | 'anti', 'matched flag', 'sql-join')
+ *              'keys', 'inner' | 'left' | 'semi' | 'anti', 'matched flag', 'sql-join',
+ *              'conditions on each pair of a row and a match')          (PairConditions)
  * </pre>
  *
  * In a LEFT or anti join, Spark evaluates the conditions on the input only on the rows whose key
@@ -61,8 +62,19 @@ final class DirectLookupPlan {
             keyColumns(table),
             shape.kind.how,
             withValues ? Names.MATCHED : "",
-            MODE);
+            MODE,
+            conditions.onPairs.isEmpty() ? "" : PairConditions.json(conditions.onPairs, inputs(shape)));
     return output(shape, conditions, call);
+  }
+
+  /** The input's attributes by id, as {@code TABLE(...)} names them. */
+  private static Map<ExprId, String> inputs(JoinShape shape) {
+    Map<ExprId, String> names = new HashMap<>();
+    List<Attribute> columns = Scala.list(shape.input.output());
+    for (int i = 0; i < columns.size(); i++) {
+      names.put(columns.get(i).exprId(), Names.input(i));
+    }
+    return names;
   }
 
   /** TABLE(...): the input (a copy with new ids) and its keys, without the rows an inner or

@@ -71,7 +71,8 @@ final class KeysFirstPlan {
             keyNames,
             "inner",
             Names.MATCHED,
-            DirectLookupPlan.MODE);
+            DirectLookupPlan.MODE,
+            "");
     // the table's columns under ids of our own (the relation's may be read elsewhere too)
     Map<ExprId, Expression> fresh = new HashMap<>();
     List<NamedExpression> columns = new ArrayList<>();

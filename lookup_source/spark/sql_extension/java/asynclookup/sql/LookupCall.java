@@ -7,7 +7,8 @@ import org.apache.spark.sql.catalyst.parser.ParserInterface;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 
 /**
- * The call {@code <function>(TABLE(<input>), '<keys>', '<how>', '<matched column>', '<mode>')},
+ * The call {@code <function>(TABLE(<input>), '<keys>', '<how>', '<matched column>', '<mode>',
+ * '<conditions on the pairs>')},
  * unresolved:
  * the analyzer then resolves it as it resolves any call of a Python table function (running its
  * {@code analyze}). Made through the session's SQL parser, whose output is stable across Spark
@@ -23,13 +24,15 @@ final class LookupCall {
       List<String> keyColumns,
       String how,
       String matchedColumn,
-      String mode) {
+      String mode,
+      String conditions) {
     StringBuilder sql = new StringBuilder("SELECT * FROM ");
     sql.append(quoted(function)).append("(TABLE(").append(quoted(Names.PREFIX + "input"));
     sql.append("), ").append(literal(String.join(",", keyColumns)));
     sql.append(", ").append(literal(how));
     sql.append(", ").append(literal(matchedColumn));
     sql.append(", ").append(literal(mode));
+    sql.append(", ").append(literal(conditions));
     sql.append(")");
     LogicalPlan call;
     try {

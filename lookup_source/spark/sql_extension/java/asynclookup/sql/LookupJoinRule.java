@@ -217,6 +217,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
         return conditions.onValues.isEmpty();
       default: // LEFT, ANTI: their conditions on the input move to every input row
         return conditions.onValues.isEmpty() && conditions.inputNeverRaises();
+      // (conditions.onPairs: judged by the table function on each pair, in every kind)
     }
   }
 

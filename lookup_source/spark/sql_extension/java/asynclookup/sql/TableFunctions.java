@@ -114,14 +114,14 @@ final class TableFunctions {
     StringBuilder out = new StringBuilder("{");
     boolean first = true;
     for (Map.Entry<String, String> e : new TreeMap<>(options).entrySet()) {
-      out.append(first ? "" : ",").append(quoted(e.getKey())).append(':');
-      out.append(quoted(e.getValue()));
+      out.append(first ? "" : ",").append(jsonString(e.getKey())).append(':');
+      out.append(jsonString(e.getValue()));
       first = false;
     }
     return out.append('}').toString();
   }
 
-  private static String quoted(String text) {
+  static String jsonString(String text) {
     StringBuilder out = new StringBuilder("\"");
     for (char c : text.toCharArray()) {
       if (c == '"' || c == '\\') {
