@@ -359,6 +359,15 @@ class LookupClient:
         read is cut into ranges of it), asked once on the driver; None: unknown."""
         return None
 
+    async def keys_sent_exactly(self) -> bool:
+        """For a connector that reports its rows' keys (:attr:`reports_keys`): whether every
+        asked key that could equal a key of the table reaches the store as itself — not so for
+        a key column read as another type than its own (Postgres integers read as strings: the
+        string ``'5'`` cannot be sent as an integer, and a lookup would miss the row Spark's join
+        finds). Asked once on the driver; a SQL JOIN stays Spark's where it says no. The
+        default: yes."""
+        return True
+
     async def keys_match_exactly(self) -> bool:
         """Whether the store matches a key exactly as Spark compares it — asked once on the
         driver, where the store may be asked (a Postgres catalog knows a ``citext`` or

@@ -90,9 +90,18 @@ def estimate_rows(client_class: type[LookupClient], config: ConnectorConfig) -> 
 
 
 def keys_match_exactly(client_class: type[LookupClient], config: ConnectorConfig) -> bool:
-    """Whether the store matches keys exactly as Spark compares them
-    (``LookupClient.keys_match_exactly``), asked on the driver."""
-    if client_class.keys_match_exactly is LookupClient.keys_match_exactly:
+    """Whether a lookup of ``config`` finds every row Spark's join would and no other, asked on
+    the driver: for a connector that reports its rows' keys (``reports_keys``: the engine drops
+    the matches of other keys), whether every key reaches the store as itself
+    (``LookupClient.keys_sent_exactly``); for another, whether the store matches keys exactly
+    as Spark compares them (``LookupClient.keys_match_exactly``)."""
+    if client_class.reports_keys:
+        if client_class.keys_sent_exactly is LookupClient.keys_sent_exactly:
+            return True
+        ask = "keys_sent_exactly"
+    elif client_class.keys_match_exactly is LookupClient.keys_match_exactly:
         return client_class.exact_key_match(config)
+    else:
+        ask = "keys_match_exactly"
     with TaskLoop() as loop, loop.opened(client_class(config)) as client:
-        return bool(loop.run(client.keys_match_exactly()))
+        return bool(loop.run(getattr(client, ask)()))

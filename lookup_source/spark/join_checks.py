@@ -46,6 +46,15 @@ _CHECKED: dict[str, tuple[float, str | None]] = {}
 _LOCK = threading.Lock()
 
 
+_INEXACT = {
+    False: "the store matches the key otherwise than Spark compares it (a key type such as "
+    "citext, char(n), uuid or numeric): Spark's join keeps Spark's equality",
+    True: "a key cannot reach the store as itself (a key column read as another type than its "
+    "own, such as integers read as strings): Spark's join keeps every row it finds",
+}
+"""Why a SQL JOIN stays Spark's, by whether the connector reports its rows' keys."""
+
+
 def veto(reason: str) -> StructType:
     """The output schema that refuses a rewrite, saying why."""
     return StructType([StructField(VETO, BooleanType(), True, {"reason": reason})])
@@ -58,8 +67,6 @@ def refusal(plan: LookupPlan) -> str | None:
     client_class = plan.options.connector_class()
     if not client_class.can_scan(config):
         return None  # Spark's join cannot read the table at all: lookups are the answer
-    if client_class.reports_keys:
-        return None  # each match's key is compared with the asked one, as Spark compares them
     identity = hashlib.sha256(
         pickle.dumps((client_class.__module__, client_class.__name__, config))
     ).hexdigest()
@@ -71,12 +78,7 @@ def refusal(plan: LookupPlan) -> str | None:
     try:
         with read_on_driver(CHECKING):
             exact = keys_match_exactly(client_class, config)
-        why = (
-            None
-            if exact
-            else "the store matches the key otherwise than Spark compares it (a key type "
-            "such as citext, char(n), uuid or numeric): Spark's join keeps Spark's equality"
-        )
+        why = None if exact else _INEXACT[client_class.reports_keys]
     except Exception as error:  # cannot tell: keep Spark's join
         why = f"the store could not be asked how it matches keys: {type(error).__name__}"
         log.info("asynclookup: %s (%s)", why, error)
@@ -109,12 +111,13 @@ def untravelled(schema: StructType) -> str | None:
 
 
 def for_sql_join(plan: LookupPlan) -> LookupPlan:
-    """The plan a SQL JOIN's lookups run with: Spark's equality of keys and a key the store
-    cannot hold a miss (:meth:`KeySettings.as_spark_join`), every match of a key, as Spark's
-    join gives them (``lookup.max-matches`` off, unless set)."""
-    options = dataclasses.replace(plan.options, keys=KeySettings.as_spark_join())
-    if "lookup.max-matches" not in options.given:
-        options = dataclasses.replace(options, max_matches=0)
+    """The plan a SQL JOIN's lookups run with, whatever the table's options say: Spark's
+    equality of keys and a key the store cannot hold a miss (:meth:`KeySettings.as_spark_join`),
+    every match of a key (``lookup.max-matches`` off), and a failed lookup failing the query
+    (``on.error=fail``), as a failed scan fails Spark's join: no row it would not give."""
+    options = dataclasses.replace(
+        plan.options, keys=KeySettings.as_spark_join(), max_matches=0, on_error="fail"
+    )
     return dataclasses.replace(plan, options=options)
 
 

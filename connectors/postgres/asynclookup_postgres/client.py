@@ -37,7 +37,7 @@ from asynclookup_postgres.connections import LIBPQ_ENVIRONMENT, LazyPool
 from asynclookup_postgres.errors import ASYNCPG_ERRORS, classify
 from asynclookup_postgres.jdbc import jdbc_table
 from asynclookup_postgres.options import JDBC_KEY_FILE, POOL_SIZE, QUERY, TABLE
-from asynclookup_postgres.query import LookupQuery, scan_filter
+from asynclookup_postgres.query import LookupQuery, scan_filter, sends_as_itself
 from lookup_source.connector_api import (
     SCAN_CHUNK_ROWS,
     ConnectorConfig,
@@ -226,6 +226,17 @@ class PostgresLookupClient(LookupClient):
                 return True
             await self._connect()
         return self._query.exact_keys
+
+    async def keys_sent_exactly(self) -> bool:
+        """Whether each key column is read as its own type (integers as integers, text as
+        strings, a timestamp with a time zone as one...): a key of another type (an integer
+        column read as strings) could not reach the server as the value Spark's join finds."""
+        with ASYNCPG_ERRORS:
+            await self._connect()
+        return all(
+            sends_as_itself(pg_type, arrow_type)
+            for pg_type, arrow_type in zip(self._query.key_types, self.config.key_types)
+        )
 
     @classmethod
     def jdbc_table(cls, config: ConnectorConfig) -> JdbcTable:

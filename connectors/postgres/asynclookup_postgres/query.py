@@ -352,3 +352,26 @@ def scan_filter(
         return "", []
     hashed = f"mod(hashtext(({key})::text)::bigint + 2147483648, {bound(partitions)})"
     return f" WHERE {hashed} = {bound(partition)}", bounds
+
+
+def sends_as_itself(pg_type: str, arrow_type: pa.DataType | None) -> bool:
+    """Whether a key of ``arrow_type`` (the declared key type) reaches a ``pg_type`` column as
+    the value a scan of that column reads: the column's own type, not another's."""
+    if arrow_type is None:
+        return False
+    base = pg_type.split("(")[0]
+    if pg_type in INT_TYPES:
+        return pa.types.is_integer(arrow_type)
+    if pg_type in TEXT_TYPES or pg_type == "uuid":
+        return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    if base == "numeric":
+        return pa.types.is_decimal(arrow_type) or pa.types.is_integer(arrow_type)
+    if pg_type == "date":
+        return pa.types.is_date(arrow_type)
+    if pg_type == "timestamp with time zone":
+        return pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None
+    if pg_type == "timestamp without time zone":
+        return pa.types.is_timestamp(arrow_type) and arrow_type.tz is None
+    if pg_type == "boolean":
+        return pa.types.is_boolean(arrow_type)
+    return False

@@ -57,22 +57,19 @@ final class Conditions {
     return true;
   }
 
-  /** Whether every key expression can never raise. */
-  boolean keysNeverRaise() {
-    for (Expression k : keys) {
-      if (!RaiseFree.neverRaises(k)) {
-        return false;
-      }
-    }
-    return true;
-  }
-
   static Conditions of(Expression on, LookupSide side, AttributeSet inputSet) {
     LookupTable table = side.table;
     Conditions result = new Conditions(table.keys.size());
     List<Expression> rest = new ArrayList<>();
     for (Expression conjunct : Expressions.conjuncts(on)) {
       Expression c = Expressions.substitute(conjunct, side.outputs);
+      if (!c.references().isEmpty() && !Expressions.referencesAny(c, inputSet)
+          && !RaiseFree.neverRaises(c)) { // Spark evaluates it on every row it scans
+        throw new NotRewritten(
+            "a condition on the table alone may raise an error on a row the lookups never"
+                + " fetch (Spark evaluates it on every row it scans): "
+                + c.sql());
+      }
       if (c instanceof EqualTo) {
         EqualTo eq = (EqualTo) c;
         if (result.bind(eq.left(), eq.right(), table, inputSet)

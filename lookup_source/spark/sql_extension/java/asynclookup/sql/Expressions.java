@@ -98,6 +98,16 @@ final class Expressions {
     return RaiseFree.neverRaises(e);
   }
 
+  /** Whether {@code e} reads any of {@code attributes}. */
+  static boolean referencesAny(Expression e, AttributeSet attributes) {
+    for (Attribute a : Scala.list(e.references().toSeq())) {
+      if (attributes.contains(a)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   static boolean referencesOnly(Expression e, AttributeSet attributes) {
     AttributeSet references = e.references();
     return !references.isEmpty() && references.subsetOf(attributes);

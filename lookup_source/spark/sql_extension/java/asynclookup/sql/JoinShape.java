@@ -111,6 +111,9 @@ final class JoinShape {
           "a " + type.sql() + " JOIN with the lookup table on its left keeps every table row");
     }
     Expression condition = join.condition().isDefined() ? join.condition().get() : null;
+    if (where != null && kind != Kind.INNER) { // a WHERE above an outer join is not its ON
+      throw new NotRewritten("a " + type.sql() + " JOIN without ON, filtered by a WHERE");
+    }
     if (where != null) {
       condition = condition == null ? where : Expressions.and(List.of(condition, where));
     }
@@ -133,6 +136,11 @@ final class JoinShape {
         kind.withValues() ? Scala.list(join.output()) : Scala.list(input.output()),
         onRight,
         type.sql() + " JOIN");
+  }
+
+  /** Whether {@code join} is an inner or cross join (whose WHERE may be its condition). */
+  static boolean innerOrCross(Join join) {
+    return join.joinType() == Inner$.MODULE$ || join.joinType() == Cross$.MODULE$;
   }
 
   /** Whether {@code predicate} (a conjunct of a WHERE) is a subquery this class takes. */

@@ -54,9 +54,10 @@ final class KeysFirstPlan {
           "a " + shape.written + " whose conditions Spark must evaluate after the lookups needs"
               + " the stream's rows twice (its keys, then the join)");
     }
-    if (!deterministic(shape.input)) {
+    String unstable = ReadTwice.why(shape.input);
+    if (unstable != null) {
       throw new NotRewritten(
-          "the input is read twice (its keys, then the join) and is not deterministic");
+          "the input is read twice (its keys, then the join), and " + unstable);
     }
     LookupTable table = shape.side.table;
     List<String> keyNames = new ArrayList<>();
@@ -101,7 +102,11 @@ final class KeysFirstPlan {
       }
       sideColumns.add(
           Expressions.alias(
-              Expressions.substitute(defined, fresh), a.name(), a.exprId(), a.qualifier()));
+              Expressions.substitute(defined, fresh),
+              a.name(),
+              a.exprId(),
+              a.qualifier(),
+              a.metadata()));
     }
     sideColumns.addAll(tableColumns); // what a subquery's condition reads
     LogicalPlan side = new Project(Scala.seq(sideColumns), rows);
@@ -115,9 +120,11 @@ final class KeysFirstPlan {
     FreshIds copy = FreshIds.of(shape.input);
     Map<ExprId, Expression> toCopy = new HashMap<>(copy.renamed);
     LogicalPlan rows = copy.plan;
-    List<Expression> safe = new ArrayList<>(); // a row failing them matches nothing
+    // a row failing them matches nothing; a semi join's are Spark's filter on its input, run
+    // first whatever they raise; the others', only those that cannot raise
+    List<Expression> safe = new ArrayList<>();
     for (Expression c : conditions.onInput) {
-      if (RaiseFree.neverRaises(c)) {
+      if (shape.kind == JoinShape.Kind.SEMI || RaiseFree.neverRaises(c)) {
         safe.add(Expressions.substitute(c, toCopy));
       }
     }
@@ -152,18 +159,6 @@ final class KeysFirstPlan {
     }
   }
 
-  private static boolean deterministic(LogicalPlan plan) {
-    for (Expression e : Scala.list(plan.expressions())) {
-      if (!e.deterministic()) {
-        return false;
-      }
-    }
-    for (LogicalPlan child : Scala.list(plan.children())) {
-      if (!deterministic(child)) {
-        return false;
-      }
-    }
-    return true;
-  }
+
 
 }

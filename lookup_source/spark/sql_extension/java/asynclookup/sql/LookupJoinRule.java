@@ -82,6 +82,16 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     if (!Settings.joinsEnabled()) {
       return plan;
     }
+    try {
+      return rewriteAll(plan);
+    } catch (RuntimeException | LinkageError error) { // never break a query: leave it alone
+      AsyncLookupSqlExtensions.LOG.warn(
+          "asynclookup: the plan is left to Spark: the rule failed: {}", error.toString());
+      return plan;
+    }
+  }
+
+  private LogicalPlan rewriteAll(LogicalPlan plan) {
     Map<String, Integer> named = namesInUse(plan);
     Map<Long, CTERelationDef> ctes = new HashMap<>();
     collectCtes(plan, ctes);
@@ -108,6 +118,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     LogicalPlan child = filter.child();
     if (child instanceof Join
         && ((Join) child).condition().isEmpty()
+        && JoinShape.innerOrCross((Join) child)
         && filter.condition().deterministic()
         && !hasSubquery(filter.condition())
         && isLookupJoin((Join) child, ctes)) { // a comma join: its WHERE is its condition
@@ -187,6 +198,9 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     if (Expressions.isCorrelated(shape.condition) || hasOuterReference(shape.input)) {
       throw new NotRewritten("the join reads the outer query of a correlated subquery");
+    }
+    if (recursive(shape.input)) {
+      throw new NotRewritten("the input reads a recursive common table expression's own rows");
     }
     Conditions conditions = Conditions.of(shape.condition, shape.side, shape.input.outputSet());
     String function = TableFunctions.functionFor(session, shape.side.table);
@@ -353,6 +367,30 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     for (LogicalPlan child : Scala.list(plan.children())) {
       collectCtes(child, ctes);
     }
+  }
+
+  /** Whether {@code plan} reads the rows of a recursive CTE being built (Spark 4.1+), which
+   * may not sit inside a table function's argument. */
+  private static boolean recursive(LogicalPlan plan) {
+    String name = plan.getClass().getSimpleName();
+    if (name.startsWith("UnionLoop")) {
+      return true;
+    }
+    if (plan instanceof org.apache.spark.sql.catalyst.plans.logical.CTERelationRef) {
+      try {
+        Object flag = plan.getClass().getMethod("recursive").invoke(plan);
+        if (Boolean.TRUE.equals(flag)) {
+          return true;
+        }
+      } catch (ReflectiveOperationException older) { // a Spark without recursive CTEs
+      }
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      if (recursive(child)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private static boolean hasSubquery(Expression e) {

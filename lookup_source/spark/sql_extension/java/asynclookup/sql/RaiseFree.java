@@ -1,7 +1,6 @@
 package asynclookup.sql;
 
 import java.util.Set;
-import java.util.regex.Pattern;
 import org.apache.spark.sql.catalyst.expressions.BinaryArithmetic;
 import org.apache.spark.sql.catalyst.expressions.Cast;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -125,21 +124,19 @@ final class RaiseFree {
       case "Like":
       case "ILike":
         return likeFree(node);
-      case "RLike":
-        return regexFree(node);
       case "Add":
       case "Subtract":
       case "Multiply":
       case "UnaryMinus":
       case "Abs":
-        return !ansi(node) || floating(node);
+        return numeric(node) && (!ansi(node) || floating(node));
       case "Divide":
-        return !ansi(node) || (floating(node) && divisorNot(node, 0));
+        return numeric(node) && (!ansi(node) || (floating(node) && divisorNot(node, 0)));
       case "Remainder":
       case "Pmod":
-        return !ansi(node) || divisorNot(node, 0);
+        return numeric(node) && (!ansi(node) || divisorNot(node, 0));
       case "IntegralDivide":
-        return !ansi(node) || (divisorNot(node, 0) && divisorNot(node, -1));
+        return numeric(node) && (!ansi(node) || (divisorNot(node, 0) && divisorNot(node, -1)));
       default:
         return false;
     }
@@ -148,8 +145,11 @@ final class RaiseFree {
   /** Whether a cast cannot fail: see the class doc. */
   static boolean castFree(Cast cast) {
     String mode = cast.evalMode().toString();
-    if ("TRY".equals(mode) || "LEGACY".equals(mode)) {
+    if ("TRY".equals(mode)) {
       return true;
+    }
+    if ("LEGACY".equals(mode) && atomic(cast.child().dataType()) && atomic(cast.dataType())) {
+      return true; // (a cast to or from an interval or a nested type may still raise)
     }
     if (cast.dataType() instanceof StringType
         || Casts.oneToOne(cast.child().dataType(), cast.dataType())) {
@@ -187,19 +187,6 @@ final class RaiseFree {
     }
   }
 
-  private static boolean regexFree(Expression rlike) {
-    Expression pattern = rlike.children().apply(1);
-    if (!(pattern instanceof Literal) || ((Literal) pattern).value() == null) {
-      return false;
-    }
-    try {
-      Pattern.compile(((Literal) pattern).value().toString());
-      return true;
-    } catch (RuntimeException invalid) {
-      return false;
-    }
-  }
-
   /** Whether an arithmetic node runs in ANSI mode (it raises on overflow, division by zero). */
   private static boolean ansi(Expression node) {
     try {
@@ -213,6 +200,21 @@ final class RaiseFree {
         return true; // cannot tell: it may raise
       }
     }
+  }
+
+  /** Whether {@code node}'s result is a number (not an interval, a date or a timestamp). */
+  private static boolean numeric(Expression node) {
+    return node.dataType() instanceof org.apache.spark.sql.types.NumericType;
+  }
+
+  /** A number, a string, a boolean, a date or a timestamp: what a legacy cast never fails on. */
+  private static boolean atomic(org.apache.spark.sql.types.DataType type) {
+    return type instanceof org.apache.spark.sql.types.NumericType
+        || type instanceof StringType
+        || type instanceof org.apache.spark.sql.types.BooleanType
+        || type instanceof org.apache.spark.sql.types.DateType
+        || type instanceof org.apache.spark.sql.types.TimestampType
+        || type instanceof org.apache.spark.sql.types.TimestampNTZType;
   }
 
   private static boolean floating(Expression node) {
