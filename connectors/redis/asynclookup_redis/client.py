@@ -14,6 +14,7 @@ column at fault.
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -44,6 +45,7 @@ from lookup_source.connector_api import (
     tls_option_specs,
     translated_errors,
 )
+from lookup_source.connector_api.values import conform_column
 
 COUNTED_KEYS = 1_000_000
 """Up to this many keys in the database, those matching the key pattern are counted exactly."""
@@ -127,6 +129,9 @@ VALUE_FORMAT: OptionSpec[str] = OptionSpec(
     "`json` (a JSON object per key), `hash` (a Redis hash per key) or `string` (the raw "
     "value into the single value column).",
 )
+
+
+log = logging.getLogger("lookup_source")
 
 
 class RedisLookupClient(LookupClient):
@@ -337,6 +342,39 @@ class RedisLookupClient(LookupClient):
             if seen >= SAMPLE_KEYS:
                 return round(total * matched / seen)
 
+    def _canonical(self, keys: pa.RecordBatch, texts: list[str]) -> pa.RecordBatch:
+        """The scanned keys a lookup can reach: a Redis key whose parts read as the declared
+        key types but are written otherwise (``user:05`` for the long key 5, whose lookup asks
+        ``user:5``) belongs to no key of this table, and is left out (``texts`` with it), so
+        that a scan (Spark's join) and lookups (a SQL JOIN's rewrite) see the same rows. A part
+        that does not read as its type at all is kept: the scan reports it."""
+        types = self.config.key_types
+        if not types or all(t is None or pa.types.is_string(t) for t in types):
+            return keys
+        typed = []
+        unread: set[int] = set()
+        for column, name, kind in zip(keys.columns, keys.schema.names, types):
+            if kind is None:
+                typed.append(column)
+                continue
+            array, bad = conform_column(column, pa.field(name, kind))
+            typed.append(array)
+            unread |= set(bad)
+        readable = [i for i in range(keys.num_rows) if i not in unread]
+        batch = pa.RecordBatch.from_arrays(typed, names=keys.schema.names)
+        rendered = dict(
+            zip(readable, self._template.render_all(batch.take(pa.array(readable, pa.int64()))))
+        )
+        keep = [i in unread or rendered[i] == text for i, text in enumerate(texts)]
+        if all(keep):
+            return keys
+        log.debug(
+            "asynclookup redis: the scan leaves out %d keys no lookup reaches",
+            keep.count(False),
+        )
+        texts[:] = [text for text, kept in zip(texts, keep) if kept]
+        return keys.filter(pa.array(keep))
+
     async def scan_arrow(
         self, partition: int = 0, partitions: int = 1, *, split: Any = None
     ) -> AsyncIterator[tuple[pa.RecordBatch, Matches]]:
@@ -355,7 +393,7 @@ class RedisLookupClient(LookupClient):
 
                 async def flush() -> tuple[pa.RecordBatch, Matches]:
                     columns = [pa.array(list(c), type=pa.string()) for c in zip(*parts)]
-                    keys = pa.RecordBatch.from_arrays(columns, names=names)
+                    keys = self._canonical(pa.RecordBatch.from_arrays(columns, names=names), texts)
                     found = await self._fetch(keys, list(texts))
                     parts.clear()
                     texts.clear()

@@ -576,3 +576,31 @@ def test_redis_password_from_the_environment(
         assert rows[0]["name"] == "via env"
     finally:
         redis_db.execute_command("ACL", "DELUSER", user)
+
+
+def test_a_scan_reads_only_the_keys_a_lookup_reaches(
+    redis_srv: RedisServer, redis_db: Any, prefix: str
+) -> None:
+    """``user:05`` reads as the long key 5, but a lookup of 5 asks ``user:5``: the scan leaves
+    it out (``007`` too), so that Spark's join over the scan and lookups find the same rows."""
+    from lookup_source.engine.scan import scan_batches
+
+    for name, value in (("5", "five"), ("05", "padded"), ("007", "padded too"), ("8", "eight")):
+        redis_db.set(f"{prefix}u:{name}", json.dumps({"name": value}))
+    plan = LookupPlan.build(
+        {"connector": "redis", "url": redis_srv.url, "redis.key.pattern": f"{prefix}u:{{key}}"},
+        "user_id long, name string",
+    )
+    config = plan.connector_config()
+    key_fields = tuple(pa.field(n, t) for n, t in zip(config.key_columns, config.key_types))
+    value_fields = tuple(plan.value_arrow_fields())
+    batches = scan_batches(RedisLookupClient, config, plan.options, key_fields, value_fields, 0, 1)
+    rows = [r for batch in batches for r in batch.to_pylist()]
+    assert sorted((r["user_id"], r["name"]) for r in rows) == [(5, "five"), (8, "eight")]
+    looked_up = lookup(
+        redis_srv.url,
+        "user_id long, name string",
+        [5, 7, 8],
+        **{"redis.key.pattern": f"{prefix}u:{{key}}"},
+    )
+    assert [r["name"] for r in looked_up] == ["five", None, "eight"]
