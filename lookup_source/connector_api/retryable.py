@@ -11,7 +11,9 @@ The rule, in this order:
    certificate the server wants or refuses, a port that does not speak TLS — is permanent,
    whatever wraps it (an ``ssl.SSLError`` is an ``OSError`` too: it is told apart first).
 3. A timeout or any other ``OSError`` — refused, reset or dropped connections, a host name that
-   does not resolve (``socket.gaierror``) — is transient.
+   does not resolve (``socket.gaierror``) — is transient; so is a write to a connection the
+   event loop has already closed under it (uvloop's ``RuntimeError: unable to perform
+   operation on <TCPTransport closed=True>; the handler is closed``: a dropped connection).
 4. Anything else is permanent.
 
 A connector says what its library's own exceptions mean in one place, the ``classify`` it
@@ -55,7 +57,14 @@ def is_retryable(error: BaseException) -> bool:
 
 
 def is_os_level(error: BaseException) -> bool:
-    """A timeout or an ``OSError``: a failure of the connection rather than of the request,
-    whatever library raised it (which the boundary translates even when it is not the
-    library's own)."""
-    return isinstance(error, (OSError, TimeoutError, asyncio.TimeoutError))
+    """A timeout, an ``OSError``, or a connection the event loop closed under the request: a
+    failure of the connection rather than of the request, whatever library raised it (which
+    the boundary translates even when it is not the library's own)."""
+    if isinstance(error, (OSError, TimeoutError, asyncio.TimeoutError)):
+        return True
+    return isinstance(error, RuntimeError) and _closed_transport(str(error))
+
+
+def _closed_transport(text: str) -> bool:
+    """uvloop's words for an operation on a transport it has closed (a dropped connection)."""
+    return "unable to perform operation on" in text and "closed=True" in text

@@ -48,6 +48,16 @@ CASES: list[tuple[str, BaseException, bool]] = [
     ("record", RecordError("not JSON"), False),
     ("a bug", KeyError("name"), False),
     ("a type error", TypeError("unsupported operand"), False),
+    # uvloop, writing to a connection it closed under the request (a cut connection)
+    (
+        "closed transport",
+        RuntimeError(
+            "unable to perform operation on <TCPTransport closed=True reading=False "
+            "0x7f2c>; the handler is closed"
+        ),
+        True,
+    ),
+    ("another runtime error", RuntimeError("Event loop is closed"), False),
 ]
 
 
