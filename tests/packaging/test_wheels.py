@@ -75,7 +75,7 @@ def test_the_wheels_install_and_the_demo_runs_outside_the_clone(tmp_path: Path) 
     assert "lookup_source/functions.py" in names and "lookup_source/py.typed" in names
     # the SQL extension: its Java source, and its jar (make test builds it before the suites)
     extension = "lookup_source/spark/sql_extension/"
-    assert f"{extension}java/asynclookup/sql/LookupJoinRewrite.java" in names
+    assert f"{extension}java/asynclookup/sql/LookupJoinRule.java" in names
     assert f"{extension}asynclookup-sql.jar" in names
     env_dir = tmp_path / "env"
     venv.create(env_dir, with_pip=True)
