@@ -135,3 +135,21 @@ def assert_meanings(cases: list[tuple[str, Any, Any, bool]], library: str, class
 
 TLS_NAMES = {"redis": "redis", "asyncpg": "postgres", "aiohttp": "http"}
 """The ``<name>.tls.*`` options of each library's connector."""
+
+
+def run_postgres(url: str, *statements: str) -> None:
+    """Run ``statements`` on the Postgres at ``url``, in order, on one connection (for a
+    module's fixture, where the per-test ``pg`` fixture is not available)."""
+    import asyncio
+
+    import asyncpg
+
+    async def run() -> None:
+        connection = await asyncpg.connect(url)
+        try:
+            for statement in statements:
+                await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    asyncio.run(run())

@@ -30,7 +30,7 @@ from lookup_source import register_lookup_table
 from lookup_source.spark.internals import plan_text
 from lookup_source.spark.sql_extension import ENABLED
 from lookup_source.spark.versions import SQL_JOINS
-from tests.helpers import needs
+from tests.helpers import needs, run_postgres
 from tests.sizes import sized
 
 pytestmark = needs(SQL_JOINS)
@@ -94,22 +94,6 @@ RAISING_VALUES = ["CAST(d.v AS INT) > 0", "100 DIV d.n > 1"]  # Spark: on every 
 RANGES = ["e.id >= d.lo AND e.id < d.hi", "e.id BETWEEN d.lo AND d.hi"]
 
 
-def run_sql(url: str, *statements: str) -> None:
-    import asyncio
-
-    import asyncpg
-
-    async def run() -> None:
-        connection = await asyncpg.connect(url)
-        try:
-            for statement in statements:
-                await connection.execute(statement)
-        finally:
-            await connection.close()
-
-    asyncio.run(run())
-
-
 @pytest.fixture(scope="module")
 def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     """The lookup tables (Postgres, registered) and the input views, by short name."""
@@ -117,7 +101,7 @@ def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     pgt = {name: f"dif_{name}_{suffix}" for name in ("int4", "ci", "cit", "chr", "nam", "comp")}
     pgt |= {name: f"dif_{name}_{suffix}" for name in ("dat", "stm", "dec", "dup", "ver")}
     values = "v text, n int"
-    run_sql(
+    run_postgres(
         postgres_srv.url,
         "CREATE EXTENSION IF NOT EXISTS citext",
         "CREATE COLLATION IF NOT EXISTS asynclookup_ci "
@@ -199,7 +183,7 @@ def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     ).createOrReplaceTempView(f"dif_ev_{suffix}")
     names["ev"] = f"dif_ev_{suffix}"
     yield names
-    run_sql(postgres_srv.url, *(f"DROP TABLE {t}" for t in pgt.values()))
+    run_postgres(postgres_srv.url, *(f"DROP TABLE {t}" for t in pgt.values()))
 
 
 def key_condition(pairing: Pairing, input_alias: str = "e", table_alias: str = "d") -> str:

@@ -5,7 +5,6 @@ store's own content; every case it must leave to Spark is left there, with its r
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from lookup_source.service import BackgroundHttpServer
 from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
 from lookup_source.spark.sql_extension import ENABLED
 from lookup_source.spark.versions import SQL_JOINS
-from tests.helpers import needs
+from tests.helpers import needs, run_postgres
 
 pytestmark = needs(SQL_JOINS)
 
@@ -39,20 +38,6 @@ EVENTS = [  # event_id, user_id (nulls, misses, repeats), uid_int, flag
 ORDERS = [(3, "a"), (3, "b"), (3, "c"), (5, "d"), (5, "e"), (8, "f")]  # one-to-many
 
 
-def run_sql(url: str, *statements: str) -> None:
-    import asyncpg
-
-    async def run() -> None:
-        connection = await asyncpg.connect(url)
-        try:
-            for statement in statements:
-                await connection.execute(statement)
-        finally:
-            await connection.close()
-
-    asyncio.run(run())
-
-
 @pytest.fixture(scope="module")
 def tables(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     """Postgres tables registered as lookup tables, and the events as a view."""
@@ -65,7 +50,7 @@ def tables(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
         f"{'NULL' if u == NO_VALUES else u % 3})"
         for u in range(USERS)
     )
-    run_sql(
+    run_postgres(
         postgres_srv.url,
         f"CREATE TABLE {users} (user_id bigint PRIMARY KEY, name text, tier int)",
         f"INSERT INTO {users} VALUES {values}",
@@ -102,7 +87,7 @@ def tables(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     events.createOrReplaceTempView(names["events"])
     names["pg_users"] = users
     yield names
-    run_sql(
+    run_postgres(
         postgres_srv.url, f"DROP TABLE {users}", f"DROP TABLE {orders}", f"DROP TABLE {accounts}"
     )
 
@@ -514,6 +499,47 @@ def test_an_http_table_answers_asking_only_the_input_keys(
     assert set(api.asked) == {"0", "1", "2", "3", "4"}
 
 
+def test_semi_anti_and_value_conditions_against_an_http_table(
+    spark: Any, tables: dict[str, str], api: KeyRecorder
+) -> None:
+    """An HTTP table cannot be scanned (Spark's own join fails): EXISTS, NOT EXISTS, IN, LEFT
+    SEMI, LEFT ANTI and a LEFT JOIN comparing a value answer as lookups, asking only the
+    input's keys, with the rows the store's content gives."""
+    events = tables["events"]
+    known = {e for e, u, _, _ in EVENTS if u is not None and u < USERS}
+    cases = {
+        f"SELECT e.event_id FROM {events} e WHERE EXISTS "
+        "(SELECT 1 FROM sj_api_users u WHERE u.user_id = e.user_id)": known,
+        f"SELECT e.event_id FROM {events} e WHERE NOT EXISTS "
+        "(SELECT 1 FROM sj_api_users u WHERE u.user_id = e.user_id)": set(range(100)) - known,
+        f"SELECT e.event_id FROM {events} e WHERE e.user_id IN "
+        "(SELECT user_id FROM sj_api_users)": known,
+        f"SELECT e.event_id FROM {events} e LEFT SEMI JOIN sj_api_users u "
+        "ON e.user_id = u.user_id AND e.flag = 1": {e for e in known if e % 2},
+        f"SELECT e.event_id FROM {events} e LEFT ANTI JOIN sj_api_users u "
+        "ON e.user_id = u.user_id": set(range(100)) - known,
+    }
+    distinct = {str(u) for _, u, _, _ in EVENTS if u is not None}
+    for sql, expected in cases.items():
+        api.asked.clear()
+        with rewrite(spark, True):
+            frame = spark.sql(sql)
+            assert "ArrowEvalPythonUDTF" in plan_text(frame, "simple"), sql
+            got = [r[0] for r in frame.collect()]
+        assert sorted(got) == sorted(expected), sql
+        assert set(api.asked) <= distinct and api.asked, sql  # the input's keys only
+    valued = (
+        f"SELECT e.event_id, u.name FROM {events} e LEFT JOIN sj_api_users u "
+        "ON e.user_id = u.user_id AND u.tier = 2"
+    )
+    with rewrite(spark, True):
+        got = rows(spark.sql(valued))
+    assert got == Counter(
+        (e, user(u)[0] if u is not None and u < USERS and user(u)[1] == 2 else None)
+        for e, u, _, _ in EVENTS
+    )
+
+
 def test_a_table_of_your_own_function(spark: Any, tables: dict[str, str]) -> None:
     async def profile(uid: int) -> dict[str, Any] | None:
         if uid >= USERS:
@@ -602,7 +628,7 @@ def test_strategy_decides_in_sql_too(spark: Any, postgres_srv: Any, tables: dict
     same_both_ways(spark, query, rewritten=False)
     # auto: the limit worked out from the table's size (60 rows: a scan and a join cost less
     # than lookups past about 20 input rows), compared with Spark's estimate of the input
-    run_sql(postgres_srv.url, f"ANALYZE {tables['pg_users']}")
+    run_postgres(postgres_srv.url, f"ANALYZE {tables['pg_users']}")
     register_lookup_table(spark, "sj_auto", schema=schema, options={**base, "strategy": "auto"})
     spark.range(10).selectExpr("id AS event_id", "id % 70 AS user_id").createOrReplaceTempView(
         "sj_few"
