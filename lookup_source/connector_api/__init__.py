@@ -78,7 +78,7 @@ from lookup_source.connector_api.kit import (
     require_url,
     scanned_keys,
 )
-from lookup_source.connector_api.matches import Matches
+from lookup_source.connector_api.matches import Matches, value_batch
 from lookup_source.connector_api.options import (
     INT_LIMIT,
     OptionSpec,
@@ -109,6 +109,7 @@ from lookup_source.connector_api.tls import (
 from lookup_source.connector_api.values import (
     as_records,
     cast_strings,
+    conform_column,
     conform_matches,
     convert_columns,
     describe_type,
@@ -171,6 +172,7 @@ __all__ = [
     "as_records",
     "cast_strings",
     "choice",
+    "conform_column",
     "conform_matches",
     "convert_columns",
     "describe_type",
@@ -207,4 +209,5 @@ __all__ = [
     "to_arrow_column",
     "translate_error",
     "translated_errors",
+    "value_batch",
 ]

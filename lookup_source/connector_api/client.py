@@ -272,6 +272,16 @@ class LookupClient:
         return cls.supports_scan
 
     @classmethod
+    def answers_existence(cls, config: ConnectorConfig) -> bool:
+        """Whether a lookup of ``config`` with its value columns left out (``value_columns``
+        empty) is answered by whether each key exists, asking the store for nothing more
+        (Redis ``EXISTS``, a Postgres ``SELECT`` of the key) — with exactly the keys that have
+        a match otherwise: a semi or anti join then asks only that. Its :class:`Matches` carry
+        no value column (:func:`~lookup_source.connector_api.value_batch`). The default: no
+        (the values are fetched, and left out of the output)."""
+        return False
+
+    @classmethod
     def infer_schema(cls, options: ConnectorConfig) -> tuple[str, tuple[str, ...]]:
         """Read the store's own description of the table: a Spark DDL schema (key columns
         first) and the key column names. Connectors that cannot describe a table raise."""

@@ -11,6 +11,17 @@ import numpy as np
 import pyarrow as pa
 
 
+def value_batch(
+    arrays: Sequence[pa.Array], fields: Sequence[pa.Field], rows: int
+) -> pa.RecordBatch:
+    """The value columns ``arrays`` (of ``fields``) as a record batch of ``rows`` rows; with no
+    value column, a batch of ``rows`` rows and no column (the answer of a lookup that only asks
+    whether its keys exist: a semi or anti join's)."""
+    if not fields:
+        return pa.RecordBatch.from_struct_array(pa.nulls(rows, pa.struct([])))
+    return pa.RecordBatch.from_arrays(list(arrays), schema=pa.schema(list(fields)))
+
+
 @dataclass(frozen=True, eq=False)
 class Matches:
     """The columnar answer to a lookup: one row per match, as Arrow.
@@ -118,8 +129,8 @@ class Matches:
         fields: Sequence[pa.Field],
     ) -> Matches:
         """One error row (null values) for each key at ``positions``, saying why."""
-        nulls = pa.RecordBatch.from_arrays(
-            [pa.nulls(len(messages), type=f.type) for f in fields], schema=pa.schema(list(fields))
+        nulls = value_batch(
+            [pa.nulls(len(messages), type=f.type) for f in fields], fields, len(messages)
         )
         index = np.asarray(positions, dtype=np.int64)
         return cls(index, nulls, pa.array(list(messages), type=pa.string()))

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lookup_source.connector_api.keys import match_rows
-from lookup_source.connector_api.matches import Matches
+from lookup_source.connector_api.matches import Matches, value_batch
 from lookup_source.errors import RecordError
 from lookup_source.redaction import redact_text
 
@@ -242,7 +242,7 @@ def records_to_matches(
     )
     for row, message in bad.items():
         reasons.setdefault(row, message)
-    values = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(list(fields)))
+    values = value_batch(arrays, fields, len(records))
     errors = _error_array(reasons, len(records))
     return Matches(np.asarray(positions, dtype=np.int64), values, errors)
 
@@ -305,8 +305,7 @@ def conform_matches(matches: Matches, fields: Sequence[pa.Field]) -> Matches:
         for row, message in reasons.items():
             merged[row] = merged[row] or message
         errors = pa.array(merged, type=pa.string())
-    schema = pa.schema(list(fields))
-    return Matches(matches.key_index, pa.RecordBatch.from_arrays(arrays, schema=schema), errors)
+    return Matches(matches.key_index, value_batch(arrays, fields, rows), errors)
 
 
 def _needs_slow_path(values: Sequence[Any], arrow_type: pa.DataType) -> bool:

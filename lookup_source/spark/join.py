@@ -123,6 +123,7 @@ def _looked_up(
     if lookup_options.partition_by_key:
         df = partitioned_by_key(df, on_columns)
     out_schema = output_schema(df.schema, plan, how=how)
+    plan = plan.for_how(how)
     spec = plan.engine_spec(
         tuple(on_columns), how=how, output_rows=output_rows(df.sparkSession), name=lookup
     )

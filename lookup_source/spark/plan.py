@@ -7,6 +7,7 @@ It holds plain values only, so it pickles into every task.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,18 @@ class LookupPlan:
                 "it; use cache.mode=partial with cache.max-rows",
             )
         return plan
+
+    def for_how(self, how: str) -> LookupPlan:
+        """The plan a join of ``how`` runs with: a semi or anti join leaves the value columns
+        out where the connector then answers by whether each key exists, asking the store for
+        nothing more (``LookupClient.answers_existence``: Redis ``EXISTS``, a Postgres
+        ``SELECT`` of the key); the plan itself otherwise."""
+        if how not in ("semi", "anti"):
+            return self
+        existence = dataclasses.replace(self, value_fields=())
+        if self.options.connector_class().answers_existence(existence.connector_config()):
+            return existence
+        return self
 
     @property
     def key_names(self) -> tuple[str, ...]:

@@ -205,6 +205,8 @@ class _LookupRuns:
     def __init__(self, analyze_result: LookupAnalyzeResult) -> None:
         lookup = self.lookup
         joined = for_sql_join(lookup.plan) if analyze_result.sql_join else lookup.plan
+        if not analyze_result.conditions:  # (conditions on the pairs read the values)
+            joined = joined.for_how(analyze_result.how)
         self.config = joined.connector_config()
         self.spec = joined.engine_spec(
             analyze_result.on,

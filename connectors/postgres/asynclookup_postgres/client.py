@@ -208,6 +208,11 @@ class PostgresLookupClient(LookupClient):
         )
 
     @classmethod
+    def answers_existence(cls, config: ConnectorConfig) -> bool:
+        """With no value columns, the query selects the key alone (a row per match)."""
+        return True
+
+    @classmethod
     def exact_key_match(cls, config: ConnectorConfig) -> bool:
         """A scanned key equals the asked one for integer and text keys; citext, char(n),
         uuid or numeric keys compare otherwise in Postgres than in Spark."""

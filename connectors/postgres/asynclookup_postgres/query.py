@@ -39,6 +39,7 @@ from lookup_source.connector_api import (
     match_rows,
     scanned_keys,
     to_arrow_column,
+    value_batch,
 )
 
 
@@ -97,7 +98,7 @@ class LookupQuery:
             if returned is not None:
                 returned = [array.filter(pa.array(keep)) for array in returned]
             index = index[keep]
-        values, reasons = self.value_arrays(columns[width:])
+        values, reasons = self.value_arrays(columns[width:], len(index))
         reported = None
         if self.reports_keys and returned is not None:
             reported = pa.RecordBatch.from_arrays(returned, names=list(self.config.key_columns))
@@ -111,7 +112,7 @@ class LookupQuery:
             [_scanned_column(transposed[i], self.key_types[i]) for i in range(width)],
             names=list(self.config.key_columns),
         )
-        values, reasons = self.value_arrays(transposed[width:])
+        values, reasons = self.value_arrays(transposed[width:], len(rows))
         return keys, Matches(np.arange(len(rows)), values, error_rows(reasons, len(rows)))
 
     def _resolve(self, columns: list[Column], wanted: Sequence[str]) -> list[Column]:
@@ -228,9 +229,10 @@ class LookupQuery:
         return array  # a key that does not convert is null: it matches no asked key
 
     def value_arrays(
-        self, columns: Sequence[Sequence[Any]]
+        self, columns: Sequence[Sequence[Any]], rows: int
     ) -> tuple[pa.RecordBatch, dict[int, str]]:
-        """The value columns of the answer as Arrow, and what does not fit, by row."""
+        """The value columns of the answer (``rows`` rows) as Arrow, and what does not fit, by
+        row."""
         converters = {position: convert for position, _, convert in self.converters}
         width = len(self.key_types)
         arrays = []
@@ -248,8 +250,7 @@ class LookupQuery:
             for row, message in bad.items():
                 reasons.setdefault(row, message)
             arrays.append(array)
-        schema = pa.schema(self.value_fields)
-        return pa.RecordBatch.from_arrays(arrays, schema=schema), reasons
+        return value_batch(arrays, self.value_fields, rows), reasons
 
 
 def _converter(pg_type: str, arrow_type: pa.DataType) -> Callable[[Any], Any] | None:

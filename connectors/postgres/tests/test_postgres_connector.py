@@ -759,3 +759,28 @@ def test_keys_the_column_cannot_hold_are_unfit(
         assert [r["v"] for r in composite] == ["one", None, "two"]
     finally:
         pg(f"DROP TABLE {table_name}")
+
+
+def test_a_semi_or_anti_join_selects_the_key_alone(
+    postgres_srv: Any, pg: Any, table_name: str
+) -> None:
+    """With no value column asked for (a semi or anti join's plan), the lookup selects the key
+    alone: a value the schema could not read does not matter."""
+    from lookup_source.engine.runner import run_lookups
+
+    pg(f"CREATE TABLE {table_name} (k bigint, v text)")
+    try:
+        pg(f"INSERT INTO {table_name} VALUES (1, 'not a number'), (1, 'x'), (3, 'y')")
+        options = {"connector": "postgres", "url": postgres_srv.url, "postgres.table": table_name}
+        plan = LookupPlan.build({**options, "key.column": "k"}, "k long, v int")
+        keys = pa.record_batch({"k": pa.array([1, 2, 3, None], pa.int64())})
+        for how, expected in (("semi", [1, 3]), ("anti", [2, None])):
+            existence = plan.for_how(how)
+            assert existence.value_fields == ()
+            spec = existence.engine_spec(("k",), how=how)
+            out = run_lookups([keys], spec, existence.connector_config())
+            assert [r["k"] for b in out for r in b.to_pylist()] == expected
+        with pytest.raises(LookupFailedError, match="not a number"):
+            list(run_lookups([keys], plan.engine_spec(("k",), how="semi"), plan.connector_config()))
+    finally:
+        pg(f"DROP TABLE {table_name}")

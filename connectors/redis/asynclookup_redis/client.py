@@ -20,8 +20,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
+from asynclookup_redis.scan import count_keys, reachable_keys
 from asynclookup_redis.values import RedisValues
 from lookup_source.connector_api import (
     ConnectorConfig,
@@ -44,14 +46,8 @@ from lookup_source.connector_api import (
     require_url,
     tls_option_specs,
     translated_errors,
+    value_batch,
 )
-from lookup_source.connector_api.values import conform_column
-
-COUNTED_KEYS = 1_000_000
-"""Up to this many keys in the database, those matching the key pattern are counted exactly."""
-
-SAMPLE_KEYS = 20_000
-"""Beyond: keys sampled by ``SCAN`` to estimate how many match the key pattern."""
 
 _pack: Any
 try:
@@ -190,7 +186,7 @@ class RedisLookupClient(LookupClient):
         if tls.configured and not str(config.url).startswith("rediss://"):
             raise OptionError(tls.first_option, "applies to TLS: use a rediss:// URL")
         KeyTemplate.validate(KEY_PATTERN.name, KEY_PATTERN.get(config), config.key_columns)
-        if VALUE_FORMAT.get(config) == "string" and len(config.value_columns) != 1:
+        if VALUE_FORMAT.get(config) == "string" and len(config.value_columns) > 1:
             raise SchemaError(
                 "redis.value.format=string puts each value into one column, but the schema has "
                 f"{len(config.value_columns)} value columns ({', '.join(config.value_columns)})"
@@ -279,8 +275,22 @@ class RedisLookupClient(LookupClient):
             with _REDIS_ERRORS:
                 return await self._fetch(keys, self._template.render_all(keys))
 
+    @classmethod
+    def answers_existence(cls, config: ConnectorConfig) -> bool:
+        """A string or a hash exists or not (``EXISTS``); a JSON value may hold no match at all
+        (an empty array), which only reading it tells."""
+        return VALUE_FORMAT.get(config) != "json"
+
     async def _fetch(self, keys: pa.RecordBatch, redis_keys: list[str]) -> Matches:
-        """Read the Redis keys ``redis_keys`` of the lookup keys ``keys``."""
+        """Read the Redis keys ``redis_keys`` of the lookup keys ``keys`` (whether each exists,
+        when no value column is asked for)."""
+        if not self.config.value_columns:
+            replies = await self._execute([("EXISTS", key) for key in _arguments(redis_keys)])
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            present = np.flatnonzero(np.asarray(replies, dtype=np.int64) > 0)
+            return Matches(present, value_batch([], [], len(present)))
         if self._format == "hash":
             return await self._fetch_hashes(keys, redis_keys)
         (replies,) = await self._execute([("MGET", *_arguments(redis_keys))])
@@ -310,9 +320,8 @@ class RedisLookupClient(LookupClient):
     # -- scans ---------------------------------------------------------------------------------
 
     async def estimate_rows(self) -> int | None:
-        """The keys matching ``redis.key.pattern``: counted by ``SCAN MATCH`` when the database
-        holds at most :data:`COUNTED_KEYS` keys, else the database's size times the share of a
-        sample of ``SCAN`` that matches."""
+        """The keys matching ``redis.key.pattern`` (:func:`~asynclookup_redis.scan.count_keys`:
+        counted, or estimated from a sample of ``SCAN`` in a large database)."""
         async with self._handshake:
             with _REDIS_ERRORS:
                 return await self._estimate_rows()
@@ -320,60 +329,7 @@ class RedisLookupClient(LookupClient):
     async def _estimate_rows(self) -> int | None:
         if self._redis is None:
             raise RuntimeError("RedisLookupClient.estimate_rows() called before open()")
-        total = int(await self._redis.dbsize())
-        glob, regex = self._template.scan_pattern()
-
-        def matches(key: bytes) -> bool:
-            return regex.fullmatch(key.decode("utf-8", "surrogateescape")) is not None
-
-        if total <= COUNTED_KEYS:
-            counted = 0
-            async for key in self._redis.scan_iter(match=glob, count=1_000):
-                counted += matches(key)
-            return counted
-        seen = matched = 0
-        cursor = 0
-        while True:
-            cursor, found = await self._redis.scan(cursor, count=1_000)
-            seen += len(found)
-            matched += sum(matches(key) for key in found)
-            if not cursor:
-                return matched  # the whole keyspace was walked
-            if seen >= SAMPLE_KEYS:
-                return round(total * matched / seen)
-
-    def _canonical(self, keys: pa.RecordBatch, texts: list[str]) -> pa.RecordBatch:
-        """The scanned keys a lookup can reach: a Redis key whose parts read as the declared
-        key types but are written otherwise (``user:05`` for the long key 5, whose lookup asks
-        ``user:5``) belongs to no key of this table, and is left out (``texts`` with it), so
-        that a scan (Spark's join) and lookups (a SQL JOIN's rewrite) see the same rows. A part
-        that does not read as its type at all is kept: the scan reports it."""
-        types = self.config.key_types
-        if not types or all(t is None or pa.types.is_string(t) for t in types):
-            return keys
-        typed = []
-        unread: set[int] = set()
-        for column, name, kind in zip(keys.columns, keys.schema.names, types):
-            if kind is None:
-                typed.append(column)
-                continue
-            array, bad = conform_column(column, pa.field(name, kind))
-            typed.append(array)
-            unread |= set(bad)
-        readable = [i for i in range(keys.num_rows) if i not in unread]
-        batch = pa.RecordBatch.from_arrays(typed, names=keys.schema.names)
-        rendered = dict(
-            zip(readable, self._template.render_all(batch.take(pa.array(readable, pa.int64()))))
-        )
-        keep = [i in unread or rendered[i] == text for i, text in enumerate(texts)]
-        if all(keep):
-            return keys
-        log.debug(
-            "asynclookup redis: the scan leaves out %d keys no lookup reaches",
-            keep.count(False),
-        )
-        texts[:] = [text for text, kept in zip(texts, keep) if kept]
-        return keys.filter(pa.array(keep))
+        return await count_keys(self._redis, self._template)
 
     async def scan_arrow(
         self, partition: int = 0, partitions: int = 1, *, split: Any = None
@@ -393,7 +349,12 @@ class RedisLookupClient(LookupClient):
 
                 async def flush() -> tuple[pa.RecordBatch, Matches]:
                     columns = [pa.array(list(c), type=pa.string()) for c in zip(*parts)]
-                    keys = self._canonical(pa.RecordBatch.from_arrays(columns, names=names), texts)
+                    keys = reachable_keys(
+                        pa.RecordBatch.from_arrays(columns, names=names),
+                        texts,
+                        self.config,
+                        self._template,
+                    )
                     found = await self._fetch(keys, list(texts))
                     parts.clear()
                     texts.clear()

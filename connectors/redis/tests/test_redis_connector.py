@@ -604,3 +604,36 @@ def test_a_scan_reads_only_the_keys_a_lookup_reaches(
         **{"redis.key.pattern": f"{prefix}u:{{key}}"},
     )
     assert [r["name"] for r in looked_up] == ["five", None, "eight"]
+
+
+@pytest.mark.parametrize("form", ["string", "hash"])
+def test_a_semi_or_anti_join_asks_only_whether_keys_exist(
+    redis_srv: RedisServer, redis_db: Any, prefix: str, form: str
+) -> None:
+    """With no value column asked for (a semi or anti join's plan), the lookup is ``EXISTS``:
+    a value the schema could not read does not matter, and no value is read at all."""
+    from lookup_source.engine.runner import run_lookups
+
+    if form == "string":
+        redis_db.set(f"{prefix}e:1", "not a number")
+    else:
+        redis_db.hset(f"{prefix}e:1", mapping={"n": "not a number"})
+    options = {
+        "connector": "redis",
+        "url": redis_srv.url,
+        "redis.key.pattern": f"{prefix}e:{{key}}",
+        "redis.value.format": form,
+    }
+    plan = LookupPlan.build(options, "k long, n int")
+    keys = pa.record_batch({"k": pa.array([1, 2, None, 1], pa.int64())})
+    for how, expected in (("semi", [1, 1]), ("anti", [2, None])):
+        existence = plan.for_how(how)
+        assert existence.value_fields == ()  # what the store is asked for: nothing but the key
+        out = run_lookups(
+            [keys], existence.engine_spec(("k",), how=how), existence.connector_config()
+        )
+        assert [r["k"] for b in out for r in b.to_pylist()] == expected
+    with pytest.raises(LookupFailedError, match="not a number"):  # the values, asked: unreadable
+        list(run_lookups([keys], plan.engine_spec(("k",), how="left"), plan.connector_config()))
+    json_plan = LookupPlan.build({**options, "redis.value.format": "json"}, "k long, n int")
+    assert json_plan.for_how("semi").value_fields  # a JSON array may hold no match: read it
