@@ -64,6 +64,7 @@ from lookup_source.connector_api.client import (
     LookupClient,
     LookupResult,
     Record,
+    TableFacts,
 )
 from lookup_source.connector_api.jdbc import JdbcTable, JdbcUnavailable
 from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
@@ -167,6 +168,7 @@ __all__ = [
     "Redactor",
     "SchemaError",
     "SharedCacheStore",
+    "TableFacts",
     "TlsSettings",
     "TransientError",
     "as_records",

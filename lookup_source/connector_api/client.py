@@ -103,6 +103,15 @@ ConnectorOptions = ConnectorConfig
 earlier: one type now (kept so that connectors written for 0.4 still import)."""
 
 
+@dataclass(frozen=True)
+class TableFacts:
+    """What a store says of its whole table, for ``NOT IN``: whether some row has a null key
+    (``null_key``), whether it holds any row at all (``any_row``); None where it cannot tell."""
+
+    null_key: bool | None = None
+    any_row: bool | None = None
+
+
 class LookupClient:
     """Base class of connectors. Subclasses implement :meth:`lookup`, and usually
     :meth:`open` / :meth:`close`.
@@ -368,6 +377,13 @@ class LookupClient:
         """Optional: the smallest and largest key of a table with one integer key (a whole-table
         read is cut into ranges of it), asked once on the driver; None: unknown."""
         return None
+
+    async def table_facts(self) -> TableFacts:
+        """Whether the table holds a row with a null key, and any row at all: a SQL ``NOT IN
+        (SELECT key FROM table)`` runs as lookups only when the answer is no null key and some
+        row (then it keeps exactly the input rows whose value is not null and not a key).
+        Asked once on the driver. The default: it cannot tell (``NOT IN`` stays Spark's)."""
+        return TableFacts()
 
     async def keys_sent_exactly(self) -> bool:
         """For a connector that reports its rows' keys (:attr:`reports_keys`): whether every

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lookup_source.connector_api import ConnectorConfig, LookupClient
+from lookup_source.connector_api import ConnectorConfig, LookupClient, TableFacts
 from lookup_source.engine.kept.worker import lease_client
 from lookup_source.engine.loop import TaskLoop, loop_kind
 from lookup_source.engine.output.scan_rows import scan_rows
@@ -105,3 +105,13 @@ def keys_match_exactly(client_class: type[LookupClient], config: ConnectorConfig
         ask = "keys_match_exactly"
     with TaskLoop() as loop, loop.opened(client_class(config)) as client:
         return bool(loop.run(getattr(client, ask)()))
+
+
+def table_facts(client_class: type[LookupClient], config: ConnectorConfig) -> TableFacts:
+    """What the store says of its whole table (``LookupClient.table_facts``), asked on the
+    driver."""
+    if client_class.table_facts is LookupClient.table_facts:
+        return TableFacts()
+    with TaskLoop() as loop, loop.opened(client_class(config)) as client:
+        facts = loop.run(client.table_facts())
+    return facts if isinstance(facts, TableFacts) else TableFacts()

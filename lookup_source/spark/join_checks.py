@@ -18,13 +18,14 @@ import hashlib
 import logging
 import pickle
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.clock import monotonic
-from lookup_source.engine.scan import keys_match_exactly
+from lookup_source.engine.scan import keys_match_exactly, table_facts
 from lookup_source.redaction import redact_text
 from lookup_source.settings import KeySettings
 from lookup_source.spark.plan import LookupPlan
@@ -67,8 +68,48 @@ def refusal(plan: LookupPlan) -> str | None:
     client_class = plan.options.connector_class()
     if not client_class.can_scan(config):
         return None  # Spark's join cannot read the table at all: lookups are the answer
+
+    def ask() -> str | None:
+        exact = keys_match_exactly(client_class, config)
+        return None if exact else _INEXACT[client_class.reports_keys]
+
+    return _kept_answer("keys", client_class, config, ask, "how it matches keys")
+
+
+def not_in_refusal(plan: LookupPlan) -> str | None:
+    """Why a SQL ``NOT IN (SELECT key FROM table)`` must stay Spark's, or None: unless the store
+    says its table holds no null key and some row (``LookupClient.table_facts``), the answer
+    depends on what only a scan of it would tell."""
+    config = for_sql_join(plan).connector_config()
+    client_class = plan.options.connector_class()
+
+    def ask() -> str | None:
+        facts = table_facts(client_class, config)
+        if facts.null_key is False and facts.any_row is True:
+            return None
+        if facts.null_key:
+            return "NOT IN over a table that holds a null key keeps no row: Spark's plan"
+        if facts.any_row is False:
+            return "NOT IN over a table with no row keeps every row: Spark's plan"
+        return (
+            "NOT IN needs to know whether the table holds a null key, or any row, which this "
+            "store cannot tell: Spark's plan"
+        )
+
+    return _kept_answer("not-in", client_class, config, ask, "about its table")
+
+
+def _kept_answer(
+    question: str,
+    client_class: type[Any],
+    config: Any,
+    ask: Callable[[], str | None],
+    about: str,
+) -> str | None:
+    """``ask()``'s answer for this configuration, asked of the store on the driver and kept a
+    minute (a reason to keep Spark's plan, or None); a store that cannot be asked keeps it."""
     identity = hashlib.sha256(
-        pickle.dumps((client_class.__module__, client_class.__name__, config))
+        pickle.dumps((question, client_class.__module__, client_class.__name__, config))
     ).hexdigest()
     now = monotonic()
     with _LOCK:
@@ -77,10 +118,9 @@ def refusal(plan: LookupPlan) -> str | None:
         return kept[1]
     try:
         with read_on_driver(CHECKING):
-            exact = keys_match_exactly(client_class, config)
-        why = None if exact else _INEXACT[client_class.reports_keys]
+            why = ask()
     except Exception as error:  # cannot tell: keep Spark's join
-        why = f"the store could not be asked how it matches keys: {type(error).__name__}"
+        why = f"the store could not be asked {about}: {type(error).__name__}"
         log.info("asynclookup: %s (%s)", why, error)
     with _LOCK:
         _CHECKED[identity] = (now, why)

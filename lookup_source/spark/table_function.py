@@ -26,6 +26,7 @@ from lookup_source.spark.join_checks import (
     SQL_JOIN,
     describe_failure,
     for_sql_join,
+    not_in_refusal,
     refusal,
     untravelled,
     veto,
@@ -33,6 +34,10 @@ from lookup_source.spark.join_checks import (
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.shape import TABLE_ARGUMENT, output_schema, resolve_on
 from lookup_source.spark.versions import is_connect
+
+NOT_IN = "not-in"
+"""What the SQL extension calls a ``NOT IN`` with: an anti join of the input rows whose value is
+not null (it filters the others out), if the table holds no null key and some row."""
 
 
 @dataclass
@@ -75,8 +80,13 @@ def _analyze(
     if not sql_join:
         return _analyzed(plan, buckets, table, keys, how, matched, conditions)
     try:
+        not_in = how is not None and _constant(how, "how").strip().lower() == NOT_IN
+        if not_in and how is not None:  # the SQL extension's NOT IN: an anti join (its nulls
+            how = dataclasses.replace(how, value="anti")  # filtered out by the extension)
         result = _analyzed(plan, buckets, table, keys, how, matched, conditions)
         why = untravelled(result.input_schema or StructType()) or refusal(plan)
+        if why is None and not_in:
+            why = not_in_refusal(plan)
     except Exception as error:  # never fail the query: leave the join to Spark
         why = describe_failure(error)
     if why is not None:

@@ -83,6 +83,7 @@ PAIRINGS = [
     Pairing("dup", (("kl", "k"),)),
     Pairing("dup_opts", (("kl", "k"),)),
     Pairing("int4_text", (("ks", "k"),)),
+    Pairing("empty", (("ki", "k"),)),
     Pairing("ver", (("kl", "k"),)),
 ]
 FORMS = ("inner", "inner", "left", "left", "semi", "anti", "comma", "cross", "exists")
@@ -99,7 +100,7 @@ def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     """The lookup tables (Postgres, registered) and the input views, by short name."""
     suffix = uuid.uuid4().hex[:8]
     pgt = {name: f"dif_{name}_{suffix}" for name in ("int4", "ci", "cit", "chr", "nam", "comp")}
-    pgt |= {name: f"dif_{name}_{suffix}" for name in ("dat", "stm", "dec", "dup", "ver")}
+    pgt |= {name: f"dif_{name}_{suffix}" for name in ("dat", "stm", "dec", "dup", "ver", "nil")}
     values = "v text, n int"
     run_postgres(
         postgres_srv.url,
@@ -136,6 +137,7 @@ def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
         f"CREATE TABLE {pgt['dup']} (k bigint, {values})",
         f"INSERT INTO {pgt['dup']} SELECT g % 6, 'dup' || g, g FROM generate_series(0, 14) g",
         f"INSERT INTO {pgt['dup']} VALUES (NULL, 'no key', 9)",
+        f"CREATE TABLE {pgt['nil']} (k int PRIMARY KEY, {values})",  # no row at all
         f"CREATE TABLE {pgt['ver']} (k bigint, lo int, hi int, {values})",
         f"INSERT INTO {pgt['ver']} SELECT g % 8, (g / 8) * 15, (g / 8) * 15 + 20, 'ver' || g, g "
         "FROM generate_series(0, 31) g",
@@ -158,6 +160,7 @@ def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
         **{"key.column": "k", "on.error": "null", "lookup.max-matches": "1"},
     )
     register("int4_text", pgt["int4"], "k string, v string, n int")  # integers read as text
+    register("empty", pgt["nil"], None)
     register("int4_long", pgt["int4"], "k long, v string, n int")  # Spark bigint over int4
     register("ci", pgt["ci"], None)
     register("citext", pgt["cit"], None)
@@ -284,6 +287,13 @@ FIXED = [
     "SELECT e.id, d.v FROM {ev} e JOIN {int4_text} d ON e.ks = d.k",
     "SELECT e.id, d.v FROM (SELECT id, CAST(ki AS STRING) AS ks FROM {ev}) e "
     "JOIN {int4_text} d ON e.ks = d.k",
+    # NOT IN: rewritten where the table holds no null key and some row; a null value then
+    # keeps no row; a table with a null key keeps none at all; an empty one keeps every row
+    "SELECT e.id FROM {ev} e WHERE e.ki NOT IN (SELECT k FROM {int4})",
+    "SELECT e.id FROM {ev} e WHERE e.kl NOT IN (SELECT k FROM {int4})",
+    "SELECT e.id FROM {ev} e WHERE e.kl NOT IN (SELECT k FROM {dup})",
+    "SELECT e.id FROM {ev} e WHERE e.ki NOT IN (SELECT k FROM {empty})",
+    "SELECT e.id FROM {ev} e WHERE e.kl NOT IN (SELECT k FROM {ver}) AND e.id > 3",
     # a key that raises: Spark's join may or may not evaluate it
     "SELECT e.id, d.v FROM {ev} e LEFT JOIN {int4} d ON 100 DIV e.amt = d.k AND e.amt <> 0",
 ]

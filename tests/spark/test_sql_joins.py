@@ -502,8 +502,8 @@ def test_an_http_table_answers_asking_only_the_input_keys(
 def test_semi_anti_and_value_conditions_against_an_http_table(
     spark: Any, tables: dict[str, str], api: KeyRecorder
 ) -> None:
-    """An HTTP table cannot be scanned (Spark's own join fails): EXISTS, NOT EXISTS, IN, LEFT
-    SEMI, LEFT ANTI and a LEFT JOIN comparing a value answer as lookups, asking only the
+    """An HTTP table cannot be scanned (Spark's own join fails): EXISTS, NOT EXISTS, IN, NOT IN,
+    LEFT SEMI, LEFT ANTI and a LEFT JOIN comparing a value answer as lookups, asking only the
     input's keys, with the rows the store's content gives."""
     events = tables["events"]
     known = {e for e, u, _, _ in EVENTS if u is not None and u < USERS}
@@ -518,6 +518,12 @@ def test_semi_anti_and_value_conditions_against_an_http_table(
         "ON e.user_id = u.user_id AND e.flag = 1": {e for e in known if e % 2},
         f"SELECT e.event_id FROM {events} e LEFT ANTI JOIN sj_api_users u "
         "ON e.user_id = u.user_id": set(range(100)) - known,
+        # NOT IN: a service holds no null key and is taken to hold keys: a null value is not
+        # NOT IN it
+        f"SELECT e.event_id FROM {events} e WHERE e.user_id NOT IN "
+        "(SELECT user_id FROM sj_api_users)": {
+            e for e, u, _, _ in EVENTS if u is not None and u >= USERS
+        },
     }
     distinct = {str(u) for _, u, _, _ in EVENTS if u is not None}
     for sql, expected in cases.items():

@@ -61,6 +61,7 @@ from lookup_source.connector_api import (
     OptionError,
     OptionSpec,
     RecordError,
+    TableFacts,
     TlsSettings,
     handshake_check,
     python_keys,
@@ -240,6 +241,11 @@ class HttpLookupClient(LookupClient):
         # a batch answer carries many keys: decoded into columns. A per-key GET carries one:
         # its record is kept, and the engine converts the records of a whole input batch.
         return self._batch_url is not None
+
+    async def table_facts(self) -> TableFacts:
+        """A service answers for keys: it holds no null key, and is taken to hold some (it
+        cannot be listed, so Spark's own join cannot read it at all)."""
+        return TableFacts(null_key=False, any_row=True)
 
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
         if self._transport is None:

@@ -32,7 +32,7 @@ from asynclookup_postgres.bad_keys import (
     keys_holding_nul,
     lookup_apart,
 )
-from asynclookup_postgres.catalog import infer_schema, split_table_name
+from asynclookup_postgres.catalog import infer_schema, quote_identifier, split_table_name
 from asynclookup_postgres.connections import LIBPQ_ENVIRONMENT, LazyPool
 from asynclookup_postgres.errors import ASYNCPG_ERRORS, classify
 from asynclookup_postgres.jdbc import jdbc_table
@@ -47,6 +47,7 @@ from lookup_source.connector_api import (
     OptionError,
     OptionSpec,
     PermanentError,
+    TableFacts,
     TlsSettings,
     password_env_option,
     require_url,
@@ -231,6 +232,22 @@ class PostgresLookupClient(LookupClient):
                 return True
             await self._connect()
         return self._query.exact_keys
+
+    async def table_facts(self) -> TableFacts:
+        """With ``postgres.table`` and one key column: whether a row has a null key, whether
+        there is any row (two probes that stop at the first row); with a query, unknown."""
+        if self._table is None or len(self.config.key_columns) != 1:
+            return TableFacts()
+        with ASYNCPG_ERRORS:
+            pool = await self._connect()
+            table = ".".join(quote_identifier(part) for part in self._table)
+            key = quote_identifier(self._query.columns[0])
+            sql = (
+                f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {key} IS NULL), "
+                f"EXISTS (SELECT 1 FROM {table})"
+            )
+            ((null_key, any_row),) = await connections.fetch(pool, sql, [], self.config.timeout_s)
+        return TableFacts(null_key=bool(null_key), any_row=bool(any_row))
 
     async def keys_sent_exactly(self) -> bool:
         """Whether each key column is read as its own type (integers as integers, text as

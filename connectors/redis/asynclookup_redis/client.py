@@ -35,6 +35,7 @@ from lookup_source.connector_api import (
     OptionSpec,
     PermanentError,
     SchemaError,
+    TableFacts,
     TlsSettings,
     TransientError,
     choice,
@@ -318,6 +319,14 @@ class RedisLookupClient(LookupClient):
         return self._values.hashes(redis_keys, replies)
 
     # -- scans ---------------------------------------------------------------------------------
+
+    async def table_facts(self) -> TableFacts:
+        """A Redis key is never null; some key matches the pattern (an estimate of none over a
+        large database: unknown)."""
+        async with self._handshake:
+            with _REDIS_ERRORS:
+                rows = await self._estimate_rows()
+        return TableFacts(null_key=False, any_row=True if rows else None)
 
     async def estimate_rows(self) -> int | None:
         """The keys matching ``redis.key.pattern`` (:func:`~asynclookup_redis.scan.count_keys`:

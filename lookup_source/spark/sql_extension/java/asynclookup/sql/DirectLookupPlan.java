@@ -11,6 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.Coalesce;
 import org.apache.spark.sql.catalyst.expressions.ExprId;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.If;
+import org.apache.spark.sql.catalyst.expressions.IsNotNull;
 import org.apache.spark.sql.catalyst.expressions.IsNull;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
@@ -89,6 +90,9 @@ final class DirectLookupPlan {
     boolean filters = shape.kind == JoinShape.Kind.INNER || shape.kind == JoinShape.Kind.SEMI;
     if (filters && onInput != null) {
       rows = new Filter(Expressions.substitute(onInput, toCopy), rows);
+    }
+    if (shape.kind == JoinShape.Kind.NOT_IN) { // a null value is not NOT IN a table with rows
+      rows = new Filter(new IsNotNull(Expressions.substitute(shape.notInValue, toCopy)), rows);
     }
     List<Attribute> columns = Scala.list(shape.input.output());
     List<NamedExpression> named = new ArrayList<>();

@@ -34,7 +34,10 @@ final class JoinShape {
     INNER("inner"),
     LEFT("left"),
     SEMI("semi"),
-    ANTI("anti");
+    ANTI("anti"),
+    /** {@code NOT IN}: an anti join of the rows whose value is not null, where the table holds
+     * no null key and some row (the table function checks, else refuses). */
+    NOT_IN("not-in");
 
     /** What the table function is told ({@code how}). */
     final String how;
@@ -60,6 +63,8 @@ final class JoinShape {
   final boolean onRight;
   /** What wrote it, for messages: "INNER JOIN", "WHERE EXISTS"... */
   final String written;
+  /** {@code NOT IN}'s value, as the input gives it (a row where it is null is not kept). */
+  Expression notInValue;
 
   private JoinShape(
       LogicalPlan input,
@@ -156,6 +161,48 @@ final class JoinShape {
   }
 
   /**
+   * {@code WHERE e.k NOT IN (SELECT k FROM t)}: whether a row is kept depends on the whole
+   * table — none is if the table holds a null key, every one if it holds no row, and a row with
+   * a null value only then. So only a plain list of the table's one key column (no filter, no
+   * correlation) is taken; the table function asks the store whether it holds a null key or no
+   * row, and refuses the rewrite unless neither (then {@code NOT IN} keeps exactly the rows
+   * whose value is not null and not a key).
+   */
+  private static JoinShape notIn(
+      InSubquery in, LogicalPlan input, LookupSide side, LogicalPlan plan) {
+    List<Expression> values = Scala.list(in.values());
+    LookupTable table = side.table;
+    if (values.size() != 1 || side.output.size() != 1 || table.keys.size() != 1) {
+      throw new NotRewritten("NOT IN over several columns, or a table of a composite key");
+    }
+    if (!side.filters.isEmpty()) {
+      throw new NotRewritten(
+          "NOT IN over a filtered table: whether that part holds a null key or any row is"
+              + " known only by reading it");
+    }
+    Expression listed = side.outputs.get(side.output.get(0).exprId());
+    Expression column = listed;
+    while (column instanceof org.apache.spark.sql.catalyst.expressions.Cast) { // (widened)
+      column = ((org.apache.spark.sql.catalyst.expressions.Cast) column).child();
+    }
+    if (!(column instanceof Attribute) || table.keyIndex((Attribute) column) != 0) {
+      throw new NotRewritten("NOT IN over another column than the table's key");
+    }
+    JoinShape shape =
+        new JoinShape(
+            input,
+            side,
+            plan,
+            Kind.NOT_IN,
+            new EqualTo(values.get(0), listed),
+            Scala.list(input.output()),
+            true,
+            "WHERE NOT IN");
+    shape.notInValue = values.get(0);
+    return shape;
+  }
+
+  /**
    * {@code WHERE [NOT] EXISTS (SELECT ... FROM t WHERE t.k = e.k ...)} or {@code WHERE e.k IN
    * (SELECT k FROM t ...)} over {@code input}: a semi join, or an anti join. {@code NOT IN} is
    * not one: its answer depends on whether the whole table holds a null key, or any row.
@@ -164,13 +211,11 @@ final class JoinShape {
       Expression predicate, LogicalPlan input, Map<Long, CTERelationDef> ctes) {
     boolean negated = predicate instanceof Not;
     Expression p = negated ? ((Not) predicate).child() : predicate;
-    if (p instanceof InSubquery && negated) {
-      throw new NotRewritten(
-          "NOT IN keeps a row only if the whole table holds no null key (and no row at all for a"
-              + " null value): Spark's anti join reads the table");
-    }
     LogicalPlan plan = subqueryPlan(p);
     LookupSide side = LookupSide.of(plan, ctes, true);
+    if (p instanceof InSubquery && negated) {
+      return notIn((InSubquery) p, input, side, plan);
+    }
     List<Expression> correlated = new ArrayList<>();
     List<Expression> plain = new ArrayList<>();
     for (Expression f : side.filters) {

@@ -154,6 +154,8 @@ final class KeysFirstPlan {
         return LeftSemi$.MODULE$;
       case ANTI:
         return LeftAnti$.MODULE$;
+      case NOT_IN:
+        throw new NotRewritten("NOT IN runs as lookups directly, or stays Spark's");
       default:
         throw new NotRewritten("an inner join runs as lookups directly");
     }

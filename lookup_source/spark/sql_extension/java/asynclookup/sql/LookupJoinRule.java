@@ -226,6 +226,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
   private static boolean direct(JoinShape shape, Conditions conditions) {
     switch (shape.kind) {
       case INNER:
+      case NOT_IN: // (its only condition is the key's)
         return true;
       case SEMI:
         return conditions.onValues.isEmpty();
