@@ -58,14 +58,13 @@ from lookup_source.connector_api.budget import (
 )
 from lookup_source.connector_api.client import (
     SCAN_CHUNK_ROWS,
-    ConnectorConfig,
-    ConnectorOptions,
     Key,
     LookupClient,
     LookupResult,
     Record,
     TableFacts,
 )
+from lookup_source.connector_api.config import ConnectorConfig, ConnectorOptions
 from lookup_source.connector_api.jdbc import JdbcTable, JdbcUnavailable
 from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
 from lookup_source.connector_api.keys import encode_rows, match_rows, python_keys

@@ -25,12 +25,13 @@ or without packaging, with ``connector=my_package.clients:DictClient``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from lookup_source.connector_api.config import ConnectorConfig
 from lookup_source.connector_api.jdbc import JdbcTable, JdbcUnavailable
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.connector_api.kit import scanned_keys
@@ -38,7 +39,6 @@ from lookup_source.connector_api.matches import Matches
 from lookup_source.connector_api.options import OptionSpec
 from lookup_source.connector_api.values import records_from_matches, records_to_matches
 from lookup_source.errors import RecordError, SchemaError
-from lookup_source.redaction import redact_url
 
 SCAN_CHUNK_ROWS = 10_000
 """Rows per chunk of a scan."""
@@ -53,54 +53,6 @@ LookupResult = Mapping[Key, "Record | Sequence[Record] | RecordError | None"]
 """What :meth:`LookupClient.lookup` returns. A key that is absent (or maps to ``None``) is
 missing; a list of records is several matches; a :class:`RecordError` marks a key whose stored
 value is malformed."""
-
-
-@dataclass(frozen=True)
-class ConnectorConfig:
-    """Everything a connector is told about the lookup, in one type: its options, parsed, the
-    core settings it may depend on, and the lookup's schema. Built on the driver; it pickles.
-
-    Before the schema is known (``validate_options``, ``infer_schema``,
-    ``batch_size_default``), the value columns are empty and ``key_columns`` holds what
-    ``key.column`` says, if anything. A connector reads its own options through its typed
-    constants: ``KEY_PATTERN.get(config)`` (:meth:`OptionSpec.get`)."""
-
-    connector: str
-    url: str | None
-    key_columns: tuple[str, ...] = ()
-    value_columns: tuple[str, ...] = ()
-    value_types: tuple[pa.DataType, ...] = ()
-    options: Mapping[str, Any] = field(default_factory=dict)
-    capacity: int = 100
-    batch_size: int = 500
-    timeout_s: float = 10.0
-    key_types: tuple[pa.DataType, ...] = ()
-    budget_in_flight: int = 0
-    """The most requests the whole cluster may have in flight for this lookup
-    (``budget.max-in-flight``; 0: no such budget): no worker needs more connections."""
-    key_equality: str = "store"
-    """``key.equality``: ``spark`` when the engine keeps only the matches whose own key equals
-    the asked key (a SQL JOIN's lookups): a connector that can report each match's key as
-    the store holds it (``Matches.keys``, :attr:`LookupClient.reports_keys`) should then."""
-
-    @property
-    def display_url(self) -> str | None:
-        return redact_url(self.url) if self.url else None
-
-    def value_type(self, column: str) -> pa.DataType:
-        return self.value_types[self.value_columns.index(column)]
-
-    def __repr__(self) -> str:  # never show a password in a plan, log or error
-        return (
-            f"ConnectorConfig(connector={self.connector!r}, url={self.display_url!r}, "
-            f"key_columns={self.key_columns!r}, value_columns={self.value_columns!r}, "
-            f"capacity={self.capacity}, batch_size={self.batch_size})"
-        )
-
-
-ConnectorOptions = ConnectorConfig
-"""The name ``ConnectorConfig`` had, before the schema is known, in asynclookup 0.4 and
-earlier: one type now (kept so that connectors written for 0.4 still import)."""
 
 
 @dataclass(frozen=True)
