@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers
+.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers sql-versions
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -18,6 +18,11 @@ SPARK_PIN_4.2 := 4.2.1
 SPARK_PIN_4.3 := 4.3.0
 SPARK_OLDEST := $(firstword $(SPARK_VERSIONS))
 SPARK_NEWEST := $(lastword $(SPARK_VERSIONS))
+# the minors between, which have SQL JOINs as lookups (4.1+): CI runs the SQL join suites on
+# each of them too (the newest runs every suite, the oldest has no SQL extension)
+SQL_SPARK_VERSIONS ?= 4.1 4.2
+SQL_SUITES ?= tests/spark/test_sql_joins.py tests/spark/test_sql_join_differential.py \
+	tests/spark/test_sql_extension_setup.py
 # the Python of each environment (OLDEST_PYTHON: the oldest PySpark with the oldest Python)
 OLDEST_PYTHON ?= $(PYTHON)
 # what the environment of each PySpark runs: every suite but packaging (unit, connector, spark,
@@ -82,7 +87,8 @@ test-full:
 # `PIP_NO_INDEX=1 PIP_FIND_LINKS=$(WHEELHOUSE)` installs from it alone, without the network, as
 # .ci/run does. The project's own wheels are left out: it is installed from the clone.
 WHEELHOUSE ?= .wheelhouse
-wheelhouse: wheelhouse-$(SPARK_NEWEST) wheelhouse-$(SPARK_OLDEST)
+wheelhouse: wheelhouse-$(SPARK_NEWEST) wheelhouse-$(SPARK_OLDEST) \
+	$(addprefix wheelhouse-,$(SQL_SPARK_VERSIONS))
 
 wheelhouse-%:
 	$(if $(filter $*,$(SPARK_OLDEST)),$(OLDEST_PYTHON),$(PYTHON)) -m pip wheel --quiet --use-pep517 \
@@ -111,10 +117,22 @@ spark-%: .venvs/pyspark-%/.installed
 
 spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
 
+# the SQL join suites (the extension's rule and the differential test) on one minor
+sql-%: .venvs/pyspark-%/.installed
+	@echo "== SQL join suites on $$(.venvs/pyspark-$*/bin/python -c 'import pyspark; print("PySpark", pyspark.__version__)')"
+	.venvs/pyspark-$*/bin/python -m pytest $(SQL_SUITES) $(PYTEST_ARGS)
+
+sql-versions: $(addprefix sql-,$(SQL_SPARK_VERSIONS))
+
+print-sql-versions:
+	@echo $(SQL_SPARK_VERSIONS)
+
 spark-oldest: spark-$(SPARK_OLDEST)
 
-# the environments of CI's two legs (.venv, and the oldest PySpark's), made one after the other
-environments: install .venvs/pyspark-$(SPARK_OLDEST)/.installed
+# the environments of CI's legs (.venv, the oldest PySpark's, and those of the SQL join suites),
+# made one after the other
+environments: install .venvs/pyspark-$(SPARK_OLDEST)/.installed \
+	$(addsuffix /.installed,$(addprefix .venvs/pyspark-,$(SQL_SPARK_VERSIONS)))
 
 # the engines the bench's http-transports scenario compares with (Daft, Ray Data), in an
 # environment of their own: asynclookup bench --scenarios http-transports --peers-python
