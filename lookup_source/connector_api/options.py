@@ -188,6 +188,7 @@ def choice(*choices: str) -> Parser:
         hint = f" (did you mean '{near[0]}'?)" if near else ""
         raise ValueError(f"expected one of {', '.join(choices)}; got {value!r}{hint}")
 
+    parse.choices = choices  # type: ignore[attr-defined]  # what it accepts, for tools
     return parse
 
 

@@ -13,8 +13,10 @@ from lookup_source.settings.budget import BudgetSettings
 from lookup_source.settings.cache import CacheSettings, SharedCacheSettings
 from lookup_source.settings.declare import (
     BUDGET_TASKS,
+    CONNECTOR,
     FILTER_PUSHDOWN,
     KEY_COLUMN,
+    KEYS,
     PARTITION_BY_KEY,
     RATE_LIMIT,
     RATE_LIMIT_TOTAL,
@@ -43,11 +45,13 @@ from lookup_source.settings.plan import (
 
 __all__ = [
     "BUDGET_TASKS",
+    "CONNECTOR",
     "CORE_OPTIONS",
     "DECLARED",
     "DEFAULT_SCAN_PARTITIONS",
     "ERROR_COLUMN",
     "FILTER_PUSHDOWN",
+    "KEYS",
     "KEYS_PER_PARTITION",
     "KEY_COLUMN",
     "PARTITION_BY_KEY",

@@ -63,6 +63,8 @@ class CoreOption:
 # The keys of the options that code outside their declaration sets or reads by name, each
 # written once, here.
 BUDGET_TASKS = "budget.tasks"
+CONNECTOR = "connector"
+KEYS = "keys"
 KEY_COLUMN = "key.column"
 RATE_LIMIT = "rate.limit"
 RATE_LIMIT_TOTAL = "rate.limit.total"

@@ -27,6 +27,7 @@ from lookup_source.settings.budget import BudgetSettings
 from lookup_source.settings.cache import CacheSettings
 from lookup_source.settings.declare import (
     BUDGET_TASKS,
+    CONNECTOR,
     JOINS,
     KEY_COLUMN,
     LOOKUP_JOIN,
@@ -57,7 +58,7 @@ class LookupOptions:
     """
 
     connector: str = option(
-        "connector",
+        CONNECTOR,
         parse_required_text,
         None,
         "Which client performs the lookups: `redis`, `http`, `postgres`, the name of an "

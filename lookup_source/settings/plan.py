@@ -16,6 +16,7 @@ from lookup_source.connector_api.options import (
 )
 from lookup_source.settings.declare import (
     FILTER_PUSHDOWN,
+    KEYS,
     LOOKUP_JOIN,
     PLANS,
     READER,
@@ -102,7 +103,7 @@ class ReadSettings:
     those of pushed-down filters, over how many read tasks."""
 
     keys: tuple[Any, ...] | None = option(
-        "keys",
+        KEYS,
         parse_keys,
         None,
         "A JSON array of keys to fetch (arrays of values for composite keys).",

@@ -45,6 +45,7 @@ from lookup_source.settings import (
     LookupOptions,
     parse_options,
 )
+from lookup_source.spark import join_markers as markers
 from lookup_source.spark.plan import INFERRING, LookupPlan, parse_schema
 from lookup_source.spark.versions import DATA_SOURCE, FILTER_PUSHDOWN
 
@@ -62,7 +63,7 @@ READ_BATCH_ROWS = 10_000
 
 MAX_PUSHED_KEYS = 1_000_000
 
-KEY_METADATA = "asynclookup.key"
+KEY_METADATA = markers.KEY_METADATA
 """Marks the key columns of a schema the store described (the SQL extension reads it)."""
 
 _PUSHDOWN_MODULE = "pyspark.sql.worker.data_source_pushdown_filters"

@@ -28,14 +28,11 @@ from lookup_source.engine.clock import monotonic
 from lookup_source.engine.scan import keys_match_exactly, table_facts
 from lookup_source.redaction import redact_text
 from lookup_source.settings import KeySettings
+from lookup_source.spark.join_markers import VETO, VETO_REASON
 from lookup_source.spark.plan import LookupPlan
 
 log = logging.getLogger("lookup_source")
 
-SQL_JOIN = "sql-join"
-"""The mode the SQL extension calls a lookup table function in."""
-VETO = "__asynclookup_veto"
-"""The one column of a refusal."""
 
 CHECKING = (
     "a SQL JOIN is rewritten into lookups only when the store matches keys as Spark compares "
@@ -58,7 +55,7 @@ _INEXACT = {
 
 def veto(reason: str) -> StructType:
     """The output schema that refuses a rewrite, saying why."""
-    return StructType([StructField(VETO, BooleanType(), True, {"reason": reason})])
+    return StructType([StructField(VETO, BooleanType(), True, {VETO_REASON: reason})])
 
 
 def refusal(plan: LookupPlan) -> str | None:

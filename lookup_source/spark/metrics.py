@@ -30,6 +30,7 @@ from lookup_source.engine.kept.keeper import Keeper
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.errors import ConfigurationError
 from lookup_source.spark import internals
+from lookup_source.spark.join_markers import DECISION_LOOKUP
 from lookup_source.spark.progress import (
     METRICS_COLUMN,
     is_task,
@@ -287,7 +288,7 @@ def _sql_join_decision(spark: Any, table: str) -> tuple[str, str] | None:
         return None
     for outcome, view, called, reason in reversed(internals.jvm_decisions(spark)):
         if called == function or view.lower() == table.lower():
-            return ("lookup" if outcome == "lookup" else "scan"), reason
+            return ("lookup" if outcome == DECISION_LOOKUP else "scan"), reason
     return None
 
 

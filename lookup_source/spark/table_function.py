@@ -23,7 +23,6 @@ from lookup_source.engine.runner import ClientFactory, LookupTask
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS, HOW_ALIASES, HOWS
 from lookup_source.errors import SchemaError
 from lookup_source.spark.join_checks import (
-    SQL_JOIN,
     describe_failure,
     for_sql_join,
     not_in_refusal,
@@ -31,13 +30,10 @@ from lookup_source.spark.join_checks import (
     untravelled,
     veto,
 )
+from lookup_source.spark.join_markers import NOT_IN, SQL_JOIN
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.shape import TABLE_ARGUMENT, output_schema, resolve_on
 from lookup_source.spark.versions import is_connect
-
-NOT_IN = "not-in"
-"""What the SQL extension calls a ``NOT IN`` with: an anti join of the input rows whose value is
-not null (it filters the others out), if the table holds no null key and some row."""
 
 
 @dataclass

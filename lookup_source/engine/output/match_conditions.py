@@ -27,6 +27,12 @@ import pyarrow.compute as pc
 
 from lookup_source.errors import SchemaError
 
+OPERANDS = ("input", "value", "literal")
+"""What a condition's side is: an input column, a value column, a literal."""
+
+FIELDS = ("op", "left", "right")
+"""A condition's fields (its JSON object's keys)."""
+
 OPERATORS = {
     "eq": pc.equal,
     "ne": pc.not_equal,
@@ -86,28 +92,30 @@ def parse_match_conditions(
     values = {f.name: f.type for f in value_fields}
     inputs = {f.name: f.type for f in input_schema}
     conditions = []
+    op_field, left_field, right_field = FIELDS
     for item in items if isinstance(items, list) else [None]:
-        if not isinstance(item, dict) or item.get("op") not in OPERATORS:
+        if not isinstance(item, dict) or item.get(op_field) not in OPERATORS:
             raise SchemaError(f"a match condition must be {{'op', 'left', 'right'}}: {item!r}")
-        left, left_type = _operand(item.get("left"), inputs, values)
-        right, right_type = _operand(item.get("right"), inputs, values)
+        left, left_type = _operand(item.get(left_field), inputs, values)
+        right, right_type = _operand(item.get(right_field), inputs, values)
         kind = left_type or right_type
         if kind is None or (left_type and right_type and left_type != right_type):
             raise SchemaError(f"a match condition compares {left_type} with {right_type}: {item}")
         left, right = (_typed(o, kind) for o in (left, right))
-        conditions.append(MatchCondition(item["op"], left, right))
+        conditions.append(MatchCondition(item[op_field], left, right))
     return tuple(conditions)
 
 
 def _operand(
     spec: Any, inputs: dict[str, pa.DataType], values: dict[str, pa.DataType]
 ) -> tuple[Operand, pa.DataType | None]:
-    if isinstance(spec, dict) and "input" in spec and spec["input"] in inputs:
-        return Operand("input", spec["input"]), inputs[spec["input"]]
-    if isinstance(spec, dict) and "value" in spec and spec["value"] in values:
-        return Operand("value", spec["value"]), values[spec["value"]]
-    if isinstance(spec, dict) and "literal" in spec and spec["literal"] is not None:
-        return Operand("literal", literal=spec["literal"]), None
+    input_, value, literal = OPERANDS
+    if isinstance(spec, dict) and input_ in spec and spec[input_] in inputs:
+        return Operand(input_, spec[input_]), inputs[spec[input_]]
+    if isinstance(spec, dict) and value in spec and spec[value] in values:
+        return Operand(value, spec[value]), values[spec[value]]
+    if isinstance(spec, dict) and literal in spec and spec[literal] is not None:
+        return Operand(literal, literal=spec[literal]), None
     raise SchemaError(f"a match condition's operand names no column of the lookup: {spec!r}")
 
 

@@ -132,6 +132,10 @@ def build_jar(target: Path = PACKAGED) -> Path:
     if javac is None:
         raise MissingJarError(_missing("its jar is not built"))
     spark_jars = Path(pyspark.__file__).resolve().parent / "jars"
+    if _in_a_clone():  # the names shared with Python, as Python declares them now
+        from lookup_source.spark.sql_extension.contract import write
+
+        write()
     sources = sorted(str(p) for p in SOURCE.rglob("*.java"))
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="asynclookup-sql-") as work:

@@ -47,7 +47,7 @@ import org.apache.spark.sql.types.DataTypes;
  */
 final class DirectLookupPlan {
   /** What the table function is told: a SQL JOIN's lookup (strict; may refuse, see README). */
-  static final String MODE = "sql-join";
+  static final String MODE = Contract.MODE_SQL_JOIN;
 
   private DirectLookupPlan() {}
 

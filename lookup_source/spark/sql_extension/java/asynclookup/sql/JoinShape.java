@@ -31,13 +31,13 @@ import org.apache.spark.sql.catalyst.plans.logical.ResolvedHint;
  */
 final class JoinShape {
   enum Kind {
-    INNER("inner"),
-    LEFT("left"),
-    SEMI("semi"),
-    ANTI("anti"),
+    INNER(Contract.HOW_INNER),
+    LEFT(Contract.HOW_LEFT),
+    SEMI(Contract.HOW_SEMI),
+    ANTI(Contract.HOW_ANTI),
     /** {@code NOT IN}: an anti join of the rows whose value is not null, where the table holds
      * no null key and some row (the table function checks, else refuses). */
-    NOT_IN("not-in");
+    NOT_IN(Contract.HOW_NOT_IN);
 
     /** What the table function is told ({@code how}). */
     final String how;

@@ -70,7 +70,7 @@ final class KeysFirstPlan {
             function,
             keysArgument(shape, conditions),
             keyNames,
-            "inner",
+            Contract.HOW_INNER,
             Names.MATCHED,
             DirectLookupPlan.MODE,
             "");

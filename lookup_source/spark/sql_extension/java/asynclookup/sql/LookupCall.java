@@ -27,7 +27,7 @@ final class LookupCall {
       String mode,
       String conditions) {
     StringBuilder sql = new StringBuilder("SELECT * FROM ");
-    sql.append(quoted(function)).append("(TABLE(").append(quoted(Names.PREFIX + "input"));
+    sql.append(quoted(function)).append("(TABLE(").append(quoted(Names.PREFIX + "rows"));
     sql.append("), ").append(literal(String.join(",", keyColumns)));
     sql.append(", ").append(literal(how));
     sql.append(", ").append(literal(matchedColumn));

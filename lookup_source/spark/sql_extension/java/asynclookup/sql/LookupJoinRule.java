@@ -53,7 +53,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
   static final TreeNodeTag<Replaced> REPLACED = new TreeNodeTag<>("asynclookup.replaced");
 
   /** The column a table function answers with when it refuses a rewrite. */
-  static final String VETO = Names.PREFIX + "veto";
+  static final String VETO = Contract.VETO_COLUMN;
 
   private final SparkSession session;
 
@@ -218,7 +218,8 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
         how,
         function,
         strategy.reason);
-    Decisions.record(session, "lookup", table, function, strategy.reason + "; " + how);
+    Decisions.record(
+        session, Contract.DECISION_LOOKUP, table, function, strategy.reason + "; " + how);
     return plan;
   }
 
@@ -244,8 +245,8 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     Replaced replaced = rewritten.getTagValue(REPLACED).get();
     String reason =
-        veto.metadata().contains("reason")
-            ? veto.metadata().getString("reason")
+        veto.metadata().contains(Contract.VETO_REASON)
+            ? veto.metadata().getString(Contract.VETO_REASON)
             : "the table function refused the rewrite";
     return leaveAlone(replaced.original, replaced.table, reason);
   }
@@ -271,7 +272,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     original.setTagValue(LEFT_ALONE, reason);
     AsyncLookupSqlExtensions.LOG.debug(
         "asynclookup: the join with {} is left to Spark: {}", table, reason);
-    Decisions.record(session, "spark", table, "", reason);
+    Decisions.record(session, Contract.DECISION_SPARK, table, "", reason);
     return original;
   }
 

@@ -17,13 +17,13 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  */
 final class LookupTable {
   /** The data source's name, as {@code spark.read.format(...)} takes it. */
-  static final String SOURCE = "asynclookup";
+  static final String SOURCE = Contract.SOURCE;
 
   /** Set by register_lookup_table on its view: the table function that looks this table up. */
-  static final String FUNCTION_OPTION = "sql.join.function";
+  static final String FUNCTION_OPTION = Contract.OPTION_JOIN_FUNCTION;
 
   /** Marks a key column in a schema the store inferred (no key.column given). */
-  static final String KEY_METADATA = "asynclookup.key";
+  static final String KEY_METADATA = Contract.KEY_METADATA;
 
   final DataSourceV2Relation relation;
   final List<Attribute> keys;
@@ -62,13 +62,13 @@ final class LookupTable {
   /** The table behind {@code relation}; throws {@link NotRewritten} when it cannot be one. */
   static LookupTable of(DataSourceV2Relation relation) {
     CaseInsensitiveStringMap options = relation.options();
-    if (options.containsKey("keys")) {
+    if (options.containsKey(Contract.OPTION_KEYS)) {
       throw new NotRewritten(
           "the lookup table reads only the keys of its keys option: a JOIN sees those rows only");
     }
     List<Attribute> output = Scala.list(relation.output());
     List<Attribute> keys = new ArrayList<>();
-    String keyColumn = options.get("key.column");
+    String keyColumn = options.get(Contract.OPTION_KEY_COLUMN);
     if (keyColumn != null && !keyColumn.trim().isEmpty()) {
       for (String name : keyColumn.split(",")) {
         keys.add(column(output, name.trim()));
@@ -85,7 +85,7 @@ final class LookupTable {
     }
     List<Attribute> values = new ArrayList<>();
     for (Attribute a : output) {
-      if ("_lookup_error".equalsIgnoreCase(a.name())) {
+      if (Contract.ERROR_COLUMN.equalsIgnoreCase(a.name())) {
         throw new NotRewritten(
             "the lookup table has an error column (on.error=column): a JOIN against it keeps"
                 + " Spark's scan");
@@ -107,9 +107,9 @@ final class LookupTable {
       }
     }
     String function = options.get(FUNCTION_OPTION);
-    String strategy = options.getOrDefault("strategy", "lookup").trim().toLowerCase(Locale.ROOT);
+    String strategy = options.getOrDefault(Contract.OPTION_STRATEGY, Contract.STRATEGY_LOOKUP).trim().toLowerCase(Locale.ROOT);
     long maxRows = -1;
-    String max = options.get("strategy.lookup.max-input-rows");
+    String max = options.get(Contract.OPTION_MAX_INPUT_ROWS);
     if (max != null && !max.trim().isEmpty()) {
       try {
         maxRows = Long.parseLong(max.trim().replace("_", ""));

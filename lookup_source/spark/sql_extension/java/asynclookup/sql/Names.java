@@ -5,7 +5,7 @@ final class Names {
   private Names() {}
 
   /** No lookup table column may start with it (the rewrite leaves such a table alone). */
-  static final String PREFIX = "__asynclookup_";
+  static final String PREFIX = Contract.COLUMN_PREFIX;
 
   static String input(int i) {
     return PREFIX + "c" + i;

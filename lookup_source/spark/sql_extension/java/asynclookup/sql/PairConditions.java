@@ -112,41 +112,50 @@ final class PairConditions {
     for (Expression c : conditions) {
       boolean negated = c instanceof Not;
       BinaryComparison e = (BinaryComparison) (negated ? ((Not) c).child() : c);
-      out.append(out.length() > 1 ? "," : "").append("{\"op\":\"").append(op(e, negated));
-      out.append("\",\"left\":").append(operand(e.left(), inputs));
-      out.append(",\"right\":").append(operand(e.right(), inputs)).append('}');
+      out.append(out.length() > 1 ? ",{" : "{");
+      out.append(TableFunctions.jsonString(Contract.FIELD_OP)).append(':');
+      out.append(TableFunctions.jsonString(op(e, negated))).append(',');
+      out.append(TableFunctions.jsonString(Contract.FIELD_LEFT)).append(':');
+      out.append(operand(e.left(), inputs)).append(',');
+      out.append(TableFunctions.jsonString(Contract.FIELD_RIGHT)).append(':');
+      out.append(operand(e.right(), inputs)).append('}');
     }
     return out.append(']').toString();
   }
 
   private static String op(BinaryComparison e, boolean negated) {
     if (e instanceof EqualTo) {
-      return negated ? "ne" : "eq";
+      return negated ? Contract.OP_NE : Contract.OP_EQ;
     }
     if (e instanceof LessThan) {
-      return "lt";
+      return Contract.OP_LT;
     }
     if (e instanceof LessThanOrEqual) {
-      return "le";
+      return Contract.OP_LE;
     }
-    return e instanceof GreaterThan ? "gt" : "ge";
+    return e instanceof GreaterThan ? Contract.OP_GT : Contract.OP_GE;
   }
 
   private static String operand(Expression e, Map<ExprId, String> inputs) {
     if (e instanceof Literal) {
       Object value = ((Literal) e).value();
       if (value instanceof Decimal) {
-        return "{\"literal\":" + TableFunctions.jsonString(((Decimal) value).toJavaBigDecimal().toPlainString()) + "}";
+        return entry(Contract.OPERAND_LITERAL, TableFunctions.jsonString(((Decimal) value).toJavaBigDecimal().toPlainString()));
       }
       if (value instanceof Boolean || value instanceof Number) {
-        return "{\"literal\":" + value + "}";
+        return entry(Contract.OPERAND_LITERAL, value.toString());
       }
-      return "{\"literal\":" + TableFunctions.jsonString(value.toString()) + "}";
+      return entry(Contract.OPERAND_LITERAL, TableFunctions.jsonString(value.toString()));
     }
     Attribute a = (Attribute) e;
     String input = inputs.get(a.exprId());
     return input != null
-        ? "{\"input\":" + TableFunctions.jsonString(input) + "}"
-        : "{\"value\":" + TableFunctions.jsonString(a.name()) + "}";
+        ? entry(Contract.OPERAND_INPUT, TableFunctions.jsonString(input))
+        : entry(Contract.OPERAND_VALUE, TableFunctions.jsonString(a.name()));
+  }
+
+  /** {@code {"<kind>": <json>}}. */
+  private static String entry(String kind, String json) {
+    return "{" + TableFunctions.jsonString(kind) + ":" + json + "}";
   }
 }

@@ -189,16 +189,23 @@ final class RaiseFree {
 
   /** Whether an arithmetic node runs in ANSI mode (it raises on overflow, division by zero). */
   private static boolean ansi(Expression node) {
-    try {
-      Object mode = node.getClass().getMethod("evalMode").invoke(node);
+    Object mode = call(node, "evalMode"); // Spark 4.0's arithmetic
+    if (mode == null) { // 4.1+: its evaluation context says
+      Object context = call(node, "evalContext");
+      mode = context == null ? null : call(context, "evalMode");
+    }
+    if (mode != null) {
       return "ANSI".equals(String.valueOf(mode));
-    } catch (ReflectiveOperationException | RuntimeException | LinkageError unknown) {
-      try {
-        Object fail = node.getClass().getMethod("failOnError").invoke(node);
-        return Boolean.TRUE.equals(fail);
-      } catch (ReflectiveOperationException | RuntimeException | LinkageError none) {
-        return true; // cannot tell: it may raise
-      }
+    }
+    return !Boolean.FALSE.equals(call(node, "failOnError")); // cannot tell: it may raise
+  }
+
+  /** {@code target.<method>()}, or null where it has no such method. */
+  private static Object call(Object target, String method) {
+    try {
+      return target.getClass().getMethod(method).invoke(target);
+    } catch (ReflectiveOperationException | RuntimeException | LinkageError none) {
+      return null;
     }
   }
 

@@ -28,13 +28,13 @@ final class Strategy {
 
   static Strategy of(LookupTable table, LogicalPlan input) {
     switch (table.strategy) {
-      case "lookup":
+      case Contract.STRATEGY_LOOKUP:
         return new Strategy(true, "strategy=lookup");
-      case "scan":
-      case "broadcast":
+      case Contract.STRATEGY_SCAN:
+      case Contract.STRATEGY_BROADCAST:
         return new Strategy(
             false, "strategy=" + table.strategy + ": Spark scans the table and joins it");
-      case "auto":
+      case Contract.STRATEGY_AUTO:
         return auto(table, input);
       default:
         throw new NotRewritten("strategy=" + table.strategy + " is not one the rewrite knows");

@@ -29,10 +29,10 @@ import scala.Option;
 final class TableFunctions {
   private TableFunctions() {}
 
-  static final String FACTORY_MODULE = "lookup_source.spark.sql_functions";
-  static final String FACTORY = "join_function";
+  static final String FACTORY_MODULE = Contract.FACTORY_MODULE;
+  static final String FACTORY = Contract.FACTORY;
   /** PythonEvalType.SQL_ARROW_UDTF: the table function receives and yields Arrow batches. */
-  static final int ARROW_UDTF = 302;
+  static final int ARROW_UDTF = Contract.ARROW_UDTF;
 
   private static final byte[] KEY = new byte[32];
 
@@ -45,13 +45,14 @@ final class TableFunctions {
       if (exists(session, table.function)) {
         return table.function;
       }
-      if ("function".equalsIgnoreCase(table.options().getOrDefault("connector", ""))) {
+      if (Contract.FUNCTION_CONNECTOR.equalsIgnoreCase(table.options().getOrDefault(Contract.OPTION_CONNECTOR, ""))) {
         throw new NotRewritten(
             "the table function " + table.function + " of this lookup table is not registered"
                 + " in this session");
       }
     }
-    if ("function".equalsIgnoreCase(table.relation.options().getOrDefault("connector", ""))) {
+    if (Contract.FUNCTION_CONNECTOR.equalsIgnoreCase(
+        table.relation.options().getOrDefault(Contract.OPTION_CONNECTOR, ""))) {
       throw new NotRewritten("a lookup through your own function needs register_lookup_table");
     }
     String options = json(table.options());

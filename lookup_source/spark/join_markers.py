@@ -1,0 +1,29 @@
+"""Markers the SQL extension's rewrite and the lookup table function exchange, beside the
+options (:mod:`.contract` hands them to the Java side)."""
+
+from __future__ import annotations
+
+SQL_JOIN = "sql-join"
+"""The mode the SQL extension calls a lookup table function in."""
+
+NOT_IN = "not-in"
+"""What the SQL extension calls a ``NOT IN`` with: an anti join of the input rows whose value is
+not null (it filters the others out), if the table holds no null key and some row."""
+
+VETO = "__asynclookup_veto"
+"""The one column of a refusal."""
+
+VETO_REASON = "reason"
+"""The key of the refusal's metadata that says why."""
+
+COLUMN_PREFIX = "__asynclookup_"
+"""The prefix of every column the rewrite names (no lookup table column may start with it)."""
+
+KEY_METADATA = "asynclookup.key"
+"""Marks a key column in a schema the store inferred (no key.column given)."""
+
+DECISION_LOOKUP = "lookup"
+"""A decision of the rewrite (``Decisions``): the join runs as lookups."""
+
+DECISION_SPARK = "spark"
+"""A decision of the rewrite: the join is left to Spark."""
