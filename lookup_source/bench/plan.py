@@ -7,8 +7,9 @@ rows, at most the table's; a tenth of the keys miss the table). For each input, 
 
 - Spark's own JDBC reader and a join (``spark.read.jdbc`` partitioned on the key over
   ``--tasks`` partitions, ``df.join(dim, "uid", "left")``: what a Spark user writes instead);
-- ``lookup_join`` with ``strategy`` ``lookup``, ``broadcast`` (where the table fits
-  ``strategy.broadcast.max-rows``), ``scan`` and ``auto`` (its choice and reason reported);
+- the same with ``broadcast(dim)`` (what a Spark user who knows the table fits writes);
+- ``lookup_join`` with ``strategy`` ``lookup``, ``broadcast`` (where the table fits the
+  broadcast limit), ``scan`` and ``auto`` (its choice and reason reported);
 - where the session has the SQL extension (PySpark 4.1+): the same join as a SQL ``JOIN``
   against the table registered with ``register_lookup_table`` (rewritten into lookups), the
   same ``JOIN`` with the rewrite off (the data source's scan and Spark's join), the table
@@ -46,7 +47,11 @@ from lookup_source.bench.scans import JDBC_JAR
 
 def run_plan(spark: Any, args: Any, results: list[PlanResult] | None = None) -> list[PlanResult]:
     """The scenario, each method's result added to ``results`` (and reported) as it ends."""
+    from pyspark.sql import functions as F
+
     from lookup_source import lookup_join, lookup_metrics
+    from lookup_source.spark.plan import LookupPlan
+    from lookup_source.spark.strategy import broadcast_limit
 
     table_rows = args.plan_table_rows
     table = ensure_table(args.postgres_url, table_rows)
@@ -58,6 +63,7 @@ def run_plan(spark: Any, args: Any, results: list[PlanResult] | None = None) -> 
         "partitions": str(args.tasks),
     }
     has_jdbc = os.path.exists(JDBC_JAR)
+    limit = broadcast_limit(spark, LookupPlan.build(options, SCHEMA))
     sql = sql_tables(spark, options)
     results = [] if results is None else results
     for rows in (int(r) for r in args.plan_inputs.split(",") if r.strip()):
@@ -73,11 +79,21 @@ def run_plan(spark: Any, args: Any, results: list[PlanResult] | None = None) -> 
                 ),
                 reference=True,
             )
+            measure(
+                "Spark JDBC + broadcast(dim)",
+                lambda df=df: df.join(
+                    F.broadcast(
+                        jdbc_table(spark, args.postgres_url, table, table_rows, args.tasks)
+                    ),
+                    "uid",
+                    "left",
+                ),
+            )
         else:
             measure.skipped("Spark JDBC + join", f"no JDBC driver at {JDBC_JAR}")
         for strategy in ("lookup", "broadcast", "scan", "auto"):
-            if strategy == "broadcast" and table_rows > 1_000_000:
-                measure.skipped(strategy, "the table is beyond strategy.broadcast.max-rows")
+            if strategy == "broadcast" and table_rows > limit:
+                measure.skipped(strategy, f"the table is beyond the broadcast limit ({limit:,})")
                 continue
 
             def frame(df: Any = df, strategy: str = strategy) -> Any:

@@ -55,13 +55,17 @@ class PlanSettings:
         "input is at most strategy.lookup.max-input-rows.",
         scope=PLANS,
     )
-    broadcast_max_rows: int = option(
+    broadcast_max_rows: int | None = option(
         STRATEGY_BROADCAST_MAX_ROWS,
         parse_positive_int,
-        1_000_000,
-        "strategy=auto: the most rows a table may have to be broadcast (each executor holds it "
-        "in memory); a larger one is scanned and joined, or looked up.",
+        None,
+        "strategy=auto: the most rows a table may have to be broadcast (the driver collects "
+        "it, each executor holds it in memory); a larger one is scanned and joined, or looked "
+        "up. When not set: as many rows as a quarter of the driver's memory "
+        "(spark.driver.memory) holds at the lookup schema's width, three times over for "
+        "Spark's hash relation, within Spark's 8 GB broadcast limit.",
         scope=LOOKUP_JOIN,
+        default_doc="from the driver's memory",
     )
     scan_reader: str = option(
         SCAN_READER,

@@ -206,6 +206,39 @@ def row_width(schema: Any) -> int:
     return max(8, width(schema))
 
 
+BROADCAST_BYTES = 8 * 2**30
+"""Spark's own limit on a broadcast table (``BroadcastExchangeExec``): 8 GB."""
+HASH_OVERHEAD = 3
+"""A broadcast row's bytes in Spark's hash relation, for each of its bytes in Spark's estimate."""
+
+
+def broadcast_limit(spark: Any, plan: LookupPlan) -> int:
+    """The most rows a table may have to be broadcast: ``strategy.broadcast.max-rows`` when
+    set, else as many as a quarter of the driver's memory holds at the lookup schema's width
+    (three times over for the hash relation), within Spark's 8 GB broadcast limit."""
+    given = plan.options.plan.broadcast_max_rows
+    if given is not None:
+        return given
+    memory = _driver_memory(spark)
+    width = row_width(plan.schema) * HASH_OVERHEAD
+    return max(1, int(min(memory // 4, BROADCAST_BYTES) // width))
+
+
+def _driver_memory(spark: Any) -> int:
+    """``spark.driver.memory`` in bytes (Spark's default, 1 GB, where unset or unreadable)."""
+    try:
+        text = str(spark.conf.get("spark.driver.memory", "1g")).strip().lower()
+    except Exception:
+        text = "1g"
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    text = text.removesuffix("b")
+    scale = units.get(text[-1:], 1)
+    try:
+        return int(float(text[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        return 2**30
+
+
 def _costs(client_class: Any, reader: TableReader | None = None) -> StoreCosts:
     """The connector's figures, or the defaults for those it does not state; a table that
     Spark's JDBC reader reads costs that reader's figure per row."""
@@ -297,7 +330,7 @@ def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:
         exact_keys=client_class.exact_key_match(config),
         table_rows=table_rows,
         input_rows=lambda: input_rows(df),
-        max_rows=lookup_options.plan.broadcast_max_rows,
+        max_rows=broadcast_limit(df.sparkSession, plan),
         connector=client_class.name,
         data_source=BROADCAST.available() or (reader is not None and reader.kind == "jdbc"),
         costs=_costs(client_class, reader),

@@ -117,3 +117,39 @@ def test_lookup_and_broadcast_are_taken_as_asked_without_estimates() -> None:
     for asked in ("lookup", "broadcast", "scan"):
         choice = choose(asked, table_rows=never, input_rows=never, **BASE)
         assert (choice.strategy, choice.reason) == (asked, f"strategy={asked}")
+
+
+class _Conf:
+    def __init__(self, memory: str | None) -> None:
+        self.memory = memory
+
+    def get(self, key: str, default: str) -> str:
+        assert key == "spark.driver.memory"
+        return default if self.memory is None else self.memory
+
+
+class _Session:
+    def __init__(self, memory: str | None) -> None:
+        self.conf = _Conf(memory)
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"),
+    [
+        (None, 2**30 // 4 // (36 * 3)),  # Spark's default driver, 1 GB
+        ("2g", 2 * 2**30 // 4 // (36 * 3)),
+        ("512m", 2**29 // 4 // (36 * 3)),
+        ("1t", 8 * 2**30 // (36 * 3)),  # within Spark's 8 GB broadcast limit
+    ],
+)
+def test_the_broadcast_limit_follows_the_driver_memory(memory: str | None, expected: int) -> None:
+    from lookup_source.spark.plan import LookupPlan
+    from lookup_source.spark.strategy import broadcast_limit
+
+    options = {"connector": "redis", "url": "redis://h", "redis.key.pattern": "u:{key}"}
+    plan = LookupPlan.build(
+        options, "uid long, name string, tier int, born date"
+    )  # 8 + 20 + 4 + 4 bytes
+    assert broadcast_limit(_Session(memory), plan) == expected
+    given = LookupPlan.build({**options, "strategy.broadcast.max-rows": "77"}, "uid long, v int")
+    assert broadcast_limit(_Session(memory), given) == 77
