@@ -211,6 +211,31 @@ def test_a_task_keys_what_the_worker_keeps_by_the_function_and_the_tier_by_its_s
     assert again.local.digest("cache") == one.local.digest("cache")  # state moved: same
 
 
+def test_lookups_whose_key_rules_differ_never_share_what_a_worker_keeps() -> None:
+    """key.equality=spark drops the matches of other keys, on.unfit-key=miss makes a key the
+    store cannot hold a miss: their answers differ from the store's own, so their clients,
+    caches and shared tier are never another lookup's; the defaults keep the identity they had."""
+    from lookup_source.engine.kept.task_resources import task_identities
+    from lookup_source.settings import CacheSettings, KeySettings, SharedCacheSettings
+    from tests.fakes import FakeClient, make_options, make_spec
+
+    tier = CacheSettings(max_rows=10, shared=SharedCacheSettings(url="redis://127.0.0.1:1/0"))
+    config = ConnectorConfig("fake", "fake://store", ("k",), options={"fake.table": "t"})
+    identities = {
+        rules: task_identities(
+            make_spec(make_options(cache=tier, keys=KeySettings(*rules))), config, FakeClient
+        )
+        for rules in (("store", "error"), ("spark", "error"), ("store", "miss"), ("spark", "miss"))
+    }
+    for purpose in ("cache", "client"):
+        digests = {rules: ids.local.digest(purpose) for rules, ids in identities.items()}
+        assert len(set(digests.values())) == 4, purpose
+    tiers = {ids.shared.public for ids in identities.values() if ids.shared is not None}
+    assert len(tiers) == 4
+    plain = task_identities(make_spec(make_options(cache=tier)), config, FakeClient)
+    assert plain.local.public == identities[("store", "error")].local.public
+
+
 def test_a_tasks_errors_hide_what_its_connector_declares_secret() -> None:
     """The task's redactor is made once, with its resources, from the client's configuration
     and its connector's declarations: a service that echoes a declared secret header (whose
