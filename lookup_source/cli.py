@@ -12,7 +12,7 @@ import importlib.util
 import sys
 
 from lookup_source import __version__
-from lookup_source.registry import install_hint
+from lookup_source.registry import first_party_module, install_hint
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,17 +90,18 @@ def required_modules(args: argparse.Namespace) -> tuple[str, list[str]]:
     """The extra a subcommand needs, and the modules of it that this run imports."""
     if args.command == "serve":
         return "http", ["aiohttp"]
+    http, redis, postgres = (first_party_module(n) for n in ("http", "redis", "postgres"))
     if args.command == "demo":
         if getattr(args, "redis_url", None):  # the demo's service reads its users from Redis
-            return "http,redis", ["aiohttp", "asynclookup_http", "redis", "asynclookup_redis"]
-        return "http", ["aiohttp", "asynclookup_http"]
+            return "http,redis", ["aiohttp", http, "redis", redis]
+        return "http", ["aiohttp", http]
     if args.command == "bench":
         scenarios = str(args.scenarios)
-        modules = ["aiohttp", "asynclookup_http"]
+        modules = ["aiohttp", http]
         if "redis" in scenarios:
-            modules += ["redis", "asynclookup_redis"]
+            modules += ["redis", redis]
         if "postgres" in scenarios:
-            modules += ["asyncpg", "asynclookup_postgres"]
+            modules += ["asyncpg", postgres]
         if not args.no_plot:
             modules.append("matplotlib")
         return "bench", modules

@@ -66,6 +66,17 @@ FIRST_PARTY: dict[str, FirstParty] = {
 }
 
 
+def first_party_names(joined: str = ", ", last: str = " or ") -> str:
+    """The first-party connectors' names as text: ``redis, http or postgres``."""
+    names = list(FIRST_PARTY)
+    return names[0] if len(names) == 1 else joined.join(names[:-1]) + last + names[-1]
+
+
+def first_party_module(name: str) -> str:
+    """The module of first-party connector ``name`` (``asynclookup_redis``)."""
+    return FIRST_PARTY[name].target.partition(":")[0]
+
+
 FUNCTION_CLIENT = "lookup_source.functions:FunctionLookupClient"
 """``connector=function``: your own async function (``lookup_join(..., fetch=...)``)."""
 

@@ -21,7 +21,7 @@ from lookup_source.connector_api.options import (
 )
 from lookup_source.errors import OptionError
 from lookup_source.redaction import redact_url
-from lookup_source.registry import resolve_connector
+from lookup_source.registry import first_party_names, resolve_connector
 from lookup_source.settings.attempts import HedgeSettings, RetrySettings
 from lookup_source.settings.budget import BudgetSettings
 from lookup_source.settings.cache import CacheSettings
@@ -61,9 +61,11 @@ class LookupOptions:
         CONNECTOR,
         parse_required_text,
         None,
-        "Which client performs the lookups: `redis`, `http`, `postgres`, the name of an "
-        "installed `asynclookup.connectors` entry point, or `package.module:Class`. Required "
-        "(`function` when you pass your own async function as fetch=).",
+        "Which client performs the lookups: "
+        + first_party_names(", ", ", ").join(["`", "`"]).replace(", ", "`, `")
+        + ", the name of an installed `asynclookup.connectors` entry point, or "
+        "`package.module:Class`. Required (`function` when you pass your own async function "
+        "as fetch=).",
         default_doc="(required)",
     )
     url: str | None = option(

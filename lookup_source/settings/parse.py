@@ -12,7 +12,12 @@ from typing import Any
 
 from lookup_source.connector_api.options import OptionSpec, find_spec, parse_required_text
 from lookup_source.errors import OptionError
-from lookup_source.registry import available_connectors, resolve_connector, resolve_shared_cache
+from lookup_source.registry import (
+    available_connectors,
+    first_party_names,
+    resolve_connector,
+    resolve_shared_cache,
+)
 from lookup_source.settings.budget import check_budget
 from lookup_source.settings.declare import CoreOption, build, declared
 from lookup_source.settings.lookup import LookupOptions
@@ -40,7 +45,8 @@ def parse_options(raw: Mapping[str, str]) -> LookupOptions:
     """
     values = _option_texts(raw)
     if "connector" not in values:
-        raise OptionError("connector", "is required: redis, http, postgres or package.module:Class")
+        choices = first_party_names(last=", ")
+        raise OptionError("connector", f"is required: {choices} or package.module:Class")
     connector_name = parse_required_text(values["connector"]).strip()
     client_class = resolve_connector(connector_name)
     connector_specs = tuple(client_class.option_specs)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lookup_source.errors import ConfigurationError, OptionError
 from lookup_source.functions import LookupFunction
+from lookup_source.registry import FIRST_PARTY
 from lookup_source.settings import (
     BUDGET_TASKS,
     RATE_LIMIT_TOTAL,
@@ -33,7 +34,7 @@ def lookup_options_of(
     if options is None:
         raise OptionError(
             "connector",
-            "is required: give options={'connector': 'redis' | 'http' | 'postgres' | ...}, or "
+            f"is required: give options={{'connector': {_QUOTED_CONNECTORS} | ...}}, or "
             "your own async function as fetch= or fetch_many=",
         )
     if isinstance(options, LookupOptions):
@@ -86,3 +87,6 @@ def concurrent_tasks(df: DataFrame, needed_by: str = RATE_LIMIT_TOTAL) -> int:
     except Exception:  # a streaming DataFrame: its micro-batches run on every core
         return cores
     return max(1, min(partitions, cores))
+
+
+_QUOTED_CONNECTORS = " | ".join(repr(name) for name in FIRST_PARTY)

@@ -15,8 +15,9 @@ from lookup_source.cli import build_parser
 # Runs the command as if no extra were installed: importing any of these modules fails.
 WITHOUT_EXTRAS = """
 import sys
+from lookup_source.registry import FIRST_PARTY, first_party_module
 BLOCKED = {"aiohttp", "redis", "asyncpg", "hiredis", "matplotlib",
-           "asynclookup_redis", "asynclookup_http", "asynclookup_postgres"}
+           *(first_party_module(name) for name in FIRST_PARTY)}
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from lookup_source.registry import FIRST_PARTY
 from tests.helpers import clean_environment, needs_index
 from tests.packaging.test_demo import DEMO_FLAGS, check_demo_output
 
 ROOT = Path(__file__).resolve().parents[2]
-DISTRIBUTIONS = [ROOT, *(ROOT / "connectors" / name for name in ("redis", "http", "postgres"))]
+DISTRIBUTIONS = [ROOT, *(ROOT / "connectors" / name for name in FIRST_PARTY)]
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 600):  # type: ignore[no-untyped-def]

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from lookup_source.registry import FIRST_PARTY
+
 ROOT = Path(__file__).resolve().parents[2]
-CONNECTORS = ["redis", "http", "postgres"]
+CONNECTORS = list(FIRST_PARTY)
 DISTRIBUTIONS = [ROOT, *(ROOT / "connectors" / c for c in CONNECTORS), ROOT / "examples" / "sqlite"]
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from lookup_source.registry import FIRST_PARTY
+
 PACKAGE = Path(__file__).resolve().parents[2] / "lookup_source"
 
 
@@ -165,7 +167,7 @@ ROOT = PACKAGE.parent
 
 
 @pytest.mark.parametrize(
-    "folder", ["connectors/redis", "connectors/http", "connectors/postgres", "examples/sqlite"]
+    "folder", [*(f"connectors/{name}" for name in FIRST_PARTY), "examples/sqlite"]
 )
 def test_connectors_use_the_public_api_only(folder: str) -> None:
     """A built-in connector is built exactly as a third party's (the example is one): on
