@@ -93,11 +93,6 @@ final class Expressions {
     return name.contains("UDF") || name.contains("UserDefined");
   }
 
-  /** Whether evaluating {@code e} can never raise, on any row ({@link RaiseFree}). */
-  static boolean neverRaises(Expression e) {
-    return RaiseFree.neverRaises(e);
-  }
-
   /** Whether {@code e} reads any of {@code attributes}. */
   static boolean referencesAny(Expression e, AttributeSet attributes) {
     for (Attribute a : Scala.list(e.references().toSeq())) {
