@@ -294,6 +294,9 @@ FIXED = [
     "SELECT e.id FROM {ev} e WHERE e.kl NOT IN (SELECT k FROM {dup})",
     "SELECT e.id FROM {ev} e WHERE e.ki NOT IN (SELECT k FROM {empty})",
     "SELECT e.id FROM {ev} e WHERE e.kl NOT IN (SELECT k FROM {ver}) AND e.id > 3",
+    # two subqueries against lookup tables and a plain condition in one WHERE
+    "SELECT e.id FROM {ev} e WHERE EXISTS (SELECT 1 FROM {int4} d WHERE d.k = e.ki) "
+    "AND e.id > 4 AND NOT EXISTS (SELECT 1 FROM {dup} d WHERE d.k = e.kl)",
     # a key that raises: Spark's join may or may not evaluate it
     "SELECT e.id, d.v FROM {ev} e LEFT JOIN {int4} d ON 100 DIV e.amt = d.k AND e.amt <> 0",
 ]

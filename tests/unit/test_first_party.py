@@ -5,9 +5,13 @@ files — name exactly those, and a connector added there is found by this test.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest brings tomli to Python 3.10
+    import tomli as tomllib
 
 from lookup_source.registry import FIRST_PARTY, first_party_module
 

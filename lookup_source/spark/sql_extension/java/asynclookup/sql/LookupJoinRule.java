@@ -177,11 +177,18 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
           (hasSubquery(conjuncts.get(i)) ? subqueries : plain).add(conjuncts.get(i));
         }
       }
-      LogicalPlan input = plain.isEmpty() ? filter.child() : new Filter(Expressions.and(plain), filter.child());
+      LogicalPlan child = filter.child();
+      LogicalPlan input = plain.isEmpty() ? child : new Filter(Expressions.and(plain), child);
       JoinShape shape = JoinShape.ofSubquery(conjuncts.get(at), input, ctes);
       table = shape.side.describe();
-      hiddenColumnsUnused(filter.child(), named);
-      LogicalPlan plan = rewritten(shape, filter, table);
+      hiddenColumnsUnused(child, named);
+      // what the rewrite replaces: this conjunct and the plain ones (the other subqueries stay
+      // above it, for the rule's next pass), put back as it was if the function refuses
+      List<Expression> replaced = new ArrayList<>(plain);
+      replaced.add(conjuncts.get(at));
+      LogicalPlan original =
+          subqueries.isEmpty() ? filter : new Filter(Expressions.and(replaced), child);
+      LogicalPlan plan = rewritten(shape, original, table);
       return subqueries.isEmpty() ? plan : new Filter(Expressions.and(subqueries), plan);
     } catch (NotRewritten why) {
       return leaveAlone(filter, table, why.getMessage());
