@@ -15,7 +15,7 @@ rows held back stay under a budget: memory is bounded whatever the size of the i
 
 It is driven batch by batch::
 
-    engine = LookupEngine(client, spec)
+    engine = LookupEngine(client, spec, **resources.parts())  # the task's: kept/task_resources.py
     for batch in batches:
         for output in await engine.submit(batch):
             for out in output:          # bounded batches, made one at a time
@@ -35,7 +35,6 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorError, LookupClient
-from lookup_source.connector_api.secrets import client_redactor
 from lookup_source.engine.intake.batches import BatchEntry, Request
 from lookup_source.engine.intake.inflight import InFlightKeys, deliver
 from lookup_source.engine.intake.known_answers import KnownAnswers
@@ -81,7 +80,7 @@ class LookupEngine:
         shared: SharedTier | None = None,
         metrics: LookupMetrics | None = None,
         budget: TaskBudget | None = None,
-        redact: Redactor | None = None,
+        redact: Redactor,
     ) -> None:
         options = spec.options
         self.client = client
@@ -90,8 +89,6 @@ class LookupEngine:
         self._fields = list(spec.value_fields)
         self._key_names = list(client.config.key_columns) or list(spec.key_columns)
         self._budget = budget
-        # messages never quote the task's secrets: its resources' redactor, else its client's
-        redact = redact or client_redactor(client)
         limit = limit_of(
             options.capacity,
             adaptive=options.capacity_adaptive,
@@ -270,13 +267,12 @@ class LookupEngine:
         except Exception as exc:  # a bug in a connector's result must not hang the task
             self._fail(exc)
         finally:
-            self._slots.in_flight -= 1
+            self._slots.release()
             self._in_flight_keys.discard(request)
             self._queue.request_done(request.targets)
             for job in request.jobs():
                 job.settle()
             request.subscribers = []  # done: what it delivered owes it nothing (no cycle)
-            self._slots.notify()
 
     def _answered(self, request: Request, answer: Answer) -> None:
         """Keep what the cache should know of ``answer``; hand it to every batch waiting."""

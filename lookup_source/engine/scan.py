@@ -10,7 +10,8 @@ from typing import Any
 import pyarrow as pa
 
 from lookup_source.connector_api import ConnectorConfig, LookupClient, TableFacts
-from lookup_source.engine.kept.worker import lease_client
+from lookup_source.engine.kept.identity import client_identity
+from lookup_source.engine.kept.worker import current_worker
 from lookup_source.engine.loop import TaskLoop, loop_kind
 from lookup_source.engine.output.scan_rows import scan_rows
 from lookup_source.settings import LookupOptions
@@ -28,9 +29,11 @@ def scan_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Scan part ``partition`` of ``partitions`` (its ``split`` from :func:`scan_splits`, if
     any), on the worker's loop and client (:mod:`lookup_source.engine.kept.worker`)."""
-    lease = lease_client(
+    worker = current_worker()
+    lease = worker.lease_client(
         client_class,
         config,
+        identity=client_identity(client_class, config, keys=worker.identity_keys),
         max_idle_s=options.connection_max_idle_s,
         max_age_s=options.connection_max_age_s,
         loop_kind=loop_kind(options.loop, client_class.preferred_loop),

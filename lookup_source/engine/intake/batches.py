@@ -48,9 +48,6 @@ class BatchEntry:
     """Answers for some of its keys (from the store or the cache), at its key positions."""
     failed_parts: list[Matches] = field(default_factory=list)
     """Error rows of its keys whose request failed (``on.error=null|column``)."""
-    done: bool = False
-    """Set by the output queue (:mod:`lookup_source.engine.output.queue`), which owns its output's
-    progress."""
     output: Output | None = None
     held_rows: int = 0
     """Rows this batch holds in the engine's buffer: its input rows, then its matches."""

@@ -51,6 +51,11 @@ def cast_key_column(array: pa.Array, arrow_type: pa.DataType | None, column: str
 def distinct_keys(columns: Sequence[pa.Array], names: Sequence[str]) -> DistinctKeys:
     """Distinct keys of one (scalar keys) or several (composite keys) key columns."""
     columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    if len(columns) == 1 and pa.types.is_null(columns[0].type):
+        # a column of the null type (no declared key type to cast it to): no key at all
+        # (its dictionary would be [None], a key never to be sent)
+        keys = pa.RecordBatch.from_arrays([pa.nulls(0)], names=list(names))
+        return DistinctKeys(keys, pa.nulls(len(columns[0]), type=pa.int32()))
     if len(columns) == 1:
         encoded = columns[0].dictionary_encode()
         indices = encoded.indices

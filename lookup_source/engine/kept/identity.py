@@ -217,6 +217,36 @@ def client_identity(
     )
 
 
+def task_client_identities(
+    factory: Any,
+    config: ConnectorConfig,
+    *,
+    keys: IdentityKeys | None = None,
+    scope: str = "",
+    shared_scope: str | None = None,
+    secret: str | None = None,
+) -> tuple[LookupIdentity, LookupIdentity | None]:
+    """A task's two identities of a client of ``factory`` for ``config``, its library's implicit
+    inputs read once: the worker's (as :func:`client_identity` with ``scope``) and, when
+    ``shared_scope`` is given, the shared tier's — a ``fetch=`` function known by its state,
+    with the tier's ``secret`` — else None."""
+    implicit = implicit_inputs(factory, config)
+    declared = declared_options(factory)
+    local = LookupIdentity.of(config, scope=scope, implicit=implicit, declared=declared, keys=keys)
+    if shared_scope is None:
+        return local, None
+    shared = LookupIdentity.of(
+        config,
+        function=getattr(factory, "function", None),
+        secret=secret,
+        scope=shared_scope,
+        implicit=implicit,
+        declared=declared,
+        keys=keys,
+    )
+    return local, shared
+
+
 def implicit_inputs(factory: Any, config: ConnectorConfig) -> tuple[str, ...]:
     """What a client ``factory`` (a connector class) says its library reads on its own
     (``LookupClient.implicit_inputs``); nothing for a user's function."""

@@ -25,7 +25,12 @@ from lookup_source.connector_api import ConnectorConfig, LookupClient, secret_fr
 from lookup_source.connector_api.secrets import client_redactor
 from lookup_source.engine.kept.cache_layer import CacheLayer
 from lookup_source.engine.kept.clients import ClientFactory, Lease
-from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, client_identity
+from lookup_source.engine.kept.identity import (
+    IdentityKeys,
+    LookupIdentity,
+    client_identity,
+    task_client_identities,
+)
 from lookup_source.engine.kept.shared_cache import SharedTier, StoreHealth
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_kind
 from lookup_source.engine.metrics import LookupMetrics
@@ -65,22 +70,19 @@ def task_identities(
     """The lookup's identities for one task (see :class:`TaskIdentities`; ``keys``: the
     worker's derived identity keys)."""
     answers = _answers_scope(spec)
-    local = client_identity(factory, config, keys=keys, scope=answers)
     settings = spec.options.cache.shared
-    if settings.url is None:
-        return TaskIdentities(local, None)
     secret = (
         secret_from_env("cache.shared.secret.env", settings.secret_env)
-        if settings.secret_env
+        if settings.url is not None and settings.secret_env
         else None
     )
-    shared = client_identity(
+    local, shared = task_client_identities(
         factory,
         config,
         keys=keys,
-        function=getattr(factory, "function", None),
+        scope=answers,
+        shared_scope=None if settings.url is None else settings.namespace + answers,
         secret=secret,
-        scope=settings.namespace + answers,
     )
     return TaskIdentities(local, shared)
 
@@ -239,9 +241,12 @@ class TaskResources:
         """A plugin's client for ``url`` (the shared tier's store, a budget's coordinator),
         kept by the worker like the lookup's own client, on the same loop."""
         options = self.spec.options
+        config = plugin_class.config_for(url)
         lease = self.worker.lease_client(
             plugin_class,
-            plugin_class.config_for(url),  # its identity: its URL, options, implicit inputs
+            config,
+            # its identity: its URL, options, implicit inputs
+            identity=client_identity(plugin_class, config, keys=self.worker.identity_keys),
             max_idle_s=options.connection_max_idle_s,
             max_age_s=options.connection_max_age_s,
             keep=self.lease.kept,

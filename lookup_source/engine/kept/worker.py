@@ -64,7 +64,7 @@ from lookup_source.engine.kept.clients import (
     worker_reuse,
 )
 from lookup_source.engine.kept.gc_tuning import GcHold
-from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity, client_identity
+from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_factory_of
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class Worker:
         factory: ClientFactory,
         config: ConnectorConfig,
         *,
-        identity: LookupIdentity | None = None,
+        identity: LookupIdentity,
         max_idle_s: float,
         max_age_s: float = 0.0,
         keep: bool | None = None,
@@ -178,16 +178,14 @@ class Worker:
         default, what Spark says) and ``max_idle_s`` > 0, else a loop (``loop``, the task's own
         already; or one made by ``loop_factory``, else of ``loop_kind``) and a client of the
         task's own. A kept client older than ``max_age_s`` (0: no limit) is replaced.
-        ``identity``: the lookup's, computed once by the task; by default (a plugin's client:
-        a store, a coordinator; a scan's), the client's own
-        (:func:`~.identity.client_identity`), computed only when the client is kept."""
+        ``identity``: the client's, computed once by whoever leases it (a task's lookup:
+        :func:`~.task_resources.task_identities`; a plugin's store or coordinator, a scan:
+        :func:`~.identity.client_identity`); it keys the kept client."""
         if keep is None:
             keep = worker_reuse() and loop_factory is None
         reusable_class = bool(getattr(factory, "reusable", True))
         factory_id = factory_identity(factory)
         if keep and max_idle_s > 0 and reusable_class and factory_id is not None:
-            if identity is None:
-                identity = client_identity(factory, config, keys=self.identity_keys)
             key = client_key(factory_id, config, identity)
             lease = self.clients(loop_kind).lease(key, factory, config, max_idle_s, max_age_s)
             self._start_sweeper()

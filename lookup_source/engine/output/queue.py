@@ -4,8 +4,10 @@ Flink's ``OrderedStreamElementQueue`` / ``UnorderedStreamElementQueue``, for Arr
 its key-ordered mode (FLIP-519): the engine puts each input batch in the queue when it arrives,
 tells it which of the batch's keys have their answer, and marks it complete when all its lookups
 are done; the queue says what may leave now (:meth:`OutputQueue.pop_ready`). The queue owns each
-entry's progress (whether it is done, which keys have their answer and which rows have left)
-and decides when its output is built: at completion for a whole batch, on release for rows.
+entry's progress (whether it is done — it alone marks that, once —, which keys have their
+answer and which rows have left) and decides when its output is built: at completion for a
+whole batch, on release for rows. The entry owns the count of its parts and completes once
+(:class:`~lookup_source.engine.intake.batches.BatchEntry`); the engine only conducts.
 
 - :class:`OrderedQueue`: whole batches, in arrival order;
 - :class:`UnorderedQueue`: whole batches, as they complete;
@@ -52,6 +54,9 @@ class OutputQueue:
 
     def __init__(self) -> None:
         self._entries: deque[BatchEntry] = deque()
+        self._done: set[int] = set()
+        """The numbers of its entries that are done: their lookups ended (and, for a whole
+        batch, its output built). The queue alone marks an entry done, once."""
 
     def put(self, job: BatchEntry) -> None:
         self._entries.append(job)
@@ -68,11 +73,25 @@ class OutputQueue:
         """All of ``job``'s lookups are done: its output is built now (``build_output``:
         False when that failed the task, and the batch stays undone)."""
         if build_output(job):
-            job.done = True
-            self._finished(job)
+            self._mark_done(job)
+
+    def _mark_done(self, job: BatchEntry) -> None:
+        if job.number in self._done:
+            raise RuntimeError(f"batch {job.number} completed twice")
+        self._done.add(job.number)
+        self._finished(job)
 
     def _finished(self, job: BatchEntry) -> None:
         """``job`` is done, its output built."""
+
+    def _leave(self, job: BatchEntry) -> None:
+        """``job`` has left the queue."""
+        self._entries.remove(job)
+        self._done.discard(job.number)
+
+    def is_done(self, job: BatchEntry) -> bool:
+        """Whether ``job`` is done (its lookups ended; a whole batch's output built)."""
+        return job.number in self._done
 
     def pop_ready(self) -> list[Release]:
         raise NotImplementedError
@@ -85,10 +104,10 @@ class OutputQueue:
         return len(self._entries)
 
     def all_done(self) -> bool:
-        return all(job.done for job in self._entries)
+        return all(job.number in self._done for job in self._entries)
 
     def unfinished(self) -> int:
-        return sum(1 for job in self._entries if not job.done)
+        return sum(1 for job in self._entries if job.number not in self._done)
 
 
 class OrderedQueue(OutputQueue):
@@ -96,12 +115,14 @@ class OrderedQueue(OutputQueue):
 
     def pop_ready(self) -> list[Release]:
         ready = []
-        while self._entries and self._entries[0].done:
-            ready.append(Release(self._entries.popleft()))
+        while self._entries and self._entries[0].number in self._done:
+            job = self._entries.popleft()
+            self._done.discard(job.number)
+            ready.append(Release(job))
         return ready
 
     def has_ready(self) -> bool:
-        return bool(self._entries) and self._entries[0].done
+        return bool(self._entries) and self._entries[0].number in self._done
 
 
 class UnorderedQueue(OutputQueue):
@@ -109,20 +130,20 @@ class UnorderedQueue(OutputQueue):
 
     def __init__(self) -> None:
         super().__init__()
-        self._done: deque[BatchEntry] = deque()
+        self._finished_order: deque[BatchEntry] = deque()
 
     def _finished(self, job: BatchEntry) -> None:
-        self._done.append(job)
+        self._finished_order.append(job)
 
     def pop_ready(self) -> list[Release]:
-        ready = list(self._done)
-        self._done.clear()
+        ready = list(self._finished_order)
+        self._finished_order.clear()
         for job in ready:
-            self._entries.remove(job)
+            self._leave(job)
         return [Release(job) for job in ready]
 
     def has_ready(self) -> bool:
-        return bool(self._done)
+        return bool(self._finished_order)
 
 
 @dataclass(eq=False)
@@ -182,7 +203,8 @@ class KeyOrderedQueue(OutputQueue):
             self.answered(job, positions)
 
     def complete(self, job: BatchEntry, build_output: Callable[[BatchEntry], bool]) -> None:
-        job.done = True  # its rows leave (and are built) as their keys are answered
+        if job.number in self._progress:  # (not once all its rows have left)
+            self._mark_done(job)  # its rows leave (and are built) as their keys are answered
         self._changed = True
 
     def has_ready(self) -> bool:
@@ -209,7 +231,7 @@ class KeyOrderedQueue(OutputQueue):
             if len(left):
                 waiting.append(job.distinct.keys.take(pa.array(left)))
             else:
-                self._entries.remove(job)
+                self._leave(job)
                 del self._progress[job.number]
         return ready
 

@@ -58,9 +58,11 @@ def scan_rows(
         errors = pa.array([key_reasons[int(r)] for r in rows], type=pa.string())
         failing = Matches(rows, nulls.take(pa.nulls(len(rows), pa.int64())), errors)
         matches = Matches.concat([matches, failing], value_fields)
-    if name_keys and matches.errors is not None and matches.errors.null_count < matches.num_rows:
+    failed = matches.errors is not None and matches.errors.null_count < matches.num_rows
+    if failed and (name_keys or on_error == "fail"):
         scanned = python_keys(keys)
-        matches = keyed_messages(matches, lambda: scanned)
+        if name_keys:
+            matches = keyed_messages(matches, lambda: scanned)
         if on_error == "fail":
             failure = value_failure(matches, scanned, connector=connector, address=address)
             if failure is not None:

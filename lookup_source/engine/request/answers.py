@@ -135,13 +135,14 @@ class Answer:
 class ColumnarAnswer(Answer):
     """A columnar client's answer: ``matches``, ``key_index`` = the asked row."""
 
-    __slots__ = ("matches",)
+    __slots__ = ("_conformed", "matches")
 
     def __init__(
         self, matches: Matches, size: int, keys: KeySource | Sequence[Key], fields: Fields
     ) -> None:
         super().__init__(size, keys, fields)
         self.matches = matches
+        self._conformed: Matches | None = None
 
     def _found_mask(self) -> np.ndarray:
         found = np.zeros(self.size, dtype=bool)
@@ -167,10 +168,17 @@ class ColumnarAnswer(Answer):
         )
 
     def cache_entries(self, *, cache_missing: bool) -> list[tuple[Key, Any]]:
-        return cache_rows(self.asked(), self.matches, self.found(), cache_missing=cache_missing)
+        # kept in the declared types, as every reader of the cache takes them (a connector may
+        # answer in looser ones: an int64 for an int32 column)
+        return cache_rows(
+            self.asked(), self.to_matches(), self.found(), cache_missing=cache_missing
+        )
 
     def to_matches(self) -> Matches:
-        return conform_matches(self.matches, self.fields)
+        """The matches in the declared value types (converted once)."""
+        if self._conformed is None:
+            self._conformed = conform_matches(self.matches, self.fields)
+        return self._conformed
 
     def gather_into(self, positions: np.ndarray, gathering: Gathering) -> None:
         if not self.matches.num_rows:

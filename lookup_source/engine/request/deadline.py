@@ -194,8 +194,21 @@ class RequestDeadline:
         return LookupTimeoutError(f"no answer within timeout.ms={round(self.timeout_s * 1000)}")
 
     def error(self, attempts: int, cause: BaseException | None = None) -> LookupTimeoutError:
-        last = f"; the last attempt failed with {type(cause).__name__}: {cause}" if cause else ""
-        return LookupTimeoutError(
+        """The request's failure at its deadline, after ``attempts`` (``cause``: what the last
+        one failed with, unless the deadline itself cut it short)."""
+        cut = cause is not None and getattr(cause, _CUT_BY_DEADLINE, False)
+        last = (
+            ""
+            if cause is None or cut
+            else (f"; the last attempt failed with {type(cause).__name__}: {cause}")
+        )
+        error = LookupTimeoutError(
             f"no answer within deadline.ms={round(self.total_s * 1000)} "
             f"({attempts} attempt{'s' if attempts != 1 else ''}){last}"
         )
+        setattr(error, _CUT_BY_DEADLINE, True)
+        return error
+
+
+_CUT_BY_DEADLINE = "_asynclookup_deadline"
+"""Set on the errors :meth:`RequestDeadline.error` makes, so that they are not quoted twice."""

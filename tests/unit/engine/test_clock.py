@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lookup_source.engine.clock import SYSTEM_CLOCKS, Clocks, monotonic
 from lookup_source.engine.request.rate_limit import RateLimiter
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError
@@ -121,3 +122,21 @@ def test_exponential_backoff_doubles_on_the_clock() -> None:
     for retry, wait in enumerate(waits, start=1):
         base = 1.0 * 2 ** (retry - 1)
         assert base / 2 <= wait <= base + 1e-6  # equal jitter: between half and all of it
+
+
+def test_the_engines_clocks_are_the_systems_unless_handed_others() -> None:
+    """lookup_source.engine.clock: one Clocks value carries the monotonic and the wall clock;
+    the system's by default (what is made without a worker), a test's when given."""
+    assert Clocks() == SYSTEM_CLOCKS and SYSTEM_CLOCKS.monotonic is time.monotonic
+    assert SYSTEM_CLOCKS.wall is time.time
+    before = time.monotonic()
+    assert before <= monotonic() <= time.monotonic()  # the system's, read when called
+    now = [5.0]
+    virtual = Clocks(monotonic=lambda: now[0], wall=lambda: 1_700_000_000.0)
+    assert (virtual.monotonic(), virtual.wall()) == (5.0, 1_700_000_000.0)
+    now[0] = 7.5
+    assert virtual.monotonic() == 7.5
+    only_monotonic = Clocks(monotonic=lambda: now[0])
+    assert only_monotonic.wall is time.time  # the other stays the system's
+    with pytest.raises(AttributeError):
+        virtual.monotonic = time.monotonic  # type: ignore[misc]  # frozen: handed over once

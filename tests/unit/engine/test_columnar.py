@@ -20,6 +20,7 @@ from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.output.joined_rows import JoinedRows
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError
+from lookup_source.redaction import Redactor
 from lookup_source.testing import clock as virtual_time
 from lookup_source.testing.clock import VirtualTimeLoop
 from tests.fakes import (
@@ -135,7 +136,7 @@ def test_a_key_in_flight_for_an_earlier_batch_is_not_asked_again(form: str) -> N
     client = CLIENTS[form](make_config(spec), store)
 
     async def drive() -> list[pa.RecordBatch]:
-        engine = LookupEngine(client, spec)
+        engine = LookupEngine(client, spec, redact=Redactor())
         out = flat(await engine.submit(key_batch([1, 2, 3])))
         out += flat(await engine.submit(key_batch([3, 4, 1, 1])))  # 1 and 3 are in flight
         out += flat(await engine.finish())
@@ -158,7 +159,7 @@ def test_a_shared_request_that_fails_fails_for_every_batch_sharing_it(on_error: 
     spec = make_spec(make_options(on_error=on_error, capacity=10, batch_size=5))
 
     async def drive() -> list[pa.RecordBatch]:
-        engine = LookupEngine(FakeColumnarClient(make_config(spec), store), spec)
+        engine = LookupEngine(FakeColumnarClient(make_config(spec), store), spec, redact=Redactor())
         try:
             out = flat(await engine.submit(key_batch([1, 2])))
             out += flat(await engine.submit(key_batch([5, 1])))
@@ -191,7 +192,7 @@ def test_cache_serves_one_to_many_and_misses_without_a_request(form: str) -> Non
     client = CLIENTS[form](config, store)
 
     async def drive(keys: list[Any]) -> list[tuple[Any, ...]]:
-        engine = LookupEngine(client, spec, cache=cache)
+        engine = LookupEngine(client, spec, cache=cache, redact=Redactor())
         out = flat(await engine.submit(key_batch(keys))) + flat(await engine.finish())
         return [(r["k"], r["name"]) for b in out for r in b.to_pylist()]
 

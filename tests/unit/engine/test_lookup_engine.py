@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -13,6 +13,7 @@ import pytest
 from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError, TransientError
+from lookup_source.redaction import Redactor
 from lookup_source.testing import clock as virtual_time
 from lookup_source.testing.clock import VirtualTimeLoop
 from tests.fakes import FakeClient, FakeStore, flat, key_batch, make_config, make_options, make_spec
@@ -143,7 +144,7 @@ def test_input_is_pulled_only_while_there_is_room() -> None:
     client.lookup = stalled  # type: ignore[method-assign]
 
     async def drive() -> None:
-        engine = LookupEngine(client, spec)
+        engine = LookupEngine(client, spec, redact=Redactor())
         batches = source()
 
         async def feed() -> None:
@@ -173,7 +174,9 @@ def test_buffered_rows_stay_bounded_under_head_of_line_blocking() -> None:
             yield key_batch([(start + i) % 1000 for i in range(100)])
 
     async def drive() -> None:
-        engine = LookupEngine(FakeClient(make_config(spec), store), spec, buffer_rows=1_000)
+        engine = LookupEngine(
+            FakeClient(make_config(spec), store), spec, buffer_rows=1_000, redact=Redactor()
+        )
         batches = source()
         task = asyncio.ensure_future(engine.submit(next(batches)))
         await task
@@ -294,7 +297,11 @@ def test_backoff_delays(backoff: str) -> None:
 
     async def drive() -> list[pa.RecordBatch]:
         engine = LookupEngine(
-            FakeClient(make_config(spec), store), spec, sleep=fake_sleep, rng=random.Random(1)
+            FakeClient(make_config(spec), store),
+            spec,
+            sleep=fake_sleep,
+            rng=random.Random(1),
+            redact=Redactor(),
         )
         out = flat(await engine.submit(key_batch([1])))
         return out + flat(await engine.finish())
@@ -322,7 +329,9 @@ def test_retry_after_hint_is_honoured_but_capped() -> None:
     spec = make_spec(make_options(backoff="fixed", initial_delay_ms=10, max_delay_ms=1000))
 
     async def drive() -> None:
-        engine = LookupEngine(FakeClient(make_config(spec), store), spec, sleep=fake_sleep)
+        engine = LookupEngine(
+            FakeClient(make_config(spec), store), spec, sleep=fake_sleep, redact=Redactor()
+        )
         flat(await engine.submit(key_batch([1])))
         flat(await engine.finish())
 
@@ -419,3 +428,54 @@ def test_key_column_cast_to_declared_type() -> None:
     out = rows(run(spec, [batch], store))
     assert [r["name"] for r in out] == ["user-1", "user-2"]
     assert isinstance(store.requests[0][0], int)
+
+
+class CancelsItself(FakeClient):
+    """A client that ends a request in a cancellation of its own (as a client whose own timer
+    raced the attempt's limit could leave behind): never asked for by the engine."""
+
+    async def lookup(self, keys: Sequence[Any]) -> Any:
+        if 2 in keys:
+            raise asyncio.CancelledError("the client's own")
+        return await super().lookup(keys)
+
+
+@pytest.mark.parametrize("on_error", ["column", "fail"])
+def test_a_request_cancelled_not_by_the_engine_fails_its_keys_never_silently(
+    on_error: str,
+) -> None:
+    """Found with the native HTTP transport (issue 53): a request task ended by a cancellation
+    the engine had not asked for completed its rows with no value and no error."""
+    spec = make_spec(make_options(on_error=on_error, batch_size=1, max_attempts=1))
+    store = FakeStore({1: {"name": "one", "n": 1}, 2: {"name": "two", "n": 2}})
+    batches = [key_batch([1, 2, 3])]
+
+    def run() -> list[dict[str, Any]]:
+        out = run_lookups(
+            batches, spec, make_config(spec), client_factory=lambda c: CancelsItself(c, store)
+        )
+        return [row for batch in out for row in batch.to_pylist()]
+
+    if on_error == "fail":
+        with pytest.raises(LookupFailedError, match="cancelled, though not by asynclookup"):
+            run()
+        return
+    rows = run()
+    assert [(r["k"], r["name"]) for r in rows] == [(1, "one"), (2, None), (3, None)]
+    assert rows[0]["_lookup_error"] is None and rows[2]["_lookup_error"] is None
+    assert "cancelled, though not by asynclookup" in rows[1]["_lookup_error"]
+
+
+def test_a_key_column_of_the_null_type_sends_no_request() -> None:
+    store = FakeStore({1: {"name": "a", "n": 1}})
+    spec = make_spec(make_options())  # no key types declared: nothing to cast the nulls to
+    out = run_lookups(
+        [key_batch([None, None], kind=pa.null())],
+        spec,
+        make_config(spec),
+        client_factory=lambda config: FakeClient(config, store),
+        loop_factory=VirtualTimeLoop,
+    )
+    rows = [row for batch in out for row in batch.to_pylist()]
+    assert [(row["k"], row["name"]) for row in rows] == [(None, None), (None, None)]
+    assert store.requests == []

@@ -88,7 +88,9 @@ def test_clients_are_never_shared_across_settings() -> None:
     assert key_of("x", config) != key_of("y", config)  # another factory
     assert key_of("x", config) == key_of("x", dataclasses.replace(config))
     for variant in variants:
-        lease = lease_client(factory, variant, max_idle_s=60, keep=True)
+        lease = lease_client(
+            factory, variant, identity=LookupIdentity.of(variant), max_idle_s=60, keep=True
+        )
         lease.release(reusable=True)
     assert store.opened == len(variants) and store.closed == 0
     for key in keys:  # a digest: no URL, password or option in it
@@ -155,7 +157,9 @@ def test_a_changed_secret_or_certificate_on_the_executor_is_a_new_client(
     )
 
     def lease() -> Any:
-        leased = lease_client(factory, config, max_idle_s=60, keep=True)
+        leased = lease_client(
+            factory, config, identity=LookupIdentity.of(config), max_idle_s=60, keep=True
+        )
         leased.release(reusable=True)
         return leased.client
 
@@ -297,12 +301,16 @@ def test_what_is_never_kept() -> None:
     ]
     assert factory_identity(cases[0][0]) is None
     for factory, idle in cases:
-        lease = lease_client(factory, config, max_idle_s=idle, keep=True)
+        lease = lease_client(
+            factory, config, identity=LookupIdentity.of(config), max_idle_s=idle, keep=True
+        )
         assert not lease.kept
         lease.release(reusable=True)
     assert store.opened == 2 and store.closed == 2
     assert factory_identity(PerTask) == f"class:{PerTask.__module__}.{PerTask.__qualname__}"
-    lease = lease_client(PerTask, config, max_idle_s=60, keep=True)
+    lease = lease_client(
+        PerTask, config, identity=LookupIdentity.of(config), max_idle_s=60, keep=True
+    )
     assert not lease.kept
     lease.release(reusable=True)
 
@@ -344,11 +352,15 @@ def test_a_forked_child_forgets_its_parents_clients(monkeypatch: pytest.MonkeyPa
     store = FakeStore(TABLE)
     factory = StoreFactory(store)
     config = make_config(make_spec(make_options()))
-    parent = lease_client(factory, config, max_idle_s=60, keep=True)
+    parent = lease_client(
+        factory, config, identity=LookupIdentity.of(config), max_idle_s=60, keep=True
+    )
     parent.release(reusable=True)
     parent_clients = current_worker().clients()
     monkeypatch.setattr(lifetime.os, "getpid", lambda: parent_clients.pid + 1)
-    child = lease_client(factory, config, max_idle_s=60, keep=True)
+    child = lease_client(
+        factory, config, identity=LookupIdentity.of(config), max_idle_s=60, keep=True
+    )
     assert child.client is not parent.client and child.loop is not parent.loop
     assert store.closed == 0  # the parent's sockets are the parent's: not closed by the child
     child.release(reusable=True)

@@ -14,6 +14,7 @@ from lookup_source.connector_api import Matches
 from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.output.joined_rows import JoinedRows
 from lookup_source.engine.spec import EngineSpec
+from lookup_source.redaction import Redactor
 from lookup_source.testing import clock as virtual_time
 from tests.fakes import (
     FakeColumnarClient,
@@ -100,7 +101,7 @@ def test_a_hot_key_fans_out_in_bounded_batches_and_bounded_memory() -> None:
     seen = {"rows": 0, "largest": 0, "peak": 0}
 
     async def drive() -> None:
-        engine = LookupEngine(client, spec)
+        engine = LookupEngine(client, spec, redact=Redactor())
         outputs = []
         for _ in range(2):
             outputs += await engine.submit(key_batch([7] * 10_000))
@@ -132,7 +133,7 @@ def test_the_buffer_counts_held_matches() -> None:
     client = FakeColumnarClient(make_config(spec), store)
 
     async def drive() -> tuple[int, int]:
-        engine = LookupEngine(client, spec)
+        engine = LookupEngine(client, spec, redact=Redactor())
         first = asyncio.ensure_future(engine.submit(key_batch([1])))
         await asyncio.sleep(0.01)
         for key in range(2, 6):

@@ -22,6 +22,7 @@ from lookup_source.engine.request import budget as budget_module
 from lookup_source.engine.request.budget import Reservation, StaticShare, TaskBudget
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import OptionError, SchemaError
+from lookup_source.redaction import Redactor
 from lookup_source.settings import BudgetSettings, parse_options
 from lookup_source.spark.progress import _fields, progress_fields
 from lookup_source.testing import clock as virtual_time
@@ -175,7 +176,11 @@ def engines_sharing(
         metrics = LookupMetrics(tasks=1)
         budget = TaskBudget.of(settings, coordinator, "shared", metrics)
         engine = LookupEngine(
-            FakeClient(make_config(spec), store), spec, metrics=metrics, budget=budget
+            FakeClient(make_config(spec), store),
+            spec,
+            metrics=metrics,
+            budget=budget,
+            redact=Redactor(),
         )
         outputs = []
         for batch in inputs:
@@ -240,7 +245,11 @@ def test_tasks_sharing_a_coordinator_never_exceed_the_budget_and_use_it_all() ->
         budget = TaskBudget.of(settings, coordinator, "shared", metrics)
         budget._rng = random.Random(len(batches[0]) + stores.index(store))  # the same every run
         engine = LookupEngine(
-            HookedClient(make_config(spec), store), spec, metrics=metrics, budget=budget
+            HookedClient(make_config(spec), store),
+            spec,
+            metrics=metrics,
+            budget=budget,
+            redact=Redactor(),
         )
         for batch in batches:
             await engine.submit(batch)

@@ -13,6 +13,7 @@ from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.metrics import LIMIT_POINTS, LookupMetrics
 from lookup_source.engine.request.limit import AdaptiveLimit, FixedLimit
 from lookup_source.errors import OptionError, OverloadedError
+from lookup_source.redaction import Redactor
 from lookup_source.settings import parse_options
 from lookup_source.testing import clock as virtual_time
 from tests.fakes import FakeClient, FakeStore, flat, key_batch, make_config, make_options, make_spec
@@ -147,7 +148,7 @@ async def _run(adaptive: bool, room: int) -> tuple[LookupEngine, Crowded, list[A
     )
     spec = make_spec(options)
     store = Crowded(room)
-    engine = LookupEngine(CrowdedClient(make_config(spec), store), spec)
+    engine = LookupEngine(CrowdedClient(make_config(spec), store), spec, redact=Redactor())
     out = []
     for start in range(0, 2000, 500):
         out += flat(await engine.submit(key_batch(list(range(start, start + 500)))))
