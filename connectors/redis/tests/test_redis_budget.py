@@ -42,6 +42,27 @@ class Counter:
         self.peak = 0
         self.admitted: list[tuple[float, float]] = []  # (loop time, cost)
         self.done = 0
+        self.lag_max = 0.0
+        """The loop's longest lateness in the run (a probe's 10 ms sleeps): an admission is
+        seen when its holder wakes, up to this late after its grant."""
+        self.lag_total = 0.0
+        """The loop's lateness summed over the run: what a busy machine added to it."""
+
+    def slack(self, rate: float) -> int:
+        """Admissions a window may see beyond ``rate`` per second: those the loop's lateness
+        bunched into it."""
+        return int(rate * self.lag_max) + 1
+
+
+async def probe_lag(counter: Counter, stop: asyncio.Event) -> None:
+    """Measure how late the loop wakes a 10 ms sleep, until ``stop``."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        asked = loop.time() + 0.01
+        await asyncio.sleep(0.01)
+        late = max(0.0, loop.time() - asked)
+        counter.lag_max = max(counter.lag_max, late)
+        counter.lag_total += late
 
 
 def window_peak(admitted: list[tuple[float, float]], window_s: float) -> float:
@@ -126,11 +147,15 @@ async def run_holders(
         budgets = [task_budget(name, store, limits, warned=warned) for _ in requests]
         counter = Counter()
         loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        probe = asyncio.ensure_future(probe_lag(counter, stop))
         started = loop.time()
         await asyncio.gather(
             *(holder_work(b, counter, n, **work) for b, n in zip(budgets, requests))
         )
         elapsed = loop.time() - started
+        stop.set()
+        await probe
         for budget in budgets:
             await budget.aclose()
         return counter, budgets, elapsed
@@ -161,12 +186,15 @@ def test_rate_across_holders_holds_in_every_second_and_is_used(
         run_holders(redis_srv.url, budget_name, limits, [75, 75, 75, 75], capacity=20)
     )
     assert counter.done == 300
-    # admissions are seen when their holder wakes, up to a loop's lateness after the grant
-    # (tens of ms on a loaded machine): windows a tenth shorter than the budget's own
-    assert window_peak(counter.admitted, 0.9) <= 200 + 1
-    assert window_peak(counter.admitted, 0.45) <= 100 + 1
-    # 300 requests at 200/s: 1.5 s of slots; grants left unused at the end cost a little
-    assert 1.4 <= elapsed <= 2.2, elapsed
+    # admissions are seen when their holder wakes, up to the loop's lateness after the grant
+    # (measured in the run: tens of ms on a loaded machine, more beside another job): windows
+    # a tenth shorter than the budget's own, and the admissions that lateness bunched
+    slack = counter.slack(200.0)
+    assert window_peak(counter.admitted, 0.9) <= 200 + slack, counter.lag_max
+    assert window_peak(counter.admitted, 0.45) <= 100 + slack, counter.lag_max
+    # 300 requests at 200/s: 1.5 s of slots; grants left unused at the end cost a little,
+    # and the loop's lateness adds to it
+    assert 1.4 <= elapsed <= 2.2 + counter.lag_total, (elapsed, counter.lag_total)
     calls = sum(b.metrics.budget_grants for b in budgets)
     assert calls < 300 / 3, calls  # grants, not a round trip per request
 
@@ -179,8 +207,8 @@ def test_cost_per_minute_counts_each_requests_cost(
         run_holders(redis_srv.url, budget_name, limits, [30, 30], cost=5.0, capacity=8)
     )
     assert counter.done == 60
-    assert window_peak(counter.admitted, 1.0) <= 100 + 5
-    assert 2.8 <= elapsed <= 4.0, elapsed  # 300 units at 100/s
+    assert window_peak(counter.admitted, 1.0) <= 100 + 5 * counter.slack(100.0 / 5)
+    assert 2.8 <= elapsed <= 4.0 + counter.lag_total, elapsed  # 300 units at 100/s
 
 
 def test_a_holder_that_stops_calling_loses_its_leases_after_the_lease_time(
@@ -261,7 +289,7 @@ def test_the_coordinator_down_falls_back_to_the_static_share_and_logs_once(
     counter, budgets, _ = asyncio.run(run_holders(url, budget_name, limits, [40, 40]))
     assert counter.done == 80
     assert counter.peak <= 2 * (8 // 4)  # two tasks, each its share of four
-    assert window_peak(counter.admitted, 1.0) <= 2 * (400 / 4) + 2
+    assert window_peak(counter.admitted, 1.0) <= 2 * (400 / 4) + 1 + counter.slack(200.0)
     assert all(b.metrics.budget_fallbacks == 1 for b in budgets)
     warnings = [r for r in caplog.records if "did not answer" in r.getMessage()]
     assert len(warnings) == 1 and budget_name in warnings[0].getMessage()

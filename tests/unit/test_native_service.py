@@ -1,0 +1,150 @@
+"""The bench's native user service (nginx + njs): the Python service's answers byte for byte,
+its bookkeeping read from nginx's access log, nothing left behind when it stops; and
+``http_store(service=...)`` choosing it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from lookup_source.bench.native_service import (
+    NativeUserService,
+    native_service_available,
+    record_body,
+)
+from lookup_source.bench.stores import http_store, service_of
+from lookup_source.service import user_record
+
+MISSING = native_service_available()
+needs_nginx = pytest.mark.skipif(MISSING is not None, reason=f"native service: {MISSING}")
+
+
+def get(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.headers["Content-Type"], answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read()
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[NativeUserService]:
+    with NativeUserService(users=100, latency_ms=5) as running:
+        yield running
+
+
+def test_the_answers_are_the_python_services_text() -> None:
+    """No nginx needed: the text the JavaScript builds, for ids across several periods."""
+    for user_id in [*range(2_100), 99_999, 123_456_789]:
+        assert record_body(user_id) == json.dumps(user_record(user_id))
+
+
+@needs_nginx
+def test_records_404s_and_bookkeeping(service: NativeUserService) -> None:
+    assert service.url == f"http://127.0.0.1:{service.port}/users/{{key}}"
+    assert service.base_url == f"http://127.0.0.1:{service.port}"
+    before = service.request_count()
+    asked = ["0", "7", "42", "99", "7"]  # 7 twice
+    for key in asked:
+        status, content_type, body = get(service.url.format(key=key))
+        assert status == 200
+        assert content_type.startswith("application/json")
+        assert json.loads(body) == user_record(int(key))
+        assert body.decode() == json.dumps(user_record(int(key)))
+    for key in ("100", "abc"):
+        status, content_type, body = get(service.url.format(key=key))
+        assert status == 404, key
+        assert content_type.startswith("application/json")
+        assert json.loads(body) == {"error": "no such user"}
+    assert service.request_count() - before == len(asked) + 2
+    assert service.keys_asked() >= {"0", "7", "42", "99", "100", "abc"}
+    assert service.distinct_keys() == len(service.keys_asked())
+    assert service.keys_served == service.request_count()
+
+
+@needs_nginx
+def test_batch_post(service: NativeUserService) -> None:
+    request = urllib.request.Request(
+        service.batch_url, data=json.dumps({"keys": [3, "4", 3, 500]}).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert json.loads(answer.read()) == {"3": user_record(3), "4": user_record(4)}
+
+
+async def _at_once(port: int, keys: list[int]) -> list[bytes]:
+    """One GET per key, each on its own connection, all written in the same instant (the
+    connections opened first), so that they are in flight together even on a busy machine."""
+    streams = [await asyncio.open_connection("127.0.0.1", port) for _ in keys]
+    for (_, writer), key in zip(streams, keys):
+        writer.write(f"GET /users/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    answers = [await reader.read() for reader, _ in streams]
+    for _, writer in streams:
+        writer.close()
+    return answers
+
+
+@needs_nginx
+def test_peak_in_flight_of_concurrent_requests() -> None:
+    with NativeUserService(users=100, latency_ms=5) as fresh:
+        assert fresh.peak_in_flight() == 0
+        answers = asyncio.run(_at_once(fresh.port, list(range(10))))
+        assert all(answer.startswith(b"HTTP/1.1 200 ") for answer in answers)
+        assert fresh.request_count() == 10
+        assert fresh.distinct_keys() == 10
+        assert fresh.connections == 10
+        assert fresh.peak_in_flight() >= 5
+
+
+@needs_nginx
+def test_nothing_is_left_after_exit() -> None:
+    with NativeUserService(users=10, latency_ms=0) as short:
+        directory, process = short.directory, short.process
+        assert directory is not None and os.path.isdir(directory)
+        assert process is not None and process.poll() is None
+        assert get(short.url.format(key=1))[0] == 200
+    assert not os.path.exists(directory)
+    assert process.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)  # its workers are gone too
+    assert short.request_count() == 1  # the last counts are kept
+
+
+@needs_nginx
+def test_http_store_native_answers() -> None:
+    with http_store(100, 1.0, batch=False, service="native") as store:
+        assert store.name == "http-get-1ms, nginx" and service_of(store.name) == "nginx"
+        assert store.server_port is not None
+        status, _, body = get(store.target.format(key=12))
+        assert status == 200 and json.loads(body) == user_record(12)
+        assert store.requests() == 1
+
+
+def test_http_store_rejects_an_unknown_service() -> None:
+    with (
+        pytest.raises(ValueError, match="python, native, auto"),
+        http_store(10, 0.0, batch=False, service="go"),
+    ):
+        pass
+
+
+def test_without_nginx_native_says_what_is_missing_and_auto_falls_back(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ASYNCLOOKUP_NGINX", "/nonexistent/nginx")
+    why = native_service_available()
+    assert why is not None and "nginx is not installed" in why and "\n" not in why
+    with (
+        pytest.raises(RuntimeError, match="nginx is not installed"),
+        http_store(10, 0.0, batch=False, service="native"),
+    ):
+        pass
+    with http_store(10, 0.0, batch=False, service="auto") as store:
+        assert store.name == "http-get-0ms" and service_of(store.name) == "python"
+        assert get(store.target.format(key=3))[0] == 200
+    assert "the Python one answers" in capsys.readouterr().out
