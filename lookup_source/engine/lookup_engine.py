@@ -50,7 +50,7 @@ from lookup_source.engine.request.deadline import cancel_abandoned
 from lookup_source.engine.request.executor import RequestExecutor
 from lookup_source.engine.request.hedge import Hedging
 from lookup_source.engine.request.limit import limit_of
-from lookup_source.engine.request.retry import FinalFailure, Sleep
+from lookup_source.engine.request.retry import FinalFailure
 from lookup_source.engine.request.slots import RequestSlots
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.redaction import Redactor
@@ -72,7 +72,6 @@ class LookupEngine:
         client: LookupClient,
         spec: EngineSpec,
         *,
-        sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         buffer_rows: int | None = None,
         cache: CacheLayer | None = None,
@@ -104,7 +103,6 @@ class LookupEngine:
             self._fields,
             hedging=hedging,
             budget=budget,
-            sleep=sleep,
             rng=rng,
             redact=redact,
         )

@@ -23,7 +23,7 @@ from lookup_source.engine.request.key_rules import STORE_RULES, KeyRules
 from lookup_source.engine.request.limit import ConcurrencyLimit
 from lookup_source.engine.request.pacing import Admission, AskedKeys, Pacing
 from lookup_source.engine.request.rate_limit import RateLimiter
-from lookup_source.engine.request.retry import FinalFailure, RetryPolicy, Sleep
+from lookup_source.engine.request.retry import FinalFailure, RetryPolicy
 from lookup_source.engine.request.slots import RequestSlots
 from lookup_source.errors import OverloadedError, RecordError
 from lookup_source.redaction import redact_text
@@ -95,7 +95,6 @@ class RequestExecutor:
         feedback: Feedback,
         metrics: LookupMetrics,
         fields: list[pa.Field],
-        sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         hedging: Hedging | None = None,
         hedge_slot: tuple[Callable[[], Awaitable[None]], Callable[[], None]] | None = None,
@@ -111,7 +110,6 @@ class RequestExecutor:
         self._feedback = feedback
         self._metrics = metrics
         self._fields = fields
-        self._sleep = sleep
         self._rng = rng
         self._hedging = hedging
         self._take_slot, self._give_slot = hedge_slot or (_no_wait, _nothing)
@@ -133,13 +131,12 @@ class RequestExecutor:
         *,
         hedging: Hedging | None = None,
         budget: TaskBudget | None = None,
-        sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         redact: Callable[[str], str] = redact_text,
     ) -> RequestExecutor:
         """The executor a task's ``options`` describe (retry, time limits, ``rate.limit``),
         its requests counted in ``slots``; with ``hedging`` and a cluster ``budget``."""
-        rate_limiter = RateLimiter(options.rate_limit, sleep=sleep) if options.rate_limit else None
+        rate_limiter = RateLimiter(options.rate_limit) if options.rate_limit else None
         return cls(
             client,
             RetryPolicy(options.retry),
@@ -150,7 +147,6 @@ class RequestExecutor:
             ),
             metrics=metrics,
             fields=fields,
-            sleep=sleep,
             rng=rng,
             hedging=hedging,
             hedge_slot=(slots.take_for_hedge, slots.release),
@@ -198,7 +194,7 @@ class RequestExecutor:
                 if rows is None:
                     return merge(answers)
                 self._metrics.retries += 1  # late dimension rows: the missing keys again
-                await self._sleep(delay)
+                await asyncio.sleep(delay)
                 continue
             finally:
                 if admission is not None:
@@ -210,7 +206,7 @@ class RequestExecutor:
             if not deadline.allows(loop.time() + delay):
                 raise FinalFailure(deadline.error(attempt, error), attempt)
             self._metrics.retries += 1
-            await self._sleep(delay)
+            await asyncio.sleep(delay)
 
     def _still_missing(
         self, answers: list[Answer], attempt: int, deadline: RequestDeadline, now: float

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from lookup_source.engine.clock import Clock
 
 
 class RateLimiter:
@@ -16,27 +12,16 @@ class RateLimiter:
     served in order and the cap holds over any window.
     """
 
-    def __init__(
-        self,
-        rate: float,
-        *,
-        clock: Clock | None = None,
-        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-    ) -> None:
+    def __init__(self, rate: float) -> None:
         if rate <= 0:
             raise ValueError("rate must be positive")
         self.interval = 1.0 / rate
-        self._clock = clock
-        self._sleep = sleep
         self._next = 0.0
-
-    def _now(self) -> float:
-        return self._clock() if self._clock else asyncio.get_running_loop().time()
 
     async def acquire(self, units: float = 1.0) -> None:
         """Wait for the next free slot, and take ``units`` of them (a request's cost)."""
-        now = self._now()
+        now = asyncio.get_running_loop().time()  # the engine's clock: its loop's
         slot = max(now, self._next)
         self._next = slot + units * self.interval
         if slot > now:
-            await self._sleep(slot - now)
+            await asyncio.sleep(slot - now)

@@ -7,13 +7,9 @@ The attempts themselves are run by :mod:`.executor`.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from lookup_source.settings import RetrySettings
-
-Sleep = Callable[[float], Awaitable[Any]]
 
 
 @dataclass(frozen=True)

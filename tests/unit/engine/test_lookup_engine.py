@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -282,32 +283,41 @@ def test_unknown_exceptions_are_not_retried() -> None:
     assert len(store.requests) == 1
 
 
+def attempt_times(store: FakeStore) -> list[float]:
+    """Have ``store`` note the loop's (virtual) time of each request it is sent."""
+    times: list[float] = []
+
+    def note(keys: Any) -> float:
+        times.append(asyncio.get_running_loop().time())
+        return 0.0  # answered at once: the time between attempts is the backoff alone
+
+    store.latency = note
+    return times
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [round(later - earlier, 9) for earlier, later in itertools.pairwise(times)]
+
+
 @pytest.mark.parametrize("backoff", ["fixed", "exponential"])
 def test_backoff_delays(backoff: str) -> None:
     store = FakeStore(TABLE)
     store.failures = [TransientError("x")] * 5
-    delays: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        delays.append(seconds)
-
+    times = attempt_times(store)
     spec = make_spec(
         make_options(max_attempts=6, backoff=backoff, initial_delay_ms=100, max_delay_ms=500)
     )
 
     async def drive() -> list[pa.RecordBatch]:
         engine = LookupEngine(
-            FakeClient(make_config(spec), store),
-            spec,
-            sleep=fake_sleep,
-            rng=random.Random(1),
-            redact=Redactor(),
+            FakeClient(make_config(spec), store), spec, rng=random.Random(1), redact=Redactor()
         )
         out = flat(await engine.submit(key_batch([1])))
         return out + flat(await engine.finish())
 
-    out = virtual_time.run(drive())
+    out = virtual_time.run(drive())  # the engine's time is its loop's: virtual here
     assert rows(out)[0]["name"] == "user-1"
+    delays = gaps(times)
     assert len(delays) == 5
     if backoff == "fixed":
         assert delays == [0.1] * 5
@@ -321,22 +331,16 @@ def test_backoff_delays(backoff: str) -> None:
 def test_retry_after_hint_is_honoured_but_capped() -> None:
     store = FakeStore(TABLE)
     store.failures = [TransientError("429", retry_after=0.3), TransientError("429", retry_after=60)]
-    delays: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        delays.append(seconds)
-
+    times = attempt_times(store)
     spec = make_spec(make_options(backoff="fixed", initial_delay_ms=10, max_delay_ms=1000))
 
     async def drive() -> None:
-        engine = LookupEngine(
-            FakeClient(make_config(spec), store), spec, sleep=fake_sleep, redact=Redactor()
-        )
+        engine = LookupEngine(FakeClient(make_config(spec), store), spec, redact=Redactor())
         flat(await engine.submit(key_batch([1])))
         flat(await engine.finish())
 
     virtual_time.run(drive())
-    assert delays == [0.3, 1.0]
+    assert gaps(times) == [0.3, 1.0]
 
 
 def test_on_error_null_fills_nulls_and_keeps_every_row() -> None:

@@ -82,23 +82,22 @@ def test_no_burst_is_saved_up_while_idle() -> None:
     assert virtual_time.run(scenario()) == [5.0, 5.1, 5.2]
 
 
-def test_an_injected_clock_and_sleep_are_used_instead_of_the_loops() -> None:
-    now = [100.0]
-    slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(round(seconds, 6))
-        now[0] += seconds
-
-    async def scenario() -> None:
-        limiter = RateLimiter(2.0, clock=lambda: now[0], sleep=sleep)
+def test_the_limiter_keeps_the_loops_time() -> None:
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        limiter = RateLimiter(2.0)
+        times = []
         await limiter.acquire()  # at 100.0: no wait
+        times.append(loop.time())
         await limiter.acquire()  # due at 100.5
-        now[0] += 2.0  # 102.5: past the next slot
+        times.append(loop.time())
+        await asyncio.sleep(2.0)  # 102.5: past the next slot
         await limiter.acquire()
+        times.append(loop.time())
         await limiter.acquire(2.0)  # due at 103.0, holds until 104.0
+        times.append(loop.time())
         await limiter.acquire()
+        times.append(loop.time())
+        return times
 
-    virtual_time.run(scenario(), start=7.0)
-    assert slept == [0.5, 0.5, 1.0]
-    assert now[0] == 104.0
+    assert virtual_time.run(scenario(), start=100.0) == [100.0, 100.5, 102.5, 103.0, 104.0]
