@@ -179,6 +179,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="http-transports scenario: the service's time per GET (default: %(default)s)",
     )
     parser.add_argument(
+        "--transports-service",
+        choices=("python", "native", "auto"),
+        default="python",
+        help="http-transports scenario: the service answering the GETs: python (aiohttp, in "
+        "the bench process), native (nginx with its JavaScript module, njs: next to no CPU "
+        "per GET; Debian: apt-get install nginx-light libnginx-mod-http-js), auto (native "
+        "where installed, else python) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--peers-python",
         default=None,
         help="http-transports scenario: a Python with Daft and/or Ray Data and aiohttp, "

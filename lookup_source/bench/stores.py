@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from lookup_source.bench.native_service import NativeUserService
+from lookup_source.bench.native_site import NativeServiceUnavailable, native_service_available
 from lookup_source.bench.proxy import LatencyProxy
 from lookup_source.service import UserService, user_record
 
@@ -58,22 +60,69 @@ def _maybe_proxied(url: str, default_port: int, delay_ms: float) -> Iterator[str
         yield _through(url, p.port)
 
 
+SERVICES = ("python", "native", "auto")
+"""The HTTP services :func:`http_store` starts: ``python`` (:class:`UserService`, aiohttp in
+this process), ``native`` (:class:`~lookup_source.bench.native_service.NativeUserService`,
+nginx + njs), ``auto`` (native where nginx and njs are installed, else python)."""
+
+NATIVE_SUFFIX = ", nginx"
+"""Ends the name of a store the native service answers."""
+
+
+def service_of(store_name: str) -> str:
+    """Which service answered a store (from its name): ``nginx`` or ``python``."""
+    return "nginx" if store_name.endswith(NATIVE_SUFFIX) else "python"
+
+
+def _native(service: str) -> bool:
+    """Whether ``service`` (one of :data:`SERVICES`) means the native service here."""
+    if service not in SERVICES:
+        raise ValueError(f"service must be one of {', '.join(SERVICES)}, not {service!r}")
+    if service == "python":
+        return False
+    why = native_service_available()
+    if why is None:
+        return True
+    if service == "native":
+        raise NativeServiceUnavailable(f"the native HTTP service (nginx + njs) cannot run: {why}")
+    print(
+        f"  http service: the native one is not available ({why}); the Python one answers",
+        flush=True,
+    )
+    return False
+
+
 @contextmanager
-def http_store(users: int, latency_ms: float, *, batch: bool) -> Iterator[Store]:
-    with UserService(users=users, latency_ms=latency_ms) as service:
+def http_store(
+    users: int, latency_ms: float, *, batch: bool, service: str = "python"
+) -> Iterator[Store]:
+    """A user service (``service``: one of :data:`SERVICES`) and the store reaching it."""
+    native = _native(service)
+    with ExitStack() as stack:
+        if native:
+            nginx = stack.enter_context(NativeUserService(users=users, latency_ms=latency_ms))
+            url, batch_url, count = nginx.url, nginx.batch_url, nginx.request_count
+            server_port: int | None = nginx.port  # its CPU: the store's
+        else:
+            python = stack.enter_context(UserService(users=users, latency_ms=latency_ms))
+            url, batch_url, count = python.url, python.batch_url, python.request_count
+            server_port = None  # its CPU: the bench process's
         options = (
-            {"connector": "http", "http.batch.url": service.batch_url, "batch.size": "100"}
+            {"connector": "http", "http.batch.url": batch_url, "batch.size": "100"}
             if batch
-            else {"connector": "http", "url": service.url}
+            else {"connector": "http", "url": url}
         )
         yield Store(
-            f"http-{'batch' if batch else 'get'}-{latency_ms:g}ms",
+            f"http-{'batch' if batch else 'get'}-{latency_ms:g}ms"
+            + (NATIVE_SUFFIX if native else ""),
             "http",
             options,
             latency_ms,
-            target=service.batch_url if batch else service.url,
+            target=batch_url if batch else url,
             batch=batch,
-            requests=service.request_count,
+            requests=count,
+            extra={"service": "nginx" if native else "python"},
+            server_port=server_port,
         )
 
 

@@ -13,6 +13,11 @@ distinct keys (60,000, none asked twice), ``--capacity`` requests in flight per 
   skipped with a message when it has not);
 - the Spark floor (the same ``mapInArrow``, no I/O).
 
+The service is ``--transports-service``: ``python`` (default; :class:`UserService`, aiohttp
+in the bench process, its CPU the ``bench`` group's), ``native`` (nginx + njs,
+:mod:`.native_service`: next to no CPU per GET, counted as the ``store`` group's; the scenario's
+name ends with ", nginx"), or ``auto`` (native where nginx and njs are installed).
+
 CPU per GET is read by process (:mod:`.cpu`): the Python workers' against the raw aiohttp
 client's is the issue's second target. A peer's CPU is its whole process tree's, its start
 of workers included.
@@ -35,7 +40,7 @@ from lookup_source.bench import methods as m
 from lookup_source.bench import timing
 from lookup_source.bench.context import Context, Result
 from lookup_source.bench.cpu import CpuMeter, tree_cpu_seconds
-from lookup_source.bench.stores import http_store
+from lookup_source.bench.stores import NATIVE_SUFFIX, http_store
 
 TRANSPORTS = (
     ("aiohttp", "asyncio"),
@@ -79,8 +84,13 @@ def run_transports(spark: Any, args: Any) -> list[TransportRun]:
 
     keys = args.transports_keys
     runs: list[TransportRun] = []
-    with http_store(max(keys, args.users), args.transports_latency_ms, batch=False) as store:
-        store.name = f"http-transports-{args.transports_latency_ms:g}ms"
+    service = getattr(args, "transports_service", "python")
+    users = max(keys, args.users)
+    with http_store(users, args.transports_latency_ms, batch=False, service=service) as store:
+        native = store.extra.get("service") == "nginx"
+        store.name = f"http-transports-{args.transports_latency_ms:g}ms" + (
+            NATIVE_SUFFIX if native else ""
+        )
         ids = spark.range(keys, numPartitions=args.tasks)  # each key once, in order
         df = ids.select(F.col("id").alias("event_id"), F.col("id").alias("user_id")).cache()
         df.count()

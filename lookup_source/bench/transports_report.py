@@ -7,7 +7,15 @@ from dataclasses import asdict
 from typing import Any
 
 from lookup_source.bench.context import Result
+from lookup_source.bench.stores import service_of
 from lookup_source.bench.transports import TRANSPORTS, TransportRun
+
+SERVICE_LABELS = {
+    "python": "service: Python (aiohttp, in the bench process)",
+    "nginx": "service: nginx + njs (native)",
+}
+"""The service that answered, as the report's title says it; its CPU per GET is the
+``service`` column (the bench process's and the store server's)."""
 
 # -- report ------------------------------------------------------------------------------------
 
@@ -18,9 +26,11 @@ def transports_report(runs: list[TransportRun], args: Any) -> list[str]:
     today = _find(runs, "asynclookup", "aiohttp", "asyncio")
     raw_aiohttp = _find(runs, "raw", "aiohttp", "asyncio")
     peers = {r.client: r.result for r in runs if r.kind == "peer" and r.result.rows_per_s}
+    service = service_of(runs[0].result.scenario)
     lines = [
         f"### http-transports: per-key GET at {args.transports_latency_ms:g} ms, "
-        f"{args.transports_keys:,} distinct keys, capacity {args.capacity} x {args.tasks} tasks",
+        f"{args.transports_keys:,} distinct keys, capacity {args.capacity} x {args.tasks} tasks, "
+        f"{SERVICE_LABELS[service]}",
         "",
         "| method | rows/s | ÷ 0.5's connector | ÷ Daft | ÷ Ray Data "
         "| core-µs per GET: Python workers | Spark JVM | service | raw client / peer | total "
@@ -41,7 +51,8 @@ def transports_report(runs: list[TransportRun], args: Any) -> list[str]:
             + " | ".join(cells)
             + (
                 f" | {cpu.get('python_workers', 0.0):.0f} | {cpu.get('spark_jvm', 0.0):.0f} | "
-                f"{cpu.get('bench', 0.0):.0f} | {other:.0f} | {cpu.get('total', 0.0):.0f}"
+                f"{cpu.get('bench', 0.0) + cpu.get('store', 0.0):.0f} | {other:.0f} | "
+                f"{cpu.get('total', 0.0):.0f}"
                 if cpu
                 else " | | | | | "
             )
@@ -124,6 +135,7 @@ def as_json(runs: list[TransportRun]) -> list[dict[str, Any]]:
             "kind": r.kind,
             "client": r.client,
             "loop": r.loop,
+            "service": service_of(r.result.scenario),
         }
         for r in runs
     ]

@@ -13,11 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lookup_source.bench.native_service import (
-    NativeUserService,
-    native_service_available,
-    record_body,
-)
+from lookup_source.bench.native_service import NativeUserService
+from lookup_source.bench.native_site import native_service_available, record_body
 from lookup_source.bench.stores import http_store, service_of
 from lookup_source.service import user_record
 
