@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lookup_source.bench.proxy import LatencyProxy
 
 
+@pytest.mark.timeout(900)  # every scenario, small: the run's own limit below holds it
 def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     command = [
         sys.executable,

@@ -84,10 +84,14 @@ class Faults:
 
     def watch(self) -> None:
         killed = restarted = False
+        kills = 0
         while not self.done.is_set() and not (killed and restarted):
             busy = len(self.service.arrivals) >= 300
             if self.service.phase == "in_flight" and busy and not killed:
-                killed = self._kill_an_executor()  # else: no worker holds a lease yet; again
+                # again while no worker holds a lease; and once more if the workers of the one
+                # killed gave theirs back between the reading and the kill (a busy machine)
+                kills += self._kill_an_executor()
+                killed = self.dead_leases > 0 or kills >= 2
             if self.service.phase == "restart" and busy and not restarted:
                 self.redis.kill()
                 time.sleep(0.5)
