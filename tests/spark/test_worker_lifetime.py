@@ -345,7 +345,6 @@ STOP_JOB = textwrap.dedent(
     import sys
     from pyspark.sql import SparkSession, functions as F
     from lookup_source import lookup_join
-from lookup_source.spark.progress import progress_metrics
 
     redis_url, postgres_url, pattern, table = sys.argv[1:5]
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
@@ -434,7 +433,6 @@ NO_REUSE_JOB = textwrap.dedent(
     import redis
     from pyspark.sql import SparkSession, functions as F
     from lookup_source import lookup_join
-from lookup_source.spark.progress import progress_metrics
 
     redis_url, pattern = sys.argv[1:3]
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
