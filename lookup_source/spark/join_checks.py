@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import pickle
 import threading
@@ -28,7 +29,13 @@ from lookup_source.engine.clock import monotonic
 from lookup_source.engine.scan import keys_match_exactly, table_facts
 from lookup_source.redaction import redact_text
 from lookup_source.settings import KeySettings
-from lookup_source.spark.join_markers import VETO, VETO_REASON
+from lookup_source.spark.join_markers import (
+    DECISION_METADATA,
+    FACT_INPUT_ROWS,
+    FACT_TABLE_KEYS,
+    VETO,
+    VETO_REASON,
+)
 from lookup_source.spark.plan import LookupPlan
 
 log = logging.getLogger("lookup_source")
@@ -51,6 +58,59 @@ _INEXACT = {
     "own, such as integers read as strings): Spark's join keeps every row it finds",
 }
 """Why a SQL JOIN stays Spark's, by whether the connector reports its rows' keys."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleFacts:
+    """What the SQL extension's rule tells the table function of a JOIN it rewrote (the call's
+    last argument, JSON): Spark's estimate of the input's rows, and the table's key columns as
+    the rule took them from the relation."""
+
+    input_rows: int | None = None
+    table_keys: tuple[str, ...] | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> RuleFacts:
+        """The facts in ``text`` (None or empty: none told); raises on anything malformed."""
+        if not text or not text.strip():
+            return cls()
+        given = json.loads(text)
+        if not isinstance(given, dict):
+            raise ValueError(f"the rule's facts are not a JSON object: {text[:100]!r}")
+        rows = given.get(FACT_INPUT_ROWS)
+        if rows is not None and (type(rows) is not int or rows < 0):
+            raise ValueError(f"{FACT_INPUT_ROWS} is not a count of rows: {rows!r}")
+        keys = given.get(FACT_TABLE_KEYS)
+        if keys is not None and (
+            not isinstance(keys, list) or not all(isinstance(k, str) for k in keys)
+        ):
+            raise ValueError(f"{FACT_TABLE_KEYS} is not a list of column names: {keys!r}")
+        return cls(rows, None if keys is None else tuple(keys))
+
+    def disagreement(self, plan: LookupPlan) -> str | None:
+        """Why the rule's key columns are not the data source's (then its rewrite would join
+        on other columns than the lookups use), or None."""
+        if self.table_keys is None:
+            return None
+        if [k.lower() for k in self.table_keys] == [k.lower() for k in plan.key_names]:
+            return None
+        return (
+            f"the SQL rule took the table's key to be {', '.join(self.table_keys)}, the data "
+            f"source {', '.join(plan.key_names)}: Spark's join"
+        )
+
+
+def decided(schema: StructType, key_column: str, reason: str) -> StructType:
+    """``schema``, its column ``key_column`` (a key of the input, which the rewrite drops)
+    saying why the join runs as lookups, for the rule to record."""
+    return StructType(
+        [
+            StructField(f.name, f.dataType, f.nullable, {**f.metadata, DECISION_METADATA: reason})
+            if f.name == key_column
+            else f
+            for f in schema.fields
+        ]
+    )
 
 
 def veto(reason: str) -> StructType:

@@ -27,3 +27,15 @@ DECISION_LOOKUP = "lookup"
 
 DECISION_SPARK = "spark"
 """A decision of the rewrite: the join is left to Spark."""
+
+DECISION_METADATA = "asynclookup.decision"
+"""The key of the metadata on the first key column of a table function's answer to a rewritten
+JOIN that says why the join runs as lookups (the rule records it as its decision)."""
+
+FACT_INPUT_ROWS = "input_rows"
+"""What the rule tells the table function (its last argument, JSON): Spark's estimate of the
+join's input rows (absent: unknown), which the table's ``strategy`` judges."""
+
+FACT_TABLE_KEYS = "table_keys"
+"""What the rule tells the table function: the table's key columns, as the rule took them (the
+table function refuses a rewrite whose keys are not the data source's)."""

@@ -19,6 +19,7 @@ the whole table; the table function looks up just the keys of the events, on eac
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import uuid
@@ -35,7 +36,6 @@ from lookup_source.settings import (
     KEY_COLUMN,
     PARTITION_BY_KEY,
     SQL_JOIN_FUNCTION,
-    STRATEGY_LOOKUP_MAX_INPUT_ROWS,
     LookupOptions,
     option_strings,
     parse_options,
@@ -105,9 +105,8 @@ def register_lookup_table(
     plan = LookupPlan.build(lookup_options, schema)
     # partition.by-key shapes the table function's input; the view is a scan
     view_options = {k: v for k, v in raw.items() if k.strip().lower() != PARTITION_BY_KEY}
-    _sql_join_limit(view_options, plan, name)
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
-    table_function = lookup_table_function(plan, metrics, spark, name=name)
+    table_function = lookup_table_function(_sql_join_limit(plan, name), metrics, spark, name=name)
     _register(spark, name, plan, view_options, table_function)
 
 
@@ -145,17 +144,17 @@ def _register(
     remember_join_function(spark, name, join_function)
 
 
-def _sql_join_limit(view_options: dict[str, str], plan: LookupPlan, name: str) -> None:
-    """``strategy=auto``: the input size up to which a SQL JOIN against the view runs as
-    lookups, worked out once (the store is asked for its table's size) and handed to the SQL
-    extension in the view's options."""
+def _sql_join_limit(plan: LookupPlan, name: str) -> LookupPlan:
+    """``strategy=auto``: ``plan`` with the input size up to which a SQL JOIN against the view
+    runs as lookups (``strategy.lookup.max-input-rows``), worked out once (the store is asked
+    for its table's size); its table function judges each JOIN by it
+    (:func:`~lookup_source.spark.strategy.sql_join_decision`)."""
     if plan.options.plan.strategy != "auto":
-        return
+        return plan
     limit, why = sql_join_limit(plan)
     if limit is None:
         log.info("asynclookup: a SQL JOIN against %s runs as lookups at any size: %s", name, why)
-        return
-    view_options[STRATEGY_LOOKUP_MAX_INPUT_ROWS] = str(limit)
+        return plan
     log.info(
         "asynclookup: a SQL JOIN against %s runs as lookups for inputs up to %s rows (%s), "
         "as a scan and Spark's join above",
@@ -163,6 +162,9 @@ def _sql_join_limit(view_options: dict[str, str], plan: LookupPlan, name: str) -
         f"{limit:,}",
         why,
     )
+    options = plan.options
+    planned = dataclasses.replace(options.plan, lookup_max_input_rows=limit)
+    return dataclasses.replace(plan, options=dataclasses.replace(options, plan=planned))
 
 
 def _register_function(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,11 +25,11 @@ from pyspark.sql.types import StringType, StructField
 from lookup_source.connector_api.secrets import read_on_driver
 from lookup_source.engine.scan import estimate_rows
 from lookup_source.errors import OptionError
-from lookup_source.settings import ERROR_COLUMN
+from lookup_source.settings import ERROR_COLUMN, STRATEGY_LOOKUP_MAX_INPUT_ROWS
 from lookup_source.spark import plan_cost
-from lookup_source.spark.internals import plan_text
 from lookup_source.spark.plan import LookupPlan
 from lookup_source.spark.plan_cost import DEFAULT_COSTS, StoreCosts
+from lookup_source.spark.plan_sizes import input_rows, row_width
 from lookup_source.spark.table_read import TableReader, read_table, table_reader
 from lookup_source.spark.versions import BROADCAST
 
@@ -143,69 +142,6 @@ def _by_estimate(
     return Choice(best, f"the cheapest by estimate: {estimate.describe()}; {sizes}")
 
 
-_ROW_COUNT = re.compile(r"rowCount=([0-9.E+]+)")
-_SIZE = re.compile(r"sizeInBytes=([0-9.]+)\s*([KMGTPE]?i?B)")
-_UNITS = {"B": 1, **{f"{p}iB": 2 ** (10 * (i + 1)) for i, p in enumerate("KMGTPE")}}
-
-
-def input_rows(df: Any) -> int | None:
-    """Spark's estimate of ``df``'s rows: the optimizer's row count, or its size in bytes over
-    the width of a row; None when Spark cannot tell (or says more rows than there can be)."""
-    try:
-        text = plan_text(df, "cost")  # the optimized plan, its root's statistics first
-        width = row_width(df.schema)
-    except Exception:
-        return None
-    if "Statistics(" not in text:
-        return None
-    statistics = text[text.index("Statistics(") :].split(")", 1)[0]
-    found = _ROW_COUNT.search(statistics)
-    if found:
-        return int(float(found.group(1)))
-    size = _SIZE.search(statistics)
-    if size is None:
-        return None
-    total = float(size.group(1)) * _UNITS.get(size.group(2), 1)
-    if total >= 2**62:  # Spark's "unknown" is about Long.MaxValue bytes
-        return None
-    return int(total // width)
-
-
-_FIXED_WIDTH = {
-    "boolean": 1,
-    "byte": 1,
-    "short": 2,
-    "integer": 4,
-    "float": 4,
-    "date": 4,
-    "long": 8,
-    "double": 8,
-    "timestamp": 8,
-    "timestamp_ntz": 8,
-    "string": 20,
-    "binary": 100,
-}
-
-
-def row_width(schema: Any) -> int:
-    """Bytes per row in Spark's own estimate (``DataType.defaultSize``: a string 20, a binary
-    100, an array or a map one element, a decimal 8 or 16), at least 8."""
-
-    def width(data_type: Any) -> int:
-        kind = data_type.typeName()
-        if kind == "struct":
-            return sum(width(f.dataType) for f in data_type.fields)
-        if kind == "array":
-            return width(data_type.elementType)
-        if kind == "map":
-            return width(data_type.keyType) + width(data_type.valueType)
-        if kind == "decimal":
-            return 8 if data_type.precision <= 18 else 16
-        return _FIXED_WIDTH.get(kind, 8)
-
-    return max(8, width(schema))
-
-
 BROADCAST_BYTES = 8 * 2**30
 """Spark's own limit on a broadcast table (``BroadcastExchangeExec``): 8 GB."""
 HASH_OVERHEAD = 3
@@ -289,6 +225,40 @@ def sql_join_limit(plan: LookupPlan) -> tuple[int | None, str]:
     if limit is None:
         return None, f"lookups cost less than a scan at any input size (the table {_rows(table)})"
     return limit, f"where lookups and a scan of the table ({_rows(table)}) cost the same"
+
+
+def sql_join_decision(plan: LookupPlan, input_rows: int | None) -> tuple[bool, str]:
+    """Whether a SQL JOIN against ``plan``'s table runs as lookups, as its ``strategy`` says, and
+    why, for an input of about ``input_rows`` rows (Spark's estimate, which the SQL extension
+    hands the table function; None: unknown): ``lookup`` always; ``scan`` and ``broadcast``
+    never (Spark scans the table and joins it); ``auto`` for an input of at most
+    ``strategy.lookup.max-input-rows`` (given, or worked out by register_lookup_table from the
+    table's size: :func:`sql_join_limit`), and when either size is unknown::
+
+        sql_join_decision(plan, 100_000)
+        # (False, "strategy=auto: a scan and Spark's join: the input ~100,000 rows, lookups
+        #  up to 20 (strategy.lookup.max-input-rows)")
+    """
+    requested = plan.options.plan.strategy
+    if requested != "auto":
+        if requested == "lookup":
+            return True, "strategy=lookup"
+        return False, f"strategy={requested}: Spark scans the table and joins it"
+    limit = plan.options.plan.lookup_max_input_rows
+    if limit is None:
+        return True, (
+            "strategy=auto and no strategy.lookup.max-input-rows: lookups (the table's size is "
+            "unknown, or only lookups can read it)"
+        )
+    if input_rows is None:
+        return True, "strategy=auto: the input's size is unknown: lookups"
+    sizes = (
+        f"the input ~{input_rows:,} rows, lookups up to {limit:,} "
+        f"({STRATEGY_LOOKUP_MAX_INPUT_ROWS})"
+    )
+    if input_rows <= limit:
+        return True, f"strategy=auto: lookups: {sizes}"
+    return False, f"strategy=auto: a scan and Spark's join: {sizes}"
 
 
 def strategy_of(df: DataFrame, plan: LookupPlan) -> Choice:

@@ -23,6 +23,8 @@ from lookup_source.engine.runner import ClientFactory, LookupTask
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS, HOW_ALIASES, HOWS
 from lookup_source.errors import SchemaError
 from lookup_source.spark.join_checks import (
+    RuleFacts,
+    decided,
     describe_failure,
     for_sql_join,
     not_in_refusal,
@@ -33,6 +35,7 @@ from lookup_source.spark.join_checks import (
 from lookup_source.spark.join_markers import NOT_IN, SQL_JOIN
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.shape import TABLE_ARGUMENT, output_schema, resolve_on
+from lookup_source.spark.strategy import sql_join_decision
 from lookup_source.spark.versions import is_connect
 
 
@@ -68,10 +71,13 @@ def _analyze(
     matched: AnalyzeArgument | None = None,
     mode: AnalyzeArgument | None = None,
     conditions: AnalyzeArgument | None = None,
+    facts: AnalyzeArgument | None = None,
 ) -> LookupAnalyzeResult:
     """The lookup table function's ``analyze``. Called by the SQL extension for a JOIN it
-    rewrites (``mode`` ``'sql-join'``), it never raises: it refuses instead, when the lookup
-    could not give Spark's join's rows (:mod:`.join_checks`)."""
+    rewrites (``mode`` ``'sql-join'``, and ``facts``: what the rule knows of the query), it
+    never raises: it refuses instead, when the table's ``strategy`` leaves the join to Spark or
+    the lookup could not give Spark's join's rows (:mod:`.join_checks`); else it says why the
+    join runs as lookups."""
     sql_join = mode is not None and _constant(mode, "the mode").strip() == SQL_JOIN
     if not sql_join:
         return _analyzed(plan, buckets, table, keys, how, matched, conditions)
@@ -79,14 +85,19 @@ def _analyze(
         not_in = how is not None and _constant(how, "how").strip().lower() == NOT_IN
         if not_in and how is not None:  # the SQL extension's NOT IN: an anti join (its nulls
             how = dataclasses.replace(how, value="anti")  # filtered out by the extension)
+        told = RuleFacts.parse(None if facts is None else _constant(facts, "the rule's facts"))
+        lookups, decision = sql_join_decision(plan, told.input_rows)
+        why = None if lookups else decision
+        why = why or told.disagreement(plan)
         result = _analyzed(plan, buckets, table, keys, how, matched, conditions)
-        why = untravelled(result.input_schema or StructType()) or refusal(plan)
+        why = why or untravelled(result.input_schema or StructType()) or refusal(plan)
         if why is None and not_in:
             why = not_in_refusal(plan)
     except Exception as error:  # never fail the query: leave the join to Spark
         why = describe_failure(error)
     if why is not None:
         return LookupAnalyzeResult(schema=veto(why))
+    result.schema = decided(result.schema, result.on[0], decision)
     result.sql_join = True
     return result
 
@@ -185,8 +196,9 @@ def lookup_handler(
             matched: AnalyzeArgument | None = None,
             mode: AnalyzeArgument | None = None,
             conditions: AnalyzeArgument | None = None,
+            facts: AnalyzeArgument | None = None,
         ) -> AnalyzeResult:
-            return _analyze(plan, buckets, table, keys, how, matched, mode, conditions)
+            return _analyze(plan, buckets, table, keys, how, matched, mode, conditions, facts)
 
     return LookupJoinFunction
 
@@ -233,6 +245,7 @@ class _LookupRuns:
         matched: pa.Array | None = None,
         mode: pa.Array | None = None,
         conditions: pa.Array | None = None,
+        facts: pa.Array | None = None,
     ) -> Iterator[pa.RecordBatch]:
         try:
             if self.task is None:

@@ -11,7 +11,7 @@ from typing import Any
 from lookup_source import lookup_join
 from lookup_source.spark import internals
 from lookup_source.spark.metrics import FUNCTION_ID
-from lookup_source.spark.strategy import input_rows, row_width
+from lookup_source.spark.plan_sizes import input_rows, row_width
 
 
 async def fetch(user_id: int) -> dict[str, str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lookup_source.spark.join_checks import RuleFacts
 from lookup_source.spark.sql_extension.contract import CONTRACT, GENERATED, java_source
 from lookup_source.spark.sql_extension.jar import SOURCE
 from lookup_source.spark.versions import SQL_JOINS
@@ -79,3 +80,13 @@ def test_the_rule_parts_pass_their_java_tests(tmp_path: Path) -> None:
     )
     assert ran.returncode == 0 and " 0 failed" in ran.stdout, ran.stdout[-3000:]
     assert int(ran.stdout.split(" passed")[0].split()[-1]) >= 20
+    # what the rule tells the table function, as the table function reads it
+    told = [
+        RuleFacts.parse(line.removeprefix("FACTS "))
+        for line in ran.stdout.splitlines()
+        if line.startswith("FACTS ")
+    ]
+    assert told == [
+        RuleFacts(1234567, ("k", 'Odd "name"\\')),
+        RuleFacts(None, ("a", "b")),
+    ]

@@ -25,14 +25,14 @@ from lookup_source.settings import (
     KEY_COLUMN,
     KEYS,
     SQL_JOIN_FUNCTION,
-    STRATEGY,
-    STRATEGY_LOOKUP_MAX_INPUT_ROWS,
 )
-from lookup_source.settings.plan import PlanSettings
 from lookup_source.spark.join_markers import (
     COLUMN_PREFIX,
     DECISION_LOOKUP,
+    DECISION_METADATA,
     DECISION_SPARK,
+    FACT_INPUT_ROWS,
+    FACT_TABLE_KEYS,
     KEY_METADATA,
     NOT_IN,
     SQL_JOIN,
@@ -45,23 +45,12 @@ HERE = Path(__file__).resolve().parent
 GENERATED = HERE / "java" / "asynclookup" / "sql" / "Contract.java"
 
 
-def _strategies() -> tuple[str, ...]:
-    """The values ``strategy`` takes (its declaration's choices)."""
-    import dataclasses
-
-    field = next(f for f in dataclasses.fields(PlanSettings) if f.name == "strategy")
-    spec = field.metadata["asynclookup.option"][0]
-    return tuple(spec.parse.choices)
-
-
 CONTRACT: dict[str, str | int] = {
     # the data source, and the options of its relation the rule reads
     "SOURCE": SOURCE_NAME,
     "OPTION_CONNECTOR": CONNECTOR,
     "OPTION_KEYS": KEYS,
     "OPTION_KEY_COLUMN": KEY_COLUMN,
-    "OPTION_STRATEGY": STRATEGY,
-    "OPTION_MAX_INPUT_ROWS": STRATEGY_LOOKUP_MAX_INPUT_ROWS,
     "OPTION_JOIN_FUNCTION": SQL_JOIN_FUNCTION,
     "FUNCTION_CONNECTOR": FUNCTION_CONNECTOR,
     "ERROR_COLUMN": ERROR_COLUMN,
@@ -74,6 +63,10 @@ CONTRACT: dict[str, str | int] = {
     # the rewrite's decisions, as lookup_metrics reads them
     "DECISION_LOOKUP": DECISION_LOOKUP,
     "DECISION_SPARK": DECISION_SPARK,
+    "DECISION_METADATA": DECISION_METADATA,
+    # what the rule tells the table function of the query (its last argument, JSON)
+    "FACT_INPUT_ROWS": FACT_INPUT_ROWS,
+    "FACT_TABLE_KEYS": FACT_TABLE_KEYS,
     # a relation's table function: made by this factory, in Arrow (PythonEvalType's
     # SQL_ARROW_UDTF); named here, not imported (they need PySpark 4.1): a test checks them
     "FACTORY_MODULE": "lookup_source.spark.sql_functions",
@@ -82,7 +75,6 @@ CONTRACT: dict[str, str | int] = {
 }
 CONTRACT |= {f"HOW_{how.upper()}": how for how in HOWS}
 CONTRACT["HOW_NOT_IN"] = NOT_IN
-CONTRACT |= {f"STRATEGY_{name.upper()}": name for name in _strategies()}
 CONTRACT |= {f"OP_{op.upper()}": op for op in OPERATORS}
 CONTRACT |= {f"OPERAND_{kind.upper()}": kind for kind in OPERANDS}
 CONTRACT |= {f"FIELD_{field.upper()}": field for field in FIELDS}

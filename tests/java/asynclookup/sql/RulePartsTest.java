@@ -28,8 +28,8 @@ import scala.Option;
 /**
  * Unit tests of the rule's parts that need no session: what never raises ({@link RaiseFree}),
  * which casts keep equality ({@link Casts}), the pair conditions' JSON ({@link PairConditions}),
- * the table function's pickled command ({@link TableFunctions}), and which Spark versions take
- * the extension. A plain runner (no JUnit on this machine): {@code main} prints each failure and
+ * the table function's pickled command ({@link TableFunctions}), what the rule tells the table
+ * function ({@link RuleFacts}), and which Spark versions take the extension. A plain runner (no JUnit on this machine): {@code main} prints each failure and
  * exits with 1 if there was one; run by tests/unit/test_java_rule_parts.py.
  */
 public final class RulePartsTest {
@@ -42,6 +42,7 @@ public final class RulePartsTest {
     pairConditions();
     pickledCommand();
     versions();
+    ruleFacts();
     System.out.println(passed + " passed, " + FAILED.size() + " failed");
     for (String failure : FAILED) {
       System.out.println("FAILED " + failure);
@@ -142,6 +143,19 @@ public final class RulePartsTest {
         text.contains(Contract.FACTORY_MODULE + "\n" + Contract.FACTORY + "\n"));
     check("options in JSON, sorted", TableFunctions.json(Map.of("b", "2", "a", "\"1\"")).equals(
         "{\"a\":\"\\\"1\\\"\",\"b\":\"2\"}"));
+  }
+
+  /** What the rule tells the table function; also printed ("FACTS <json>") for the Python
+   * side of the test to parse as the table function does. */
+  static void ruleFacts() {
+    String known = RuleFacts.json(1234567, List.of("k", "Odd \"name\"\\"));
+    check(
+        "the facts' JSON: " + known,
+        known.equals("{\"input_rows\":1234567,\"table_keys\":[\"k\",\"Odd \\\"name\\\"\\\\\"]}"));
+    String unknown = RuleFacts.json(-1, List.of("a", "b"));
+    check("an unknown size is left out: " + unknown, unknown.equals("{\"table_keys\":[\"a\",\"b\"]}"));
+    System.out.println("FACTS " + known);
+    System.out.println("FACTS " + unknown);
   }
 
   static void versions() {

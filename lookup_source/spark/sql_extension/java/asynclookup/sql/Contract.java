@@ -12,8 +12,6 @@ final class Contract {
   static final String OPTION_CONNECTOR = "connector";
   static final String OPTION_KEYS = "keys";
   static final String OPTION_KEY_COLUMN = "key.column";
-  static final String OPTION_STRATEGY = "strategy";
-  static final String OPTION_MAX_INPUT_ROWS = "strategy.lookup.max-input-rows";
   static final String OPTION_JOIN_FUNCTION = "sql.join.function";
   static final String FUNCTION_CONNECTOR = "function";
   static final String ERROR_COLUMN = "_lookup_error";
@@ -24,6 +22,9 @@ final class Contract {
   static final String COLUMN_PREFIX = "__asynclookup_";
   static final String DECISION_LOOKUP = "lookup";
   static final String DECISION_SPARK = "spark";
+  static final String DECISION_METADATA = "asynclookup.decision";
+  static final String FACT_INPUT_ROWS = "input_rows";
+  static final String FACT_TABLE_KEYS = "table_keys";
   static final String FACTORY_MODULE = "lookup_source.spark.sql_functions";
   static final String FACTORY = "join_function";
   static final int ARROW_UDTF = 302;
@@ -32,10 +33,6 @@ final class Contract {
   static final String HOW_SEMI = "semi";
   static final String HOW_ANTI = "anti";
   static final String HOW_NOT_IN = "not-in";
-  static final String STRATEGY_LOOKUP = "lookup";
-  static final String STRATEGY_BROADCAST = "broadcast";
-  static final String STRATEGY_SCAN = "scan";
-  static final String STRATEGY_AUTO = "auto";
   static final String OP_EQ = "eq";
   static final String OP_NE = "ne";
   static final String OP_LT = "lt";

@@ -52,7 +52,7 @@ final class DirectLookupPlan {
   private DirectLookupPlan() {}
 
   static LogicalPlan of(
-      SparkSession session, JoinShape shape, Conditions conditions, String function) {
+      SparkSession session, JoinShape shape, Conditions conditions, String function, String facts) {
     LookupTable table = shape.side.table;
     boolean withValues = shape.kind.withValues();
     LogicalPlan call =
@@ -64,7 +64,8 @@ final class DirectLookupPlan {
             shape.kind.how,
             withValues ? Names.MATCHED : "",
             MODE,
-            conditions.onPairs.isEmpty() ? "" : PairConditions.json(conditions.onPairs, inputs(shape)));
+            conditions.onPairs.isEmpty() ? "" : PairConditions.json(conditions.onPairs, inputs(shape)),
+            facts);
     return output(shape, conditions, call);
   }
 

@@ -48,7 +48,7 @@ final class KeysFirstPlan {
   private KeysFirstPlan() {}
 
   static LogicalPlan of(
-      SparkSession session, JoinShape shape, Conditions conditions, String function) {
+      SparkSession session, JoinShape shape, Conditions conditions, String function, String facts) {
     if (shape.input.isStreaming()) {
       throw new NotRewritten(
           "a " + shape.written + " whose conditions Spark must evaluate after the lookups needs"
@@ -73,7 +73,8 @@ final class KeysFirstPlan {
             Contract.HOW_INNER,
             Names.MATCHED,
             DirectLookupPlan.MODE,
-            "");
+            "",
+            facts);
     // the table's columns under ids of our own (the relation's may be read elsewhere too)
     Map<ExprId, Expression> fresh = new HashMap<>();
     List<NamedExpression> columns = new ArrayList<>();

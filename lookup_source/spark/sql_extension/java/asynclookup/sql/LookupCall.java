@@ -8,7 +8,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 
 /**
  * The call {@code <function>(TABLE(<input>), '<keys>', '<how>', '<matched column>', '<mode>',
- * '<conditions on the pairs>')},
+ * '<conditions on the pairs>', '<what the rule knows of the query>')} ({@link RuleFacts}),
  * unresolved:
  * the analyzer then resolves it as it resolves any call of a Python table function (running its
  * {@code analyze}). Made through the session's SQL parser, whose output is stable across Spark
@@ -25,7 +25,8 @@ final class LookupCall {
       String how,
       String matchedColumn,
       String mode,
-      String conditions) {
+      String conditions,
+      String facts) {
     StringBuilder sql = new StringBuilder("SELECT * FROM ");
     sql.append(quoted(function)).append("(TABLE(").append(quoted(Names.PREFIX + "rows"));
     sql.append("), ").append(literal(String.join(",", keyColumns)));
@@ -33,6 +34,7 @@ final class LookupCall {
     sql.append(", ").append(literal(matchedColumn));
     sql.append(", ").append(literal(mode));
     sql.append(", ").append(literal(conditions));
+    sql.append(", ").append(literal(facts));
     sql.append(")");
     LogicalPlan call;
     try {

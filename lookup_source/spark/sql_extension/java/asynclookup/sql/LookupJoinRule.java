@@ -61,14 +61,23 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     this.session = (SparkSession) session;
   }
 
-  /** A rewritten plan's original, for when its table function refuses. */
+  /** A rewritten plan's original, for when its table function refuses; what it is, for the
+   * decision recorded when the function accepts. */
   static final class Replaced {
     final LogicalPlan original;
     final String table;
+    final String function;
+    final String written;
+    final String how;
+    /** Whether the rewrite's decision was recorded (the analyzer passes it again). */
+    boolean recorded;
 
-    Replaced(LogicalPlan original, String table) {
+    Replaced(LogicalPlan original, String table, String function, String written, String how) {
       this.original = original;
       this.table = table;
+      this.function = function;
+      this.written = written;
+      this.how = how;
     }
   }
 
@@ -199,10 +208,6 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
 
   /** The plan that answers {@code shape} by lookups; tagged with what it replaces. */
   private LogicalPlan rewritten(JoinShape shape, LogicalPlan original, String table) {
-    Strategy strategy = Strategy.of(shape.side.table, shape.input);
-    if (!strategy.lookups) {
-      throw new NotRewritten(strategy.reason);
-    }
     if (Expressions.isCorrelated(shape.condition) || hasOuterReference(shape.input)) {
       throw new NotRewritten("the join reads the outer query of a correlated subquery");
     }
@@ -211,22 +216,15 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     Conditions conditions = Conditions.of(shape.condition, shape.side, shape.input.outputSet());
     String function = TableFunctions.functionFor(session, shape.side.table);
+    // the table function judges the table's strategy by Spark's estimate of the input's rows
+    String facts = RuleFacts.json(InputRows.of(shape.input), shape.side.table.keyNames());
     boolean direct = direct(shape, conditions);
     LogicalPlan plan =
         direct
-            ? DirectLookupPlan.of(session, shape, conditions, function)
-            : KeysFirstPlan.of(session, shape, conditions, function);
-    plan.setTagValue(REPLACED, new Replaced(original, table));
+            ? DirectLookupPlan.of(session, shape, conditions, function, facts)
+            : KeysFirstPlan.of(session, shape, conditions, function, facts);
     String how = direct ? "as lookups" : "as Spark's join against the lookups of its keys";
-    AsyncLookupSqlExtensions.LOG.info(
-        "asynclookup: the {} with {} runs {} through {} ({})",
-        shape.written,
-        table,
-        how,
-        function,
-        strategy.reason);
-    Decisions.record(
-        session, Contract.DECISION_LOOKUP, table, function, strategy.reason + "; " + how);
+    plan.setTagValue(REPLACED, new Replaced(original, table, function, shape.written + "", how));
     return plan;
   }
 
@@ -244,18 +242,41 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
   }
 
-  /** A rewrite whose table function refused it (see the class doc): the original, back. */
+  /**
+   * A rewrite, once its table function has answered (see the class doc): the original back when
+   * it refused; else the rewrite, its decision recorded once, with the reason the table
+   * function gave (its metadata {@code asynclookup.decision} on a key column of its answer).
+   */
   private LogicalPlan refused(LogicalPlan rewritten) {
-    Attribute veto = vetoOf(rewritten);
-    if (veto == null) {
-      return rewritten;
-    }
     Replaced replaced = rewritten.getTagValue(REPLACED).get();
-    String reason =
-        veto.metadata().contains(Contract.VETO_REASON)
-            ? veto.metadata().getString(Contract.VETO_REASON)
-            : "the table function refused the rewrite";
-    return leaveAlone(replaced.original, replaced.table, reason);
+    Attribute veto = vetoOf(rewritten);
+    if (veto != null) {
+      String reason =
+          veto.metadata().contains(Contract.VETO_REASON)
+              ? veto.metadata().getString(Contract.VETO_REASON)
+              : "the table function refused the rewrite";
+      return leaveAlone(replaced.original, replaced.table, reason);
+    }
+    String decision = decisionOf(rewritten);
+    if (replaced.recorded || (decision == null && !rewritten.resolved())) {
+      return rewritten; // (its table function has not answered yet)
+    }
+    replaced.recorded = true;
+    String reason = decision != null ? decision : "the table function took it";
+    AsyncLookupSqlExtensions.LOG.info(
+        "asynclookup: the {} with {} runs {} through {} ({})",
+        replaced.written,
+        replaced.table,
+        replaced.how,
+        replaced.function,
+        reason);
+    Decisions.record(
+        session,
+        Contract.DECISION_LOOKUP,
+        replaced.table,
+        replaced.function,
+        reason + "; " + replaced.how);
+    return rewritten;
   }
 
   private static Attribute vetoOf(LogicalPlan plan) {
@@ -268,6 +289,24 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     for (LogicalPlan child : Scala.list(plan.children())) {
       Attribute found = vetoOf(child);
+      if (found != null) {
+        return found;
+      }
+    }
+    return null;
+  }
+
+  /** The reason the table function gave for running the join as lookups, or null. */
+  private static String decisionOf(LogicalPlan plan) {
+    if (plan.resolved()) {
+      for (Attribute a : Scala.list(plan.output())) {
+        if (a.metadata().contains(Contract.DECISION_METADATA)) {
+          return a.metadata().getString(Contract.DECISION_METADATA);
+        }
+      }
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      String found = decisionOf(child);
       if (found != null) {
         return found;
       }

@@ -11,9 +11,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * An asynclookup relation (a {@code DataSourceV2Relation} over the Python data source named
- * {@code asynclookup}) as the rewrite sees it: its key columns, the table function a registered
- * table was given, and what its {@code strategy} says. Everything comes from the relation's
- * options and schema, the same ones the data source parses.
+ * {@code asynclookup}) as the rewrite sees it: its key columns and the table function a
+ * registered table was given, from the relation's options and schema. Its {@code strategy} is
+ * judged by the table function's {@code analyze} ({@link RuleFacts}), which also checks that
+ * these key columns are the data source's.
  */
 final class LookupTable {
   /** The data source's name, as {@code spark.read.format(...)} takes it. */
@@ -31,23 +32,15 @@ final class LookupTable {
   /** register_lookup_table's function, or null (the rewrite then makes one from the options). */
   final String function;
 
-  final String strategy;
-  /** strategy=auto: the largest input (rows) that runs as lookups; -1 when not known. */
-  final long maxLookupRows;
-
   private LookupTable(
       DataSourceV2Relation relation,
       List<Attribute> keys,
       List<Attribute> values,
-      String function,
-      String strategy,
-      long maxLookupRows) {
+      String function) {
     this.relation = relation;
     this.keys = keys;
     this.values = values;
     this.function = function;
-    this.strategy = strategy;
-    this.maxLookupRows = maxLookupRows;
   }
 
   static boolean isLookupRelation(Object plan) {
@@ -107,23 +100,11 @@ final class LookupTable {
       }
     }
     String function = options.get(FUNCTION_OPTION);
-    String strategy = options.getOrDefault(Contract.OPTION_STRATEGY, Contract.STRATEGY_LOOKUP).trim().toLowerCase(Locale.ROOT);
-    long maxRows = -1;
-    String max = options.get(Contract.OPTION_MAX_INPUT_ROWS);
-    if (max != null && !max.trim().isEmpty()) {
-      try {
-        maxRows = Long.parseLong(max.trim().replace("_", ""));
-      } catch (NumberFormatException error) {
-        throw new NotRewritten("strategy.lookup.max-input-rows is not a number: " + max);
-      }
-    }
     return new LookupTable(
         relation,
         keys,
         values,
-        function == null || function.trim().isEmpty() ? null : function.trim(),
-        strategy,
-        maxRows);
+        function == null || function.trim().isEmpty() ? null : function.trim());
   }
 
   private static Attribute column(List<Attribute> output, String name) {
