@@ -6,10 +6,12 @@ Only for unit tests of the engine; every real connector is tested against a real
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import (
@@ -250,3 +252,39 @@ class MemoryBudgetCoordinator(BudgetCoordinator):
             cost_delay_s=reserve("cost", limits.cost_rate, ask.cost),
             held=kept + granted,
         )
+
+
+@dataclasses.dataclass
+class StoreFactory:
+    """Makes fake clients of one store; known by ``identity`` (like a user's function), so the
+    worker may keep them."""
+
+    store: FakeStore
+    identity: str = "fake-store"
+
+    def __call__(self, config: ConnectorConfig) -> FakeClient:
+        return FakeClient(config, self.store)
+
+
+class AskedKeys:
+    """The keys of one request, as the engine's intake hands them to the executor and its
+    pacing; notes the rows each cost was asked for."""
+
+    def __init__(self, keys: list[int], per_key: float = 1.0) -> None:
+        self._keys = keys
+        self.per_key = per_key
+        self.costed: list[list[int] | None] = []
+
+    @property
+    def size(self) -> int:
+        return len(self._keys)
+
+    def keys(self) -> pa.RecordBatch:
+        return pa.record_batch({"k": pa.array(self._keys, pa.int64())})
+
+    def python_keys(self) -> list[Any]:
+        return list(self._keys)
+
+    def cost(self, rows: np.ndarray | None = None) -> float:
+        self.costed.append(None if rows is None else rows.tolist())
+        return self.per_key * (self.size if rows is None else len(rows))

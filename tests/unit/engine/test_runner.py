@@ -11,34 +11,23 @@ from typing import Any
 
 import pytest
 
-from lookup_source.connector_api import ConnectorConfig
 from lookup_source.engine import runner
-from lookup_source.engine.kept.worker import Worker, forget_worker
+from lookup_source.engine.kept.worker import Worker
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.runner import LookupTask, run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError
 from lookup_source.testing.clock import VirtualTimeLoop, virtual_worker
-from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+from tests.fakes import (
+    FakeClient,
+    FakeStore,
+    StoreFactory,
+    key_batch,
+    make_config,
+    make_options,
+    make_spec,
+)
 
 TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(10)}
-
-
-@dataclasses.dataclass
-class StoreFactory:
-    """Makes fake clients of one store; known by ``identity`` (so the worker may keep them)."""
-
-    store: FakeStore
-    identity: str = "runner-store"
-
-    def __call__(self, config: ConnectorConfig) -> FakeClient:
-        return FakeClient(config, self.store)
-
-
-@pytest.fixture(autouse=True)
-def fresh_worker() -> Iterator[None]:
-    forget_worker()
-    yield
-    forget_worker()
 
 
 @pytest.fixture

@@ -135,13 +135,6 @@ class Failing(Scanning):
         yield  # (an async generator)
 
 
-@pytest.fixture(autouse=True)
-def fresh_worker() -> Iterator[None]:
-    forget_worker()
-    yield
-    forget_worker()
-
-
 @pytest.fixture
 def loop() -> Iterator[TaskLoop]:
     with TaskLoop() as made:

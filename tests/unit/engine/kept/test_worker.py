@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -18,10 +17,18 @@ from lookup_source.engine.clock import Clocks
 from lookup_source.engine.kept import clients as lifetime
 from lookup_source.engine.kept.clients import WorkerClients, client_key, factory_identity
 from lookup_source.engine.kept.identity import LookupIdentity
-from lookup_source.engine.kept.worker import Worker, current_worker, forget_worker, lease_client
+from lookup_source.engine.kept.worker import Worker, current_worker, lease_client
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError
-from tests.fakes import FakeClient, FakeStore, key_batch, make_config, make_options, make_spec
+from tests.fakes import (
+    FakeClient,
+    FakeStore,
+    StoreFactory,
+    key_batch,
+    make_config,
+    make_options,
+    make_spec,
+)
 
 
 def key_of(factory_id: str, config: ConnectorConfig) -> str:
@@ -29,24 +36,6 @@ def key_of(factory_id: str, config: ConnectorConfig) -> str:
 
 
 TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(100)}
-
-
-@dataclasses.dataclass
-class StoreFactory:
-    """Makes fake clients of one store; known by ``identity``, like a user's function."""
-
-    store: FakeStore
-    identity: str = "fake-store"
-
-    def __call__(self, config: ConnectorConfig) -> FakeClient:
-        return FakeClient(config, self.store)
-
-
-@pytest.fixture(autouse=True)
-def fresh_worker() -> Iterator[None]:
-    forget_worker()
-    yield
-    forget_worker()
 
 
 def run_task(spec: Any, keys: list[Any], factory: Any, *, keep: bool | None = True) -> list[Any]:

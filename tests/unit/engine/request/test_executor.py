@@ -13,7 +13,6 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -32,6 +31,7 @@ from lookup_source.errors import (
 )
 from lookup_source.testing import clock as virtual_time
 from tests.fakes import (
+    AskedKeys,
     FakeClient,
     FakeColumnarClient,
     FakeStore,
@@ -41,26 +41,6 @@ from tests.fakes import (
 )
 
 TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(100)}
-
-
-class Asked:
-    """The keys of one request (what the engine's intake Request gives the executor)."""
-
-    def __init__(self, keys: list[int]) -> None:
-        self._keys = keys
-
-    @property
-    def size(self) -> int:
-        return len(self._keys)
-
-    def keys(self) -> pa.RecordBatch:
-        return pa.record_batch({"k": pa.array(self._keys, pa.int64())})
-
-    def python_keys(self) -> list[Any]:
-        return list(self._keys)
-
-    def cost(self, rows: np.ndarray | None = None) -> float:
-        return float(self.size if rows is None else len(rows))
 
 
 class Timed(FakeClient):
@@ -112,7 +92,7 @@ def run(executor: RequestExecutor, keys: list[int]) -> tuple[Any, float]:
     async def scenario() -> tuple[Any, float]:
         loop = asyncio.get_running_loop()
         try:
-            outcome: Any = await executor.run(Asked(keys))
+            outcome: Any = await executor.run(AskedKeys(keys))
         except FinalFailure as failure:
             outcome = failure
         return outcome, round(loop.time(), 6)

@@ -9,7 +9,6 @@ import asyncio
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from lookup_source.connector_api import BudgetLimits
@@ -18,29 +17,7 @@ from lookup_source.engine.request.budget import StaticShare, TaskBudget
 from lookup_source.engine.request.pacing import Admission, Pacing
 from lookup_source.engine.request.rate_limit import RateLimiter
 from lookup_source.testing import clock as virtual_time
-
-
-class Asked:
-    """Keys of one request, each costing ``per_key``; notes the rows each cost was asked for."""
-
-    def __init__(self, keys: list[int], per_key: float = 1.0) -> None:
-        self._keys = keys
-        self.per_key = per_key
-        self.costed: list[list[int] | None] = []
-
-    @property
-    def size(self) -> int:
-        return len(self._keys)
-
-    def keys(self) -> pa.RecordBatch:
-        return pa.record_batch({"k": pa.array(self._keys, pa.int64())})
-
-    def python_keys(self) -> list[Any]:
-        return list(self._keys)
-
-    def cost(self, rows: np.ndarray | None = None) -> float:
-        self.costed.append(None if rows is None else rows.tolist())
-        return self.per_key * (self.size if rows is None else len(rows))
+from tests.fakes import AskedKeys
 
 
 class Budget:
@@ -65,7 +42,7 @@ def static_budget(**limits: Any) -> tuple[TaskBudget, LookupMetrics]:
 
 def test_nothing_to_wait_for_admits_at_once_without_an_admission() -> None:
     async def scenario() -> tuple[Any, float, list[Any]]:
-        asked = Asked([1, 2, 3])
+        asked = AskedKeys([1, 2, 3])
         admission = await Pacing(None, None).admit(asked, None)
         return admission, asyncio.get_running_loop().time(), asked.costed
 
@@ -78,7 +55,7 @@ def test_the_rate_limiter_spaces_attempts() -> None:
         pacing = Pacing(RateLimiter(5.0), None)  # 200 ms apart
         out = []
         for _ in range(3):
-            admission = await pacing.admit(Asked([1]), None)
+            admission = await pacing.admit(AskedKeys([1]), None)
             out.append((admission, round(loop.time(), 6)))
         return out
 
@@ -90,7 +67,7 @@ def test_the_budget_admits_at_the_cost_of_the_keys_asked() -> None:
         log: list[tuple[str, float, float]] = []
         budget = Budget(log)
         pacing = Pacing(None, budget)  # type: ignore[arg-type]
-        asked = Asked([10, 11, 12, 13], per_key=2.5)
+        asked = AskedKeys([10, 11, 12, 13], per_key=2.5)
         first = await pacing.admit(asked, None)
         second = await pacing.admit(asked, np.array([1, 3]))
         return log, asked.costed, isinstance(first, Admission) and isinstance(second, Admission)
@@ -105,8 +82,8 @@ def test_the_rate_limiter_comes_before_the_budget() -> None:
     async def scenario() -> list[tuple[str, float, float]]:
         log: list[tuple[str, float, float]] = []
         pacing = Pacing(RateLimiter(2.0), Budget(log))  # type: ignore[arg-type]
-        await pacing.admit(Asked([1]), None)
-        await pacing.admit(Asked([1, 2]), None)
+        await pacing.admit(AskedKeys([1]), None)
+        await pacing.admit(AskedKeys([1, 2]), None)
         return log
 
     # the second attempt is admitted by the budget only after its rate limiter's 0.5 s
@@ -121,7 +98,7 @@ def test_a_budget_of_one_in_flight_holds_the_next_attempt_until_the_lease_goes_b
         seen: list[tuple[str, float]] = []
 
         async def attempt(name: str, takes: float) -> None:
-            admission = await pacing.admit(Asked([1]), None)
+            admission = await pacing.admit(AskedKeys([1]), None)
             assert admission is not None
             seen.append((name, round(loop.time(), 6)))
             await admission.holding(asyncio.sleep(takes))
@@ -142,7 +119,7 @@ def test_a_budget_by_cost_paces_attempts_by_the_cost_of_their_keys() -> None:
         pacing = Pacing(None, budget)
         times = []
         for keys in ([1, 2, 3, 4, 5], [6, 7], [8]):
-            admission = await pacing.admit(Asked(keys), None)
+            admission = await pacing.admit(AskedKeys(keys), None)
             assert admission is not None
             times.append(round(loop.time(), 6))
             await admission.holding(asyncio.sleep(0))
