@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers sql-versions
+.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers sql-versions bench-smoke print-bench-smoke
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -100,6 +100,15 @@ wheelhouse-%:
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+# the bench's smoke run (every scenario, small), which `make test` includes: CI runs it apart,
+# in the oldest leg's time (BENCH_SMOKE: its file, which CI's main leg leaves out)
+BENCH_SMOKE := tests/packaging/test_bench.py
+bench-smoke: install
+	$(PY) -m pytest $(BENCH_SMOKE) $(PYTEST_ARGS)
+
+print-bench-smoke:
+	@echo $(BENCH_SMOKE)
+
 # .venvs/pyspark-<minor>/.installed: the project, its connectors and test tools, with that PySpark
 .venvs/pyspark-%/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(CONNECTORS) $(EXAMPLES))
 	$(if $(filter $*,$(SPARK_OLDEST)),$(OLDEST_PYTHON),$(PYTHON)) -m venv .venvs/pyspark-$*
@@ -117,10 +126,15 @@ spark-%: .venvs/pyspark-%/.installed
 
 spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
 
-# the SQL join suites (the extension's rule and the differential test) on one minor
+# the SQL join suites (the extension's rule and the differential test) on one minor: its
+# differential test writes SQL_DIFF_QUERIES queries of a seed of the minor's own (the newest,
+# in `make test`, 90 of the default seed), so each minor tries other shapes
+SQL_DIFF_QUERIES ?= 45
 sql-%: .venvs/pyspark-%/.installed
 	@echo "== SQL join suites on $$(.venvs/pyspark-$*/bin/python -c 'import pyspark; print("PySpark", pyspark.__version__)')"
-	.venvs/pyspark-$*/bin/python -m pytest $(SQL_SUITES) $(PYTEST_ARGS)
+	ASYNCLOOKUP_SQL_DIFF_QUERIES=$${ASYNCLOOKUP_SQL_DIFF_QUERIES:-$(SQL_DIFF_QUERIES)} \
+	ASYNCLOOKUP_SQL_DIFF_SEED=$${ASYNCLOOKUP_SQL_DIFF_SEED:-$(subst .,,$*)20261127} \
+		.venvs/pyspark-$*/bin/python -m pytest $(SQL_SUITES) $(PYTEST_ARGS)
 
 sql-versions: $(addprefix sql-,$(SQL_SPARK_VERSIONS))
 
