@@ -256,13 +256,15 @@ def generate(rng: random.Random, names: dict[str, str]) -> str:
 
 
 def outcome(spark: Any, sql: str, on: bool) -> tuple[Any, bool]:
-    """The rows of ``sql`` (or the error class it raised) with the rewrite on or off, and
-    whether its plan ran lookups."""
+    """The rows of ``sql`` and its schema (names, types, nullability, each column's metadata),
+    or the error class it raised, with the rewrite on or off, and whether its plan ran
+    lookups."""
     spark.conf.set(ENABLED, "true" if on else "false")
     try:
         frame = spark.sql(sql)
         looked_up = "ArrowEvalPythonUDTF" in plan_text(frame, "simple")
-        return Counter(tuple(row) for row in frame.collect()), looked_up
+        schema = frame.schema.jsonValue()
+        return (Counter(tuple(row) for row in frame.collect()), schema), looked_up
     except Exception as error:
         condition = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)
         return ("raised", condition() if callable(condition) else type(error).__name__), False
@@ -346,8 +348,9 @@ def test_dataframe_joins_and_self_joins(spark: Any, world: dict[str, str]) -> No
         for on in (True, False):
             spark.conf.set(ENABLED, "true" if on else "false")
             try:
-                got[on] = Counter(tuple(r) for r in make().collect())
+                frame = make()
+                got[on] = (Counter(tuple(r) for r in frame.collect()), frame.schema.jsonValue())
             finally:
                 spark.conf.unset(ENABLED)
         assert got[True] == got[False], name
-        assert sum(got[False].values()) > 0, name
+        assert sum(got[False][0].values()) > 0, name
