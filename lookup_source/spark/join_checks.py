@@ -32,6 +32,7 @@ from lookup_source.settings import KeySettings
 from lookup_source.spark.join_markers import (
     DECISION_METADATA,
     FACT_INPUT_ROWS,
+    FACT_REWRITE,
     FACT_TABLE_KEYS,
     VETO,
     VETO_REASON,
@@ -68,6 +69,8 @@ class RuleFacts:
 
     input_rows: int | None = None
     table_keys: tuple[str, ...] | None = None
+    rewrite: str = ""
+    """The rewrite's id (its decision's metadata key carries it)."""
 
     @classmethod
     def parse(cls, text: str | None) -> RuleFacts:
@@ -85,7 +88,10 @@ class RuleFacts:
             not isinstance(keys, list) or not all(isinstance(k, str) for k in keys)
         ):
             raise ValueError(f"{FACT_TABLE_KEYS} is not a list of column names: {keys!r}")
-        return cls(rows, None if keys is None else tuple(keys))
+        rewrite = given.get(FACT_REWRITE, "")
+        if not isinstance(rewrite, str):
+            raise ValueError(f"{FACT_REWRITE} is not an id: {rewrite!r}")
+        return cls(rows, None if keys is None else tuple(keys), rewrite)
 
     def disagreement(self, plan: LookupPlan) -> str | None:
         """Why the rule's key columns are not the data source's (then its rewrite would join
@@ -100,12 +106,14 @@ class RuleFacts:
         )
 
 
-def decided(schema: StructType, key_column: str, reason: str) -> StructType:
+def decided(schema: StructType, key_column: str, reason: str, rewrite: str = "") -> StructType:
     """``schema``, its column ``key_column`` (a key of the input, which the rewrite drops)
-    saying why the join runs as lookups, for the rule to record."""
+    saying why the join runs as lookups, for the rule to record as rewrite ``rewrite``'s
+    decision (under the metadata key ``asynclookup.decision.<rewrite>``)."""
+    key = f"{DECISION_METADATA}.{rewrite}" if rewrite else DECISION_METADATA
     return StructType(
         [
-            StructField(f.name, f.dataType, f.nullable, {**f.metadata, DECISION_METADATA: reason})
+            StructField(f.name, f.dataType, f.nullable, {**f.metadata, key: reason})
             if f.name == key_column
             else f
             for f in schema.fields

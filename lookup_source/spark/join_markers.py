@@ -29,12 +29,18 @@ DECISION_SPARK = "spark"
 """A decision of the rewrite: the join is left to Spark."""
 
 DECISION_METADATA = "asynclookup.decision"
-"""The key of the metadata on the first key column of a table function's answer to a rewritten
-JOIN that says why the join runs as lookups (the rule records it as its decision)."""
+"""The prefix of the metadata key (``asynclookup.decision.<rewrite>``) on the first key column
+of a table function's answer to a rewritten JOIN that says why the join runs as lookups (the
+rule records it as that rewrite's decision; the rewrite's own id keeps a user's column, or
+another rewrite's answer below it, from passing for it)."""
 
 FACT_INPUT_ROWS = "input_rows"
 """What the rule tells the table function (its last argument, JSON): Spark's estimate of the
 join's input rows (absent: unknown), which the table's ``strategy`` judges."""
+
+FACT_REWRITE = "rewrite"
+"""What the rule tells the table function: the rewrite's own id, which its decision's metadata
+key carries."""
 
 FACT_TABLE_KEYS = "table_keys"
 """What the rule tells the table function: the table's key columns, as the rule took them (the

@@ -36,6 +36,7 @@ from lookup_source.settings import (
     KEY_COLUMN,
     PARTITION_BY_KEY,
     SQL_JOIN_FUNCTION,
+    STRATEGY_LOOKUP_MAX_INPUT_ROWS,
     LookupOptions,
     option_strings,
     parse_options,
@@ -105,8 +106,12 @@ def register_lookup_table(
     plan = LookupPlan.build(lookup_options, schema)
     # partition.by-key shapes the table function's input; the view is a scan
     view_options = {k: v for k, v in raw.items() if k.strip().lower() != PARTITION_BY_KEY}
+    plan = _sql_join_limit(plan, name)
+    limit = plan.options.plan.lookup_max_input_rows
+    if limit is not None:  # also for a table function made from the view's options (the view
+        view_options[STRATEGY_LOOKUP_MAX_INPUT_ROWS] = str(limit)  # in another session)
     metrics = new_accumulator(spark, name)  # lookup_metrics(name) reads it
-    table_function = lookup_table_function(_sql_join_limit(plan, name), metrics, spark, name=name)
+    table_function = lookup_table_function(plan, metrics, spark, name=name)
     _register(spark, name, plan, view_options, table_function)
 
 

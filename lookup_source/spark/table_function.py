@@ -97,7 +97,7 @@ def _analyze(
         why = describe_failure(error)
     if why is not None:
         return LookupAnalyzeResult(schema=veto(why))
-    result.schema = decided(result.schema, result.on[0], decision)
+    result.schema = decided(result.schema, result.on[0], decision, told.rewrite)
     result.sql_join = True
     return result
 

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from pyspark.sql import functions as F
 
-from lookup_source import lookup_metrics, register_lookup_table
+from lookup_source import lookup_metrics, register_data_source, register_lookup_table
 from lookup_source.service import BackgroundHttpServer
 from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
 from lookup_source.spark.sql_extension import ENABLED
@@ -652,6 +652,26 @@ def test_strategy_decides_in_sql_too(spark: Any, postgres_srv: Any, tables: dict
     same_both_ways(spark, large, rewritten=False)
     metrics = lookup_metrics("sj_auto")
     assert metrics.strategy == "scan" and "100,000" in metrics.strategy_reason
+    # the limit holds where the table function is made from the view's options: another
+    # session reading it as a global temporary view
+    spark.table("sj_auto").createOrReplaceGlobalTempView("sj_auto_global")
+    other = spark.newSession()
+    register_data_source(other)
+    other.range(100_000).selectExpr("id AS event_id", "id % 70 AS user_id").createOrReplaceTempView(
+        "sj_many"
+    )
+    clear_decisions(other)
+    other.sql(sql.format(e="sj_many", u="global_temp.sj_auto_global")).schema  # noqa: B018
+    outcome, _, _, why = jvm_decisions(other)[-1]
+    assert outcome == "spark" and "lookups up to 20 " in why, why
+    # a decision is the rewrite's own table function's: an input column cannot forge it
+    forged = F.col("user_id").alias(
+        "user_id", metadata={"asynclookup.decision": 1, "asynclookup.decision.x": "forged"}
+    )
+    spark.table("sj_few").select("event_id", forged).createOrReplaceTempView("sj_forged")
+    outcome, _, _, why = decided(spark, sql.format(e="sj_forged", u="sj_auto"))[-1]
+    assert outcome == "lookup" and "strategy=auto: lookups: the input ~10 rows" in why, why
+    same_both_ways(spark, sql.format(e="sj_forged", u="sj_auto"))
     # the limit given by hand
     register_lookup_table(
         spark,

@@ -87,6 +87,6 @@ def test_the_rule_parts_pass_their_java_tests(tmp_path: Path) -> None:
         if line.startswith("FACTS ")
     ]
     assert told == [
-        RuleFacts(1234567, ("k", 'Odd "name"\\')),
-        RuleFacts(None, ("a", "b")),
+        RuleFacts(1234567, ("k", 'Odd "name"\\'), "r1"),
+        RuleFacts(None, ("a", "b"), "r2"),
     ]

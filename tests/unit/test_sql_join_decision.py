@@ -51,12 +51,14 @@ def test_auto_compares_the_input_with_the_limit() -> None:
 def test_the_rules_facts_parse_and_refuse_what_is_malformed() -> None:
     assert RuleFacts.parse(None) == RuleFacts() == RuleFacts.parse("  ")
     assert RuleFacts.parse('{"input_rows": 5, "table_keys": ["K"]}') == RuleFacts(5, ("K",))
+    assert RuleFacts.parse('{"rewrite": "ab12"}') == RuleFacts(rewrite="ab12")
     for bad in (
         "[1]",
         '{"input_rows": -1}',
         '{"input_rows": 1.5}',
         '{"input_rows": true}',
         '{"table_keys": "k"}',
+        '{"rewrite": 7}',
         '{"table_keys": [1]}',
         "{",
     ):
@@ -111,3 +113,16 @@ def test_analyze_refuses_with_the_reason(options: dict[str, str], facts: str, re
     )
     (field,) = result.schema.fields
     assert field.name == VETO and refused in field.metadata[VETO_REASON], field.metadata
+
+
+def test_the_decision_comes_under_the_rewrites_own_key() -> None:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from lookup_source.spark.join_checks import decided
+
+    schema = StructType(
+        [StructField("a", LongType()), StructField("k", LongType(), True, {"x": 1})]
+    )
+    marked = decided(schema, "k", "why", "ab12")
+    assert marked["k"].metadata == {"x": 1, "asynclookup.decision.ab12": "why"}
+    assert marked["a"].metadata == {}

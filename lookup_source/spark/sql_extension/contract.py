@@ -32,6 +32,7 @@ from lookup_source.spark.join_markers import (
     DECISION_METADATA,
     DECISION_SPARK,
     FACT_INPUT_ROWS,
+    FACT_REWRITE,
     FACT_TABLE_KEYS,
     KEY_METADATA,
     NOT_IN,
@@ -67,6 +68,7 @@ CONTRACT: dict[str, str | int] = {
     # what the rule tells the table function of the query (its last argument, JSON)
     "FACT_INPUT_ROWS": FACT_INPUT_ROWS,
     "FACT_TABLE_KEYS": FACT_TABLE_KEYS,
+    "FACT_REWRITE": FACT_REWRITE,
     # a relation's table function: made by this factory, in Arrow (PythonEvalType's
     # SQL_ARROW_UDTF); named here, not imported (they need PySpark 4.1): a test checks them
     "FACTORY_MODULE": "lookup_source.spark.sql_functions",

@@ -148,12 +148,12 @@ public final class RulePartsTest {
   /** What the rule tells the table function; also printed ("FACTS <json>") for the Python
    * side of the test to parse as the table function does. */
   static void ruleFacts() {
-    String known = RuleFacts.json(1234567, List.of("k", "Odd \"name\"\\"));
+    String known = RuleFacts.json(1234567, List.of("k", "Odd \"name\"\\"), "r1");
     check(
         "the facts' JSON: " + known,
-        known.equals("{\"input_rows\":1234567,\"table_keys\":[\"k\",\"Odd \\\"name\\\"\\\\\"]}"));
-    String unknown = RuleFacts.json(-1, List.of("a", "b"));
-    check("an unknown size is left out: " + unknown, unknown.equals("{\"table_keys\":[\"a\",\"b\"]}"));
+        known.equals("{\"rewrite\":\"r1\",\"input_rows\":1234567,\"table_keys\":[\"k\",\"Odd \\\"name\\\"\\\\\"]}"));
+    String unknown = RuleFacts.json(-1, List.of("a", "b"), "r2");
+    check("an unknown size is left out: " + unknown, unknown.equals("{\"rewrite\":\"r2\",\"table_keys\":[\"a\",\"b\"]}"));
     System.out.println("FACTS " + known);
     System.out.println("FACTS " + unknown);
   }

@@ -25,6 +25,7 @@ final class Contract {
   static final String DECISION_METADATA = "asynclookup.decision";
   static final String FACT_INPUT_ROWS = "input_rows";
   static final String FACT_TABLE_KEYS = "table_keys";
+  static final String FACT_REWRITE = "rewrite";
   static final String FACTORY_MODULE = "lookup_source.spark.sql_functions";
   static final String FACTORY = "join_function";
   static final int ARROW_UDTF = 302;

@@ -7,6 +7,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.UUID;
 import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
@@ -20,6 +21,7 @@ import org.apache.spark.sql.catalyst.plans.logical.WithCTE;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag;
 import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.types.Metadata;
 
 /**
  * The analyzer rule: a join against an asynclookup lookup table runs as lookups of the other
@@ -69,15 +71,24 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     final String function;
     final String written;
     final String how;
+    /** The rewrite's id: its table function's decision comes under a metadata key with it. */
+    final String id;
     /** Whether the rewrite's decision was recorded (the analyzer passes it again). */
     boolean recorded;
 
-    Replaced(LogicalPlan original, String table, String function, String written, String how) {
+    Replaced(
+        LogicalPlan original,
+        String table,
+        String function,
+        String written,
+        String how,
+        String id) {
       this.original = original;
       this.table = table;
       this.function = function;
       this.written = written;
       this.how = how;
+      this.id = id;
     }
   }
 
@@ -217,14 +228,16 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     Conditions conditions = Conditions.of(shape.condition, shape.side, shape.input.outputSet());
     String function = TableFunctions.functionFor(session, shape.side.table);
     // the table function judges the table's strategy by Spark's estimate of the input's rows
-    String facts = RuleFacts.json(InputRows.of(shape.input), shape.side.table.keyNames());
+    String id = UUID.randomUUID().toString().replace("-", "");
+    String facts = RuleFacts.json(InputRows.of(shape.input), shape.side.table.keyNames(), id);
     boolean direct = direct(shape, conditions);
     LogicalPlan plan =
         direct
             ? DirectLookupPlan.of(session, shape, conditions, function, facts)
             : KeysFirstPlan.of(session, shape, conditions, function, facts);
     String how = direct ? "as lookups" : "as Spark's join against the lookups of its keys";
-    plan.setTagValue(REPLACED, new Replaced(original, table, function, shape.written + "", how));
+    plan.setTagValue(
+        REPLACED, new Replaced(original, table, function, shape.written + "", how, id));
     return plan;
   }
 
@@ -251,13 +264,13 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     Replaced replaced = rewritten.getTagValue(REPLACED).get();
     Attribute veto = vetoOf(rewritten);
     if (veto != null) {
-      String reason =
-          veto.metadata().contains(Contract.VETO_REASON)
-              ? veto.metadata().getString(Contract.VETO_REASON)
-              : "the table function refused the rewrite";
-      return leaveAlone(replaced.original, replaced.table, reason);
+      String reason = text(veto.metadata(), Contract.VETO_REASON);
+      return leaveAlone(
+          replaced.original,
+          replaced.table,
+          reason != null ? reason : "the table function refused the rewrite");
     }
-    String decision = decisionOf(rewritten);
+    String decision = decisionOf(rewritten, Contract.DECISION_METADATA + "." + replaced.id);
     if (replaced.recorded || (decision == null && !rewritten.resolved())) {
       return rewritten; // (its table function has not answered yet)
     }
@@ -296,22 +309,38 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     return null;
   }
 
-  /** The reason the table function gave for running the join as lookups, or null. */
-  private static String decisionOf(LogicalPlan plan) {
+  /** The reason this rewrite's table function gave (under {@code key}, which carries the
+   * rewrite's id: no user column or other rewrite below has it) for running the join as
+   * lookups, or null. */
+  private static String decisionOf(LogicalPlan plan, String key) {
     if (plan.resolved()) {
       for (Attribute a : Scala.list(plan.output())) {
-        if (a.metadata().contains(Contract.DECISION_METADATA)) {
-          return a.metadata().getString(Contract.DECISION_METADATA);
+        String found = text(a.metadata(), key);
+        if (found != null) {
+          return found;
         }
       }
     }
     for (LogicalPlan child : Scala.list(plan.children())) {
-      String found = decisionOf(child);
+      String found = decisionOf(child, key);
       if (found != null) {
         return found;
       }
     }
     return null;
+  }
+
+  /** The text under {@code key} in {@code metadata}, or null (none, or not a text: a user's
+   * column may carry anything). */
+  private static String text(Metadata metadata, String key) {
+    if (!metadata.contains(key)) {
+      return null;
+    }
+    try {
+      return metadata.getString(key);
+    } catch (RuntimeException notText) {
+      return null;
+    }
   }
 
   private LogicalPlan leaveAlone(LogicalPlan original, String table, String reason) {
