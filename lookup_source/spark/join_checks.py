@@ -106,11 +106,11 @@ class RuleFacts:
         )
 
 
-def decided(schema: StructType, key_column: str, reason: str, rewrite: str = "") -> StructType:
+def decided(schema: StructType, key_column: str, reason: str, rewrite: str) -> StructType:
     """``schema``, its column ``key_column`` (a key of the input, which the rewrite drops)
     saying why the join runs as lookups, for the rule to record as rewrite ``rewrite``'s
     decision (under the metadata key ``asynclookup.decision.<rewrite>``)."""
-    key = f"{DECISION_METADATA}.{rewrite}" if rewrite else DECISION_METADATA
+    key = f"{DECISION_METADATA}.{rewrite}"
     return StructType(
         [
             StructField(f.name, f.dataType, f.nullable, {**f.metadata, key: reason})

@@ -87,8 +87,7 @@ def _analyze(
             how = dataclasses.replace(how, value="anti")  # filtered out by the extension)
         told = RuleFacts.parse(None if facts is None else _constant(facts, "the rule's facts"))
         lookups, decision = sql_join_decision(plan, told.input_rows)
-        why = None if lookups else decision
-        why = why or told.disagreement(plan)
+        why = told.disagreement(plan) if lookups else decision
         result = _analyzed(plan, buckets, table, keys, how, matched, conditions)
         why = why or untravelled(result.input_schema or StructType()) or refusal(plan)
         if why is None and not_in:

@@ -8,6 +8,7 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import java.util.function.Function;
 import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
@@ -237,7 +238,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
             : KeysFirstPlan.of(session, shape, conditions, function, facts);
     String how = direct ? "as lookups" : "as Spark's join against the lookups of its keys";
     plan.setTagValue(
-        REPLACED, new Replaced(original, table, function, shape.written + "", how, id));
+        REPLACED, new Replaced(original, table, function, shape.written, how, id));
     return plan;
   }
 
@@ -293,36 +294,29 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
   }
 
   private static Attribute vetoOf(LogicalPlan plan) {
-    if (plan.resolved()) { // (an unresolved node cannot say its output yet)
-      for (Attribute a : Scala.list(plan.output())) {
-        if (VETO.equals(a.name())) {
-          return a;
-        }
-      }
-    }
-    for (LogicalPlan child : Scala.list(plan.children())) {
-      Attribute found = vetoOf(child);
-      if (found != null) {
-        return found;
-      }
-    }
-    return null;
+    return firstInOutputs(plan, a -> VETO.equals(a.name()) ? a : null);
   }
 
   /** The reason this rewrite's table function gave (under {@code key}, which carries the
    * rewrite's id: no user column or other rewrite below has it) for running the join as
    * lookups, or null. */
   private static String decisionOf(LogicalPlan plan, String key) {
+    return firstInOutputs(plan, a -> text(a.metadata(), key));
+  }
+
+  /** The first non-null {@code pick} of a column of {@code plan} or of a node below it, top
+   * down (an unresolved node cannot say its output yet: skipped, its children not). */
+  private static <T> T firstInOutputs(LogicalPlan plan, Function<Attribute, T> pick) {
     if (plan.resolved()) {
       for (Attribute a : Scala.list(plan.output())) {
-        String found = text(a.metadata(), key);
+        T found = pick.apply(a);
         if (found != null) {
           return found;
         }
       }
     }
     for (LogicalPlan child : Scala.list(plan.children())) {
-      String found = decisionOf(child, key);
+      T found = firstInOutputs(child, pick);
       if (found != null) {
         return found;
       }
