@@ -94,6 +94,7 @@ RAISING_INPUT = ["100 DIV e.amt > 30", "CAST(e.ks AS INT) > 0"]
 ON_VALUES = ["d.n > 1", "d.v IS NOT NULL", "d.n % 2 = 1", "upper(d.v) LIKE 'I%'", "e.id > d.n"]
 RAISING_VALUES = ["CAST(d.v AS INT) > 0", "100 DIV d.n > 1"]  # Spark: on every scanned row
 RANGES = ["e.id >= d.lo AND e.id < d.hi", "e.id BETWEEN d.lo AND d.hi"]
+RANGES += ["e.kts8 >= d.tlo AND e.kts8 < d.thi", "e.kts8 BETWEEN d.tlo AND d.thi"]  # instants
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +140,11 @@ def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
         f"INSERT INTO {pgt['dup']} SELECT g % 6, 'dup' || g, g FROM generate_series(0, 14) g",
         f"INSERT INTO {pgt['dup']} VALUES (NULL, 'no key', 9)",
         f"CREATE TABLE {pgt['nil']} (k int PRIMARY KEY, {values})",  # no row at all
-        f"CREATE TABLE {pgt['ver']} (k bigint, lo int, hi int, {values})",
-        f"INSERT INTO {pgt['ver']} SELECT g % 8, (g / 8) * 15, (g / 8) * 15 + 20, 'ver' || g, g "
+        f"CREATE TABLE {pgt['ver']} (k bigint, lo int, hi int, tlo timestamptz, "
+        f"thi timestamptz, {values})",
+        f"INSERT INTO {pgt['ver']} SELECT g % 8, (g / 8) * 15, (g / 8) * 15 + 20, "
+        "timestamptz '2024-01-01 00:00+00' + (g / 8) * interval '70 minutes', "
+        "timestamptz '2024-01-01 00:00+00' + (g / 8 + 2) * interval '70 minutes', 'ver' || g, g "
         "FROM generate_series(0, 31) g",
     )
     base = {"connector": "postgres", "url": postgres_srv.url}
@@ -172,7 +176,12 @@ def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     register("stamps", pgt["stm"], None)
     register("decs", pgt["dec"], "k decimal(10,2), v string, n int")
     register("dup", pgt["dup"], "k long, v string, n int", **{"key.column": "k"})
-    register("ver", pgt["ver"], "k long, lo int, hi int, v string, n int", **{"key.column": "k"})
+    register(
+        "ver",
+        pgt["ver"],
+        "k long, lo int, hi int, tlo timestamp, thi timestamp, v string, n int",
+        **{"key.column": "k"},
+    )
     frame = spark.createDataFrame(
         EVENTS,
         "id long, ki int, kl long, kdl long, kdec string, ks string, kday int, "
@@ -323,6 +332,38 @@ def test_generated_joins_give_spark_rows(spark: Any, world: dict[str, str]) -> N
             differ.append(f"#{number} {sql}\n  with the rewrite: {on}\n  Spark's own: {off}")
     assert not differ, f"seed {SEED}: {len(differ)} of {QUERIES} differ:\n" + "\n".join(differ)
     assert rewritten["lookups"] >= QUERIES // 2, rewritten  # most shapes run as lookups
+
+
+TIME_ZONES = ("Europe/Paris", "America/Sao_Paulo", "UTC")
+"""Session time zones: Spark sends an input's timestamps in the session's, the lookup's come
+in UTC (a validity range on timestamps once failed where the machine's zone is Etc/UTC)."""
+
+
+def test_validity_ranges_on_timestamps_in_any_session_time_zone(
+    spark: Any, world: dict[str, str]
+) -> None:
+    shapes = [
+        "SELECT e.id, d.v FROM {ev} e LEFT JOIN {ver} d ON e.kl = d.k AND {range}",
+        "SELECT e.id, d.v FROM {ev} e JOIN {ver} d ON e.kl = d.k AND {range}",
+        "SELECT e.id FROM {ev} e LEFT SEMI JOIN {ver} d ON e.kl = d.k AND {range}",
+        "SELECT e.id FROM {ev} e WHERE NOT EXISTS (SELECT 1 FROM {ver} d WHERE d.k = e.kl "
+        "AND {range})",
+    ]
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    rewritten = 0
+    try:
+        for time_zone in TIME_ZONES:
+            spark.conf.set("spark.sql.session.timeZone", time_zone)
+            for number, shape in enumerate(shapes):
+                sql = shape.format(range=RANGES[2 + number % 2], **world)
+                on, looked_up = outcome(spark, sql, True)
+                off, _ = outcome(spark, sql, False)
+                assert on == off, f"{time_zone}: {sql}"
+                assert on[0] != "raised" and sum(on[0].values()) > 0, (time_zone, sql, on)
+                rewritten += looked_up
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    assert rewritten == len(TIME_ZONES) * len(shapes)
 
 
 def test_dataframe_joins_and_self_joins(spark: Any, world: dict[str, str]) -> None:

@@ -99,7 +99,7 @@ def parse_match_conditions(
         left, left_type = _operand(item.get(left_field), inputs, values)
         right, right_type = _operand(item.get(right_field), inputs, values)
         kind = left_type or right_type
-        if kind is None or (left_type and right_type and left_type != right_type):
+        if kind is None or (left_type and right_type and not _comparable(left_type, right_type)):
             raise SchemaError(f"a match condition compares {left_type} with {right_type}: {item}")
         left, right = (_typed(o, kind) for o in (left, right))
         conditions.append(MatchCondition(item[op_field], left, right))
@@ -117,6 +117,22 @@ def _operand(
     if isinstance(spec, dict) and literal in spec and spec[literal] is not None:
         return Operand(literal, literal=spec[literal]), None
     raise SchemaError(f"a match condition's operand names no column of the lookup: {spec!r}")
+
+
+def _comparable(left: pa.DataType, right: pa.DataType) -> bool:
+    """Whether Arrow compares ``left`` with ``right`` as Spark does: one type, or two
+    timestamps of one unit that are both instants (Spark's ``timestamp``): their time zones only
+    say how to print them — Spark sends an input's in the session's (``Etc/UTC``,
+    ``Europe/Paris``), the lookup's values come in UTC."""
+    if left == right:
+        return True
+    return (
+        pa.types.is_timestamp(left)
+        and pa.types.is_timestamp(right)
+        and left.unit == right.unit
+        and left.tz is not None
+        and right.tz is not None
+    )
 
 
 def _typed(operand: Operand, kind: pa.DataType) -> Operand:

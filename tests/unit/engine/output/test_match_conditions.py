@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
-from lookup_source.engine.output.match_conditions import parse_match_conditions
+from lookup_source.engine.output.match_conditions import pairs_passing, parse_match_conditions
 from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import SchemaError
 from lookup_source.testing.clock import VirtualTimeLoop
@@ -109,3 +110,31 @@ def test_conditions_that_name_no_column_or_mix_types_are_refused() -> None:
             '[{"op": "like", "left": {"input": "t"}, "right": {"value": "lo"}}]', schema, fields
         )
     assert parse_match_conditions("", schema, fields) == ()
+
+
+def test_instants_compare_whatever_time_zone_names_them() -> None:
+    """Spark sends an input's timestamps in the session's time zone (``Etc/UTC`` on a machine
+    so set, ``Europe/Paris``), the lookup's values come in UTC: both are instants, compared as
+    such (a validity range on timestamps failed the task on such a machine)."""
+    micros = 1_767_225_600_000_000  # 2026-01-01 00:00 UTC
+    day = 86_400_000_000
+    rows = pa.record_batch(
+        {"ts": pa.array([micros + day, micros + 40 * day], pa.timestamp("us", tz="Europe/Paris"))}
+    )
+    utc = pa.timestamp("us", tz="UTC")
+    matches = pa.record_batch(
+        {"valid_from": pa.array([micros], utc), "valid_to": pa.array([micros + 30 * day], utc)}
+    )
+    text = (
+        '[{"op": "ge", "left": {"input": "ts"}, "right": {"value": "valid_from"}},'
+        ' {"op": "lt", "left": {"input": "ts"}, "right": {"value": "valid_to"}}]'
+    )
+    conditions = parse_match_conditions(text, rows.schema, list(matches.schema))
+    passing = pairs_passing(conditions, rows, matches, np.array([0, 1]), np.array([0, 0]))
+    assert passing.tolist() == [True, False]
+    naive = pa.schema([("ts", pa.timestamp("us"))])  # a timestamp_ntz is no instant
+    with pytest.raises(SchemaError, match="compares"):
+        parse_match_conditions(text, naive, list(matches.schema))
+    other_unit = pa.schema([("ts", pa.timestamp("ns", tz="UTC"))])
+    with pytest.raises(SchemaError, match="compares"):
+        parse_match_conditions(text, other_unit, list(matches.schema))
