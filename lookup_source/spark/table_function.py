@@ -36,6 +36,7 @@ from lookup_source.spark.join_markers import NOT_IN, SQL_JOIN
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.shape import TABLE_ARGUMENT, output_schema, resolve_on
 from lookup_source.spark.strategy import sql_join_decision
+from lookup_source.spark.timestamps import in_utc
 from lookup_source.spark.versions import is_connect
 
 
@@ -259,7 +260,8 @@ class _LookupRuns:
                     client_factory=self.lookup.client_factory,
                     on_metrics=metrics.add if metrics is not None else None,
                 )
-            yield from self.task.submit(table)
+            for batch in self.task.submit(table):
+                yield in_utc(batch)
         except Exception:
             self.failed = True
             raise
@@ -270,7 +272,8 @@ class _LookupRuns:
         # instance hands its client back here (the worker keeps it for the next one)
         if self.task is not None:
             try:
-                yield from self.task.finish()
+                for batch in self.task.finish():
+                    yield in_utc(batch)
             except Exception:
                 self.failed = True
                 raise
