@@ -149,6 +149,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan scenario: input sizes, comma-separated (default: %(default)s)",
     )
     parser.add_argument(
+        "--plan-point-in-time-rows",
+        type=int,
+        default=20_000,
+        help="plan scenario: visits of its point-in-time join against a versioned table of "
+        "--plan-table-rows rows (PySpark 4.1+; 0: none) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--budget-keys",
         type=int,
         default=4_000,

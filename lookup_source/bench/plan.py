@@ -13,7 +13,10 @@ rows, at most the table's; a tenth of the keys miss the table). For each input, 
 - where the session has the SQL extension (PySpark 4.1+): the same join as a SQL ``JOIN``
   against the table registered with ``register_lookup_table`` (rewritten into lookups), the
   same ``JOIN`` with the rewrite off (the data source's scan and Spark's join), the table
-  function, and a ``JOIN`` against the table registered with ``strategy=auto``.
+  function, and a ``JOIN`` against the table registered with ``strategy=auto``;
+- then (with the SQL extension) a point-in-time join of ``--plan-point-in-time-rows`` visits
+  against a versioned table of as many rows (:mod:`.plan_versions`): Spark's JDBC reader and
+  its join, with ``broadcast``, and the SQL JOIN rewritten and not.
 
 Every method's answer is checked against the JDBC join's (its rows, and a sum over a hash of
 every column). Then the scans alone: the rows per second of Spark's JDBC reader and of the data
@@ -42,6 +45,7 @@ from lookup_source.bench.plan_scans import scan_rates
 from lookup_source.bench.plan_sql import sql_joins, sql_tables
 from lookup_source.bench.plan_stream import stream_plans
 from lookup_source.bench.plan_table import SCHEMA, ensure_table, jdbc_table, plan_input
+from lookup_source.bench.plan_versions import point_in_time
 from lookup_source.bench.scans import JDBC_JAR
 
 
@@ -109,6 +113,14 @@ def run_plan(spark: Any, args: Any, results: list[PlanResult] | None = None) -> 
         if sql is not None:
             sql_joins(spark, measure, df, sql)
         df.unpersist()
+    if sql is not None and args.plan_point_in_time_rows > 0:
+        point_in_time(
+            spark,
+            args,
+            options,
+            lambda rows, distinct: Measure(results, rows, distinct),
+            has_jdbc,
+        )
     scan_rates(spark, args, table, table_rows, options, has_jdbc, results)
     stream_plans(spark, args, table, table_rows, options, has_jdbc, results)
     return results

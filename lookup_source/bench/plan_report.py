@@ -10,6 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from lookup_source.bench.plan_result import PlanResult
+from lookup_source.bench.plan_versions import POINT_IN_TIME
 
 
 def plan_report(results: list[PlanResult], args: Any) -> list[str]:
@@ -23,11 +24,15 @@ def plan_report(results: list[PlanResult], args: Any) -> list[str]:
         "| input rows | distinct keys | method | seconds | ÷ JDBC + join | note |",
         "|---|---|---|---|---|---|",
     ]
-    jdbc = {r.input_rows: r.seconds for r in results if r.method == "Spark JDBC + join"}
+    jdbc = {
+        (_part(r.method), r.input_rows): r.seconds
+        for r in results
+        if r.method.endswith("Spark JDBC + join")
+    }
     for r in results:
         if r.method in ("Spark JDBC read", "data source scan") or r.method.startswith("stream"):
             continue
-        base = jdbc.get(r.input_rows)
+        base = jdbc.get((_part(r.method), r.input_rows))
         ratio = f"{base / r.seconds:.2f}x" if base and r.seconds else "—"
         seconds = f"{r.seconds:.2f}" if r.seconds else "—"
         lines.append(
@@ -47,6 +52,12 @@ def plan_report(results: list[PlanResult], args: Any) -> list[str]:
     return lines
 
 
+def _part(method: str) -> str:
+    """The part of the scenario a method belongs to (``point-in-time: ...``; the plain
+    join's: empty), compared with its own part's JDBC join."""
+    return method.split(": ", 1)[0] if method.startswith(POINT_IN_TIME) else ""
+
+
 def as_json(results: list[PlanResult]) -> list[dict[str, Any]]:
     return [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results]
 
@@ -62,7 +73,9 @@ def plot_plans(results: list[PlanResult], out: str) -> None:
     runs = [
         r
         for r in results
-        if r.seconds and r.method not in reads and not r.method.startswith("stream")
+        if r.seconds
+        and r.method not in reads
+        and not r.method.startswith(("stream", POINT_IN_TIME))
     ]
     if not runs:
         return

@@ -56,7 +56,9 @@ def plan_input(spark: Any, rows: int, table_rows: int, tasks: int) -> tuple[Any,
     return df, distinct
 
 
-def jdbc_table(spark: Any, url: str, table: str, rows: int, tasks: int) -> Any:
+def jdbc_table(spark: Any, url: str, table: str, rows: int, tasks: int, key: str = "uid") -> Any:
+    """``table`` read by Spark's JDBC reader in ``tasks`` ranges of the integer ``key`` (its
+    values from 0 to ``rows``)."""
     parts = urlsplit(url)
     jdbc = f"jdbc:postgresql://{parts.hostname}:{parts.port or 5432}{parts.path or '/postgres'}"
     return (
@@ -65,7 +67,7 @@ def jdbc_table(spark: Any, url: str, table: str, rows: int, tasks: int) -> Any:
         .option("dbtable", table)
         .option("user", parts.username or "postgres")
         .option("driver", "org.postgresql.Driver")
-        .option("partitionColumn", "uid")
+        .option("partitionColumn", key)
         .option("lowerBound", "0")
         .option("upperBound", str(rows))
         .option("numPartitions", str(tasks))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from lookup_source.bench.proxy import LatencyProxy
+from lookup_source.spark.versions import SQL_JOINS
 
 
 @pytest.mark.timeout(900)  # every scenario, small: the run's own limit below holds it
@@ -54,6 +55,8 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
         "4000",
         "--plan-inputs",
         "400,8000",
+        "--plan-point-in-time-rows",
+        "600",
         "--budget-keys",
         "200",
         "--transports-keys",
@@ -161,6 +164,13 @@ def test_bench_smoke(tmp_path: Path, redis_srv: Any, postgres_srv: Any) -> None:
     assert "## Plans: lookups, a broadcast or a scan" in table
     assert any(p["method"] == "data source scan" and p["rows_per_s"] > 0 for p in plans)
     assert (tmp_path / "plans.png").stat().st_size > 1000
+    in_time = {p["method"]: p for p in plans if p["method"].startswith("point-in-time: ")}
+    assert bool(in_time) == SQL_JOINS.available()  # the SQL extension's JOIN: PySpark 4.1+
+    if in_time:
+        assert in_time["point-in-time: SQL JOIN"]["note"] == "runs as lookups"
+        assert in_time["point-in-time: SQL JOIN, rewrite off"]["note"] == "Spark's scan and join"
+        assert len({p["checksum"] for p in in_time.values()}) == 1, in_time  # the same rows
+        assert all(p["rows"] == 600 and p["seconds"] > 0 for p in in_time.values())
     streamed = {p["method"]: p for p in plans if p["method"].startswith("stream")}
     assert streamed["stream: lookup_join"]["rows"] > 0
     assert "busy" in streamed["stream: lookup_join"]["note"]
