@@ -224,7 +224,7 @@ class LookupQuery:
             pg_type, wanted
         ):  # ints into ints, text into strings: no check per value
             with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
-                return native_array(values, wanted)
+                return pa.array(values, type=wanted)
         array, _ = to_arrow_column(list(values), wanted, column=self.config.key_columns[position])
         return array  # a key that does not convert is null: it matches no asked key
 
@@ -244,7 +244,7 @@ class LookupQuery:
                 values = [_converted(v, convert) for v in values]
             elif reads_natively(self.value_types[position], field.type):
                 with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
-                    arrays.append(native_array(values, field.type))
+                    arrays.append(pa.array(values, type=field.type))
                     continue
             array, bad = to_arrow_column(values, field.type, column=field.name)
             for row, message in bad.items():
@@ -317,22 +317,6 @@ def reads_natively(pg_type: str, arrow_type: pa.DataType) -> bool:
     if pa.types.is_boolean(arrow_type):
         return pg_type == "boolean"
     return True
-
-
-def native_array(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
-    """asyncpg's values of a column as an Arrow array of ``arrow_type``, as they are.
-
-    A ``timestamptz`` comes as datetimes aware of their zone (UTC): Arrow converts them ten
-    times faster when it infers their type (an instant in UTC, whatever each one's zone) than
-    into a given one (4 µs a value: half the time of a lookup answering 100,000 versions), so
-    they are inferred, then cast; anything that does not infer as instants takes the typed
-    path (naive datetimes are fast there, and read as UTC either way)."""
-    if pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None:
-        inferred = pa.array(values)
-        kind = inferred.type
-        if pa.types.is_null(kind) or (pa.types.is_timestamp(kind) and kind.tz is not None):
-            return inferred.cast(arrow_type)
-    return pa.array(values, type=arrow_type)
 
 
 def scan_filter(
