@@ -4,6 +4,7 @@ decoding, so a compressed bomb costs at most ``http.max-response-bytes``; and th
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import time
 import zlib
@@ -106,4 +107,6 @@ def parse_retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # asctime and "-0000" dates: an HTTP date is in GMT (RFC 9110)
+        when = when.replace(tzinfo=datetime.timezone.utc)
     return max(0.0, when.timestamp() - time.time())

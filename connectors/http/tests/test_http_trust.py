@@ -382,3 +382,34 @@ def test_a_failed_tasks_traceback_shows_no_header_the_service_echoed(service: Re
     assert "HTTP 403" in printed and "forbidden for x-routing ***" in printed
     assert "failed for 1 key" in printed and routing not in printed, printed
     assert service.seen and all(h.get("x-routing") == routing for _, _, h in service.seen)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Sao_Paulo", "Asia/Tokyo"])
+def test_a_retry_after_date_is_read_in_gmt_whatever_the_machine_zone(
+    zone: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTP date is in GMT (RFC 9110), also in the asctime and ``-0000`` forms, which parse
+    without a zone: read in the machine's zone, a date 60 s away waited 0 s in Tokyo and three
+    hours in Sao Paulo."""
+    import email.utils
+    import time
+
+    from asynclookup_http.body import parse_retry_after
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        soon = time.time() + 60
+        forms = [
+            email.utils.formatdate(soon, usegmt=True),  # IMF-fixdate: "... GMT"
+            email.utils.formatdate(soon).replace("+0000", "-0000"),
+            time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(soon)),  # asctime
+        ]
+        for form in forms:
+            wait = parse_retry_after(form)
+            assert wait is not None and 55 <= wait <= 61, (zone, form, wait)
+        assert parse_retry_after("not a date") is None
+        assert parse_retry_after("-5") == 0.0
+    finally:
+        monkeypatch.undo()  # the zone the process had, set again
+        time.tzset()
