@@ -22,6 +22,7 @@ from lookup_source.engine.output.match_conditions import parse_match_conditions
 from lookup_source.engine.runner import ClientFactory, LookupTask
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS, HOW_ALIASES, HOWS
 from lookup_source.errors import SchemaError
+from lookup_source.spark.declared_output import DeclaredOutput
 from lookup_source.spark.join_checks import (
     RuleFacts,
     decided,
@@ -36,7 +37,6 @@ from lookup_source.spark.join_markers import NOT_IN, SQL_JOIN
 from lookup_source.spark.plan import LookupPlan, output_rows
 from lookup_source.spark.shape import TABLE_ARGUMENT, output_schema, resolve_on
 from lookup_source.spark.strategy import sql_join_decision
-from lookup_source.spark.timestamps import in_utc
 from lookup_source.spark.versions import is_connect
 
 
@@ -234,6 +234,9 @@ class _LookupRuns:
             matched_column=analyze_result.matched,
         )
         self.conditions = analyze_result.conditions
+        self.output = DeclaredOutput(analyze_result.schema)
+        """Each batch handed back cast to the schema PySpark declared for it."""
+        self.input_schema = pa.schema([])
         self.task: LookupTask | None = None
         self.failed = False
 
@@ -260,8 +263,8 @@ class _LookupRuns:
                     client_factory=self.lookup.client_factory,
                     on_metrics=metrics.add if metrics is not None else None,
                 )
-            for batch in self.task.submit(table):
-                yield in_utc(batch)
+            self.input_schema = table.schema
+            yield from self.output.conform(self.task.submit(table), table.schema)
         except Exception:
             self.failed = True
             raise
@@ -272,8 +275,7 @@ class _LookupRuns:
         # instance hands its client back here (the worker keeps it for the next one)
         if self.task is not None:
             try:
-                for batch in self.task.finish():
-                    yield in_utc(batch)
+                yield from self.output.conform(self.task.finish(), self.input_schema)
             except Exception:
                 self.failed = True
                 raise

@@ -334,12 +334,15 @@ def test_generated_joins_give_spark_rows(spark: Any, world: dict[str, str]) -> N
     assert rewritten["lookups"] >= QUERIES // 2, rewritten  # most shapes run as lookups
 
 
-TIME_ZONES = ("Europe/Paris", "America/Sao_Paulo", "Etc/UTC", "UTC")
-"""Session time zones: Spark sends an input's timestamps in the session's, the lookup's come
-in UTC (a validity range on timestamps once failed where the machine's zone is Etc/UTC)."""
+SETTINGS = (("Europe/Paris", "false"), ("America/Sao_Paulo", "true"), ("Etc/UTC", "false"))
+SETTINGS += (("UTC", "true"),)
+"""Session time zones and ``spark.sql.execution.arrow.useLargeVarTypes``: Spark sends an
+input's timestamps in the session's zone, and its strings large or not; the table function's
+answer must be in the schema PySpark declared, whatever they are (a validity range on
+timestamps once failed where the machine's zone is Etc/UTC, and any JOIN with large types)."""
 
 
-def test_validity_ranges_on_timestamps_in_any_session_time_zone(
+def test_validity_ranges_in_any_session_time_zone_and_arrow_types(
     spark: Any, world: dict[str, str]
 ) -> None:
     shapes = [
@@ -360,22 +363,26 @@ def test_validity_ranges_on_timestamps_in_any_session_time_zone(
     )
     visits.cache().createOrReplaceTempView(f"{world['ev']}_visits")
     shapes.append(shapes[0].replace("{ev} e", "{ev}_visits e"))
+    shapes.append("SELECT e.id, e.ks, d.v FROM {ev} e JOIN {int4} d ON e.ki = d.k")  # strings
     zone = spark.conf.get("spark.sql.session.timeZone")
+    large = "spark.sql.execution.arrow.useLargeVarTypes"
     rewritten = 0
     try:
-        for time_zone in TIME_ZONES:
+        for time_zone, large_types in SETTINGS:
             spark.conf.set("spark.sql.session.timeZone", time_zone)
+            spark.conf.set(large, large_types)
             for number, shape in enumerate(shapes):
                 sql = shape.format(range=RANGES[2 + number % 2], **world)
                 on, looked_up = outcome(spark, sql, True)
                 off, _ = outcome(spark, sql, False)
-                assert on == off, f"{time_zone}: {sql}"
+                assert on == off, f"{time_zone}, large types {large_types}: {sql}"
                 assert on[0] != "raised" and sum(on[0].values()) > 0, (time_zone, sql, on)
                 rewritten += looked_up
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
+        spark.conf.unset(large)
         visits.unpersist()
-    assert rewritten == len(TIME_ZONES) * len(shapes)
+    assert rewritten == len(SETTINGS) * len(shapes)
 
 
 def test_dataframe_joins_and_self_joins(spark: Any, world: dict[str, str]) -> None:
