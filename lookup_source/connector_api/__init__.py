@@ -94,6 +94,7 @@ from lookup_source.connector_api.options import (
     parse_required_text,
     parse_text,
 )
+from lookup_source.connector_api.ranges import KeyRange, key_columns_of, ranges_of
 from lookup_source.connector_api.retryable import failure_kind, is_retryable
 from lookup_source.connector_api.secrets import secret_from_env
 from lookup_source.connector_api.shared_cache import SHARED_CACHE_GROUP, SharedCacheStore
@@ -152,6 +153,7 @@ __all__ = [
     "JdbcUnavailable",
     "JsonColumns",
     "Key",
+    "KeyRange",
     "KeyTemplate",
     "LookupClient",
     "LookupResult",
@@ -185,6 +187,7 @@ __all__ = [
     "handshake_refusal",
     "int_between",
     "is_retryable",
+    "key_columns_of",
     "key_text",
     "match_rows",
     "parse_bool",
@@ -199,6 +202,7 @@ __all__ = [
     "password_from_env",
     "pooled",
     "python_keys",
+    "ranges_of",
     "records_from_matches",
     "records_to_matches",
     "redact_url",

@@ -243,6 +243,15 @@ class LookupClient:
         return False
 
     @classmethod
+    def takes_ranges(cls, config: ConnectorConfig) -> bool:
+        """Whether ``lookup_arrow`` of ``config`` takes keys batches that carry ranges
+        (:mod:`~lookup_source.connector_api.ranges`: a column of bounds per range after the key
+        columns) and sends each key's ranges to the store, returning a subset of the key's
+        rows that holds every row within them. The default: no (a range is judged by the
+        engine alone, on every row of the key)."""
+        return False
+
+    @classmethod
     def infer_schema(cls, options: ConnectorConfig) -> tuple[str, tuple[str, ...]]:
         """Read the store's own description of the table: a Spark DDL schema (key columns
         first) and the key column names. Connectors that cannot describe a table raise."""

@@ -124,7 +124,13 @@ class LookupEngine:
             redact=redact,
         )
         self._emitter = Emitter(self._queue, output, self.metrics, spec.output_rows, self._fail)
-        self._known = KnownAnswers(cache, shared, self.metrics, self._queue)
+        # ranges sent with the keys: an answer is its batch's alone, neither cached nor shared
+        self._shares = not spec.pushed_ranges
+        self._known = (
+            KnownAnswers(cache, shared, self.metrics, self._queue)
+            if self._shares
+            else KnownAnswers(None, None, self.metrics, self._queue)
+        )
         self._numbers = itertools.count()
         self._in_flight_keys: InFlightKeys[Request] = InFlightKeys()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -152,7 +158,9 @@ class LookupEngine:
         job = self._new_job(batch)
         self._emitter.put(job)
         to_fetch = self._known.from_cache(job)
-        wanted, shared = self._in_flight_keys.share(job, to_fetch)
+        wanted, shared = (
+            self._in_flight_keys.share(job, to_fetch) if self._shares else (to_fetch, 0)
+        )
         self.metrics.shared_keys += shared
         wanted = await self._known.from_shared(job, wanted)
         size = self._batch_size

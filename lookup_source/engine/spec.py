@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from lookup_source.engine.intake.ranges import PushedRange
 from lookup_source.engine.output.match_conditions import MatchCondition
 from lookup_source.settings import LookupOptions
 
@@ -46,6 +47,9 @@ class EngineSpec:
     match_conditions: tuple[MatchCondition, ...] = ()
     """Conditions on each pair of a row and one of its key's matches (a validity range),
     judged before the join (:mod:`.output.match_conditions`)."""
+    pushed_ranges: tuple[PushedRange, ...] = ()
+    """Of those, the ranges sent to the store with each key, for a connector that takes them
+    (:mod:`.intake.ranges`): its requests are then neither shared nor cached."""
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:

@@ -49,6 +49,7 @@ from lookup_source.connector_api import (
     PermanentError,
     TableFacts,
     TlsSettings,
+    key_columns_of,
     password_env_option,
     require_url,
     tls_option_specs,
@@ -184,15 +185,14 @@ class PostgresLookupClient(LookupClient):
             return await lookup_apart(self.lookup_arrow, keys, refused, NUL_KEY, self.value_fields)
         with ASYNCPG_ERRORS:
             pool = await self._connect()
-            try:
-                rows = await connections.fetch(
-                    pool, self._query.sql, self._query.arguments(keys), self.config.timeout_s
-                )
+            try:  # a key its column cannot take may fail already in making the arguments
+                sql, arguments, positions_from_server = self._query.statement(keys)
+                rows = await connections.fetch(pool, sql, arguments, self.config.timeout_s)
             except Exception as exc:
                 if not a_key_error(exc):
                     raise
                 return await isolate(self.lookup_arrow, keys, exc, self.value_fields)
-        return self._query.matches(rows, keys)
+        return self._query.matches(rows, key_columns_of(keys), positions_from_server)
 
     # -- scans ---------------------------------------------------------------------------------
 
@@ -207,6 +207,12 @@ class PostgresLookupClient(LookupClient):
         return await scan_plan.estimate_rows(
             self._connect, self._table, self._query, self.config.timeout_s
         )
+
+    @classmethod
+    def takes_ranges(cls, config: ConnectorConfig) -> bool:
+        """A table's lookups send a key's ranges in the query (integers, dates, instants):
+        a point-in-time join reads the versions valid at its rows' times, not every version."""
+        return bool(TABLE.get(config))
 
     @classmethod
     def answers_existence(cls, config: ConnectorConfig) -> bool:

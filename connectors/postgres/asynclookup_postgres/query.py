@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from asynclookup_postgres import ranged_query
 from asynclookup_postgres.catalog import (
     EXACT_KEY_TYPES,
     FLOAT_TYPES,
@@ -36,6 +37,7 @@ from lookup_source.connector_api import (
     Matches,
     PermanentError,
     error_rows,
+    key_columns_of,
     match_rows,
     scanned_keys,
     to_arrow_column,
@@ -68,6 +70,8 @@ class LookupQuery:
         self.columns: list[str] = []  # catalog names: key columns, then value columns
         self.converters: list[tuple[int, str, Callable[[Any], Any]]] = []
         self.value_types: list[str] = []
+        self.table_sql = ""  # FROM ... AS t: the table's name, quoted
+        self._ranged = ranged_query.RangedQueries()  # the query of each set of ranges
 
     async def prepare(self, connection: Any) -> None:
         """Read the table's columns (or prepare the custom query) and build the query."""
@@ -76,14 +80,29 @@ class LookupQuery:
         else:
             await self._prepare_custom_query(connection)
 
-    def matches(self, rows: Sequence[Any], keys: pa.RecordBatch) -> Matches:
-        """The rows of a lookup of ``keys`` as matches (rows of keys nobody asked: ignored)."""
+    def statement(self, keys: pa.RecordBatch) -> tuple[str, list[list[Any]], bool]:
+        """The query for ``keys``, its parameters, and whether its first column is the asked
+        key's position: with the ranges ``keys`` carries (:func:`ranges_of`) that this table
+        can filter by, the query that sends them (the key's rows within them, a superset of
+        what the engine keeps); else the table's own."""
+        arguments = self.arguments(key_columns_of(keys))
+        ranged = self._ranged.statement(self, keys, arguments) if self.table is not None else None
+        return ranged or (self.sql, arguments, self.positions_from_server)
+
+    def matches(
+        self, rows: Sequence[Any], keys: pa.RecordBatch, positions_from_server: bool | None = None
+    ) -> Matches:
+        """The rows of a lookup of ``keys`` as matches (rows of keys nobody asked: ignored);
+        ``positions_from_server``: whether the query's first column is the asked key's position
+        (None: the table's own query says)."""
         if not rows:
             return Matches.none(self.value_fields)
+        if positions_from_server is None:
+            positions_from_server = self.positions_from_server
         columns = list(zip(*rows))  # one tuple per column: asyncpg's records, transposed
         nkeys = len(self.key_types)
         returned: list[pa.Array] | None = None
-        if self.positions_from_server:
+        if positions_from_server:
             index = np.asarray(columns[0], dtype=np.int64) - 1
             width = 1 + (nkeys if self.reports_keys else 0)
             if self.reports_keys:
@@ -138,6 +157,8 @@ class LookupQuery:
         values = self._resolve(columns, self.config.value_columns)
         self._set_columns(keys, values)
         table = ".".join(quote_identifier(part) for part in self.table)
+        self.table_sql = table
+        self._ranged = ranged_query.RangedQueries()
         self.exact_keys = all(k.compares_exactly for k in keys)
         if len(keys) == 1 and keys[0].compares_exactly:
             key = keys[0]

@@ -13,6 +13,7 @@ import pyarrow as pa
 from lookup_source.connector_api import Matches
 from lookup_source.connector_api.keys import python_keys
 from lookup_source.engine.intake.keys import DistinctKeys, cast_key_column, distinct_keys
+from lookup_source.engine.intake.ranges import with_bounds
 from lookup_source.engine.request.answers import Part
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.errors import SchemaError
@@ -112,7 +113,7 @@ class BatchEntry:
                 array = array.combine_chunks()
             key_type = spec.key_types[position] if position < len(spec.key_types) else None
             columns.append(cast_key_column(array, key_type, column))
-        distinct = distinct_keys(columns, names)
+        distinct = with_bounds(distinct_keys(columns, names), batch, spec.pushed_ranges)
         cost_column = spec.options.budget.cost_column
         costs = key_costs(batch, cost_column, distinct) if cost_column is not None else None
         return cls(

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lookup_source.connector_api import Matches
+from lookup_source.connector_api.ranges import key_columns_of
 from lookup_source.engine.metrics import LookupMetrics
 
 
@@ -69,6 +70,7 @@ def _equal_keys(returned: pa.RecordBatch, asked: pa.RecordBatch, index: np.ndarr
     does not compare is unequal."""
     equal = np.ones(len(index), dtype=bool)
     rows = pa.array(index, type=pa.int64())
+    asked = key_columns_of(asked)  # a range's bounds are no part of the key
     for position in range(asked.num_columns):
         wanted = asked.column(position).take(rows)
         got = returned.column(position)
