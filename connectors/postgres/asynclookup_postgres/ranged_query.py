@@ -5,8 +5,8 @@ per key, so that Postgres returns the versions valid at the visits, not every ve
     SELECT k.i, t."v1", ... FROM "table" AS t
       JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS k(k0, r0, r1, i)
         ON t."user_id" = k.k0
-       AND (k.r0 IS NULL OR t."valid_from" <= (timestamptz 'epoch' + k.r0 * interval '1 us'))
-       AND (k.r1 IS NULL OR t."valid_to" > (timestamptz 'epoch' + k.r1 * interval '1 us'))
+       AND (k.r0 IS NULL OR t."valid_from" <= <k.r0 as an instant>)
+       AND (k.r1 IS NULL OR t."valid_to" > <k.r1 as an instant>)
 
 Only ranges whose order is Spark's are sent (integers, dates, instants against ``timestamp
 with time zone``); each bound goes as a ``bigint`` (dates in days, instants in microseconds:
@@ -28,9 +28,16 @@ import pyarrow.compute as pc
 from asynclookup_postgres.catalog import INT_TYPES, quote_identifier
 from lookup_source.connector_api import KeyRange, ranges_of
 
-BOUND_LIMITS = {"date": 3_000_000, "timestamp": 260_000_000_000_000_000}
-"""The largest bound sent, in days and in microseconds either side of 1970 (about the year
-10,000; Postgres goes further): one beyond is sent as null."""
+BOUND_LIMITS = {
+    "date": (-2_400_000, 3_000_000),
+    "timestamp": (-200_000_000_000_000_000, 260_000_000_000_000_000),
+}
+"""The bounds sent, in days and in microseconds since 1970: from about 4600 BC (Postgres's
+dates start in 4713 BC) to about the year 10,000 (Spark's end with some room); a bound
+beyond is sent as null (no range for its key: a superset), never overflowing the query."""
+HOUR = 3_600_000_000
+"""Microseconds in an hour: an instant is sent as whole hours and the microseconds left, each
+multiplied by an interval exactly (a product of microseconds past 2^53 is rounded)."""
 
 _OPERATORS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -131,7 +138,10 @@ def ranged_sql(
         if pg_type == "date":
             bound = f"(date 'epoch' + {bound}::integer)"
         elif pg_type == "timestamp with time zone":
-            bound = f"(timestamptz 'epoch' + {bound} * interval '1 us')"
+            bound = (
+                f"(timestamptz 'epoch' + ({bound} / {HOUR}) * interval '1 hour' "
+                f"+ ({bound} % {HOUR}) * interval '1 us')"
+            )
         column = quote_identifier(values.columns[position])
         join.append(f"(k.r{number} IS NULL OR t.{column} {_OPERATORS[key_range.op]} {bound})")
     return (
@@ -147,11 +157,11 @@ def bounds(column: pa.Array) -> list[Any]:
         return column.cast(pa.int64()).to_pylist()
     if pa.types.is_date32(column.type):  # days since 1970 (Arrow casts a date to int32 only)
         numbers = column.cast(pa.int32()).cast(pa.int64())
-        limit = BOUND_LIMITS["date"]
+        lowest, highest = BOUND_LIMITS["date"]
     else:
         numbers = column.cast(pa.int64())
-        limit = BOUND_LIMITS["timestamp"]
-    far = pc.or_(pc.greater(numbers, limit), pc.less(numbers, -limit))
+        lowest, highest = BOUND_LIMITS["timestamp"]
+    far = pc.or_(pc.greater(numbers, highest), pc.less(numbers, lowest))
     return pc.if_else(far, pa.scalar(None, pa.int64()), numbers).to_pylist()
 
 

@@ -98,7 +98,7 @@ def test_each_key_gets_only_its_versions_within_its_bounds(
 
 def test_a_null_or_far_bound_sends_no_range_for_its_key(postgres_srv: Any, versions: str) -> None:
     latest = KeyRange("valid_from", "le", "__asynclookup_range_0")
-    far = BOUND_LIMITS["timestamp"] + 1
+    far = -BOUND_LIMITS["timestamp"][0] + 1  # before the earliest sent
     bounds = pa.array([None, START + 40 * DAY, -far], INSTANT)  # user 2: v0, v1
     got = ask(postgres_srv.url, versions, keys_with((latest, bounds)))
     names = [name for _, name in got]
@@ -133,3 +133,40 @@ def test_a_composite_key_with_a_range(postgres_srv: Any, versions: str) -> None:
     )
     got = ask(postgres_srv.url, versions, keys, **{"key.column": "uid,v"})
     assert got == [(0, "u1v0"), (2, "u2v3")]  # u1v2 starts on day 60, after day 50
+
+
+def test_bounds_are_exact_to_the_microsecond_and_early_ones_send_no_range(
+    postgres_srv: Any, pg: Any, table_name: str
+) -> None:
+    """An instant past 2^53 microseconds from 1970 (2255 on) reaches Postgres exact (a product
+    of microseconds and an interval is rounded there by up to 16 µs: a version starting at the
+    visit's very microsecond was lost); a time before Postgres's first (4713 BC), or a day, is
+    sent as no range for its key — never a failed key, its versions lost."""
+    pg(
+        f"CREATE TABLE {table_name} (uid bigint, v int, valid_from timestamptz, "
+        "valid_to timestamptz, day date, name text)"
+    )
+    try:
+        pg(
+            f"INSERT INTO {table_name} VALUES "
+            "(1, 0, '2300-01-01 00:00:00.000001+00', 'infinity', '2300-01-01', 'future'), "
+            "(2, 0, '2026-01-01 00:00:00+00', '2027-01-01 00:00:00+00', '2026-01-01', 'now')"
+        )
+        latest = KeyRange("valid_from", "le", "__asynclookup_range_0")
+        earliest = KeyRange("valid_to", "gt", "__asynclookup_range_1")
+        visit = 10_413_792_000_000_001  # 2300-01-01 00:00:00.000001 UTC
+        ancient = -250_000_000_000_000_000  # about 5950 BC: Spark holds it, Postgres does not
+        keys = keys_with(
+            (latest, pa.array([visit, START], INSTANT)),
+            (earliest, pa.array([visit, ancient], INSTANT)),
+            uids=[1, 2],
+        )
+        assert ask(postgres_srv.url, table_name, keys) == [(0, "future"), (1, "now")]
+        dated = KeyRange("day", "ge", "__asynclookup_range_0")
+        days = pa.array([-2_600_000, None], pa.date32())  # before 4713 BC: no range
+        assert ask(postgres_srv.url, table_name, keys_with((dated, days), uids=[1, 2])) == [
+            (0, "future"),
+            (1, "now"),
+        ]
+    finally:
+        pg(f"DROP TABLE {table_name}")

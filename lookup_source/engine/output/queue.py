@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api.keys import match_rows
+from lookup_source.connector_api.ranges import key_columns_of
 
 if TYPE_CHECKING:
     from lookup_source.engine.intake.batches import BatchEntry
@@ -218,9 +219,11 @@ class KeyOrderedQueue(OutputQueue):
             progress = self._progress[job.number]
             candidates = np.flatnonzero(progress.answered & ~progress.released)
             if waiting and len(candidates):
-                keys = job.distinct.keys.take(pa.array(candidates))
-                held = pa.Table.from_batches(waiting).combine_chunks()
-                blocked = match_rows(list(keys.columns), list(held.columns)) >= 0
+                keys = key_columns_of(job.distinct.keys).take(pa.array(candidates))
+                held = [
+                    column.combine_chunks() for column in pa.Table.from_batches(waiting).columns
+                ]
+                blocked = match_rows(list(keys.columns), held) >= 0
                 candidates = candidates[~blocked]
             nulls = not progress.nulls_released
             progress.released[candidates] = True
@@ -228,8 +231,8 @@ class KeyOrderedQueue(OutputQueue):
             left = np.flatnonzero(~progress.released)
             if len(candidates) or nulls:
                 ready.append(Release(job, candidates, nulls, last=not len(left)))
-            if len(left):
-                waiting.append(job.distinct.keys.take(pa.array(left)))
+            if len(left):  # (its key columns: a range's bounds are no part of a key)
+                waiting.append(key_columns_of(job.distinct.keys).take(pa.array(left)))
             else:
                 self._leave(job)
                 del self._progress[job.number]

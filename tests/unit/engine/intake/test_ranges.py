@@ -128,13 +128,14 @@ class RangedClient(FakeColumnarClient):
         return answer.rows(np.flatnonzero(np.array(keep, dtype=bool)))
 
 
-def run_ranged(batches: list[pa.RecordBatch], how: str, *, push: bool) -> list[Any]:
-    options = make_options(cache=CacheSettings(mode="partial", max_rows=100))
+def run_ranged(batches: list[pa.RecordBatch], how: str, *, push: bool, **options: Any) -> list[Any]:
+    options = make_options(cache=CacheSettings(mode="partial", max_rows=100), **options)
     spec = make_spec(options, values=LEVELS, how=how)
     pairs = parse_match_conditions(RANGE, batches[0].schema, spec.value_fields)
     ranges = pushed_ranges(pairs, batches[0].schema) if push else ()
     spec = dataclasses.replace(spec, match_conditions=pairs, pushed_ranges=ranges)
     store = FakeStore(VERSIONS)
+    store.latency = lambda keys: 0.5 if len(keys) == 2 else 0.01  # the first batch is slow
     out = run_lookups(
         batches,
         spec,
@@ -177,3 +178,13 @@ def test_ranges_sent_give_the_rows_judging_every_version_gives() -> None:
         None,
         None,
     ]
+
+
+def test_key_ordered_output_keeps_each_keys_rows_in_order_with_ranges() -> None:
+    """Under ``output.mode=key-ordered`` a key's rows in a later batch wait for the earlier
+    batch's, whatever bounds each batch sent for it (its bounds are no part of the key)."""
+    batches = [visits((1, 3), (2, 7), (1, 4)), visits((1, 12), (3, 1), (4, 2))]
+    rows = run_ranged(batches, "left", push=True, output_mode="key-ordered")
+    assert [(k, t) for k, t, *_ in rows if k == 1] == [(1, 3), (1, 4), (1, 12)]
+    ordered = run_ranged(batches, "left", push=True)
+    assert sorted(rows, key=repr) == sorted(ordered, key=repr)

@@ -174,3 +174,26 @@ def test_failures_cache_hits_and_max_matches_under_key_order() -> None:
         else:
             assert metrics[0].cache_hits == 6  # 1, 2, 9, then 1, 2, 3 (4 failed: not cached)
     forget_worker()
+
+
+def test_composite_keys_keep_their_order_when_an_earlier_batch_holds_one() -> None:
+    """A composite key held by an earlier, slower batch holds back its own rows in a later
+    batch (the held keys were a table's chunked columns, which the match refused: the task
+    failed on any composite key held back)."""
+    store = FakeStore({(k, k % 2): {"name": f"user-{k}", "n": k} for k in range(10)})
+    store.latency = lambda keys: 0.5 if (1, 1) in keys else 0.01  # the first batch is slow
+    spec = make_spec(make_options(output_mode="key-ordered", batch_size=2), key_columns=("k", "p"))
+    batches = [
+        pa.record_batch(
+            {
+                "k": pa.array(keys, pa.int64()),
+                "p": pa.array([k % 2 for k in keys], pa.int64()),
+                "row": pa.array(rows, pa.int64()),
+            }
+        )
+        for keys, rows in (([1, 2], [0, 1]), ([1, 3], [2, 3]))
+    ]
+    rows = run(spec, batches, store, FakeColumnarClient)
+    assert sorted(r["row"] for r in rows) == [0, 1, 2, 3]
+    assert by_key(rows)[1] == [0, 2]  # key (1, 1): the first batch's row leaves first
+    assert [r["name"] for r in rows if r["k"] == 1] == ["user-1", "user-1"]
