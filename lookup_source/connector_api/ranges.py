@@ -30,7 +30,8 @@ RANGE_OPERATORS = ("lt", "le", "gt", "ge")
 class KeyRange:
     """Keep only the rows whose ``value`` column compares ``op`` (``lt``, ``le``, ``gt``,
     ``ge``) with the key's bound, held by the keys batch's column ``column``. A null bound
-    keeps no row (no comparison with a null is true)."""
+    (no row asking the key has a value) may be sent as no range: every row of the key is a
+    superset too."""
 
     value: str
     op: str
