@@ -14,9 +14,21 @@ SCHEMA = "uid long, name string, tier int"
 
 def ensure_table(url: str, rows: int) -> str:
     """The scenario's table of ``rows`` rows (made once, kept between runs), analysed."""
-    import asyncpg
-
     table = f"{PLAN_TABLE}_{rows}"
+    kept_table(
+        url,
+        table,
+        rows,
+        "(uid bigint PRIMARY KEY, name text, tier int)",
+        f"SELECT g, 'user-' || g, g % 7 FROM generate_series(0, {rows - 1}) g",
+    )
+    return table
+
+
+def kept_table(url: str, table: str, rows: int, columns: str, select: str) -> None:
+    """``table`` (``columns``: its definition) filled with the ``rows`` rows ``select`` gives and
+    analysed — made once: kept between runs while it holds ``rows`` rows."""
+    import asyncpg
 
     async def setup() -> None:
         connection = await asyncpg.connect(url)
@@ -25,19 +37,14 @@ def ensure_table(url: str, rows: int) -> str:
             if present and await connection.fetchval(f"SELECT count(*) FROM {table}") == rows:
                 return
             await connection.execute(
-                f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} "
-                "(uid bigint PRIMARY KEY, name text, tier int)"
+                f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} {columns}"
             )
-            await connection.execute(
-                f"INSERT INTO {table} SELECT g, 'user-' || g, g % 7 "
-                f"FROM generate_series(0, {rows - 1}) g"
-            )
+            await connection.execute(f"INSERT INTO {table} {select}")
             await connection.execute(f"ANALYZE {table}")
         finally:
             await connection.close()
 
     asyncio.run(setup())
-    return table
 
 
 def plan_input(spark: Any, rows: int, table_rows: int, tasks: int) -> tuple[Any, int]:

@@ -12,11 +12,10 @@ is checked against the JDBC join's."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from lookup_source.bench.plan_table import jdbc_table
+from lookup_source.bench.plan_table import jdbc_table, kept_table
 
 POINT_IN_TIME = "point-in-time: "
 """The prefix of the methods of this part (the report compares each with its own JDBC join)."""
@@ -32,34 +31,20 @@ QUERY = (
 
 def ensure_versions(url: str, rows: int) -> str:
     """The versioned table of ``rows`` rows (made once, kept between runs), analysed."""
-    import asyncpg
-
     table = f"{VERSIONS_TABLE}_{rows}"
     users = max(1, rows // VERSIONS)
-
-    async def setup() -> None:
-        connection = await asyncpg.connect(url)
-        try:
-            present = await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", table)
-            if present and await connection.fetchval(f"SELECT count(*) FROM {table}") == rows:
-                return
-            await connection.execute(
-                f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (user_id bigint NOT NULL, "
-                "tier int NOT NULL, valid_from timestamptz NOT NULL, valid_to timestamptz "
-                "NOT NULL, PRIMARY KEY (user_id, valid_from))"
-            )
-            await connection.execute(
-                f"INSERT INTO {table} SELECT u, (u + v) % 7, "
-                "timestamptz '2026-01-01 00:00+00' + v * interval '30 days', "
-                "timestamptz '2026-01-01 00:00+00' + (v + 1) * interval '30 days' "
-                f"FROM generate_series(0, {users - 1}) u, generate_series(0, {VERSIONS - 1}) v "
-                f"LIMIT {rows}"
-            )
-            await connection.execute(f"ANALYZE {table}")
-        finally:
-            await connection.close()
-
-    asyncio.run(setup())
+    kept_table(
+        url,
+        table,
+        rows,
+        "(user_id bigint NOT NULL, tier int NOT NULL, valid_from timestamptz NOT NULL, "
+        "valid_to timestamptz NOT NULL, PRIMARY KEY (user_id, valid_from))",
+        "SELECT u, (u + v) % 7, "
+        "timestamptz '2026-01-01 00:00+00' + v * interval '30 days', "
+        "timestamptz '2026-01-01 00:00+00' + (v + 1) * interval '30 days' "
+        f"FROM generate_series(0, {users - 1}) u, generate_series(0, {VERSIONS - 1}) v "
+        f"LIMIT {rows}",
+    )
     return table
 
 
