@@ -27,6 +27,7 @@ It is driven batch by batch::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 from collections.abc import Iterator
@@ -82,6 +83,8 @@ class LookupEngine:
         redact: Redactor,
     ) -> None:
         options = spec.options
+        if spec.pushed_ranges and not (client.columnar and client.takes_ranges(client.config)):
+            spec = dataclasses.replace(spec, pushed_ranges=())  # the conditions judge alone
         self.client = client
         self.spec = spec
         self.metrics = metrics or LookupMetrics(tasks=1)

@@ -48,8 +48,9 @@ class EngineSpec:
     """Conditions on each pair of a row and one of its key's matches (a validity range),
     judged before the join (:mod:`.output.match_conditions`)."""
     pushed_ranges: tuple[PushedRange, ...] = ()
-    """Of those, the ranges sent to the store with each key, for a connector that takes them
-    (:mod:`.intake.ranges`): its requests are then neither shared nor cached."""
+    """Of those, the ranges sent to the store with each key (:mod:`.intake.ranges`): kept by
+    the engine only for a client that takes them in ``lookup_arrow``
+    (``LookupClient.takes_ranges``); its requests are then neither shared nor cached."""
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:

@@ -18,7 +18,6 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
-from lookup_source.connector_api import LookupClient
 from lookup_source.engine.intake.ranges import pushed_ranges
 from lookup_source.engine.output.match_conditions import parse_match_conditions
 from lookup_source.engine.runner import ClientFactory, LookupTask
@@ -259,11 +258,8 @@ class _LookupRuns:
                 if self.conditions:  # their types: the input's, as Arrow brings it
                     pairs = parse_match_conditions(self.conditions, table.schema, spec.value_fields)
                     spec = dataclasses.replace(spec, match_conditions=pairs)
-                    client_class = self.lookup.plan.options.connector_class()
-                    columnar = client_class.lookup_arrow is not LookupClient.lookup_arrow
-                    if columnar and client_class.takes_ranges(self.config):  # in its keys batch
-                        ranges = pushed_ranges(pairs, table.schema)  # a validity range
-                        spec = dataclasses.replace(spec, pushed_ranges=ranges)
+                    ranges = pushed_ranges(pairs, table.schema)  # a validity range, if any
+                    spec = dataclasses.replace(spec, pushed_ranges=ranges)
                 self.task = LookupTask(
                     spec,
                     self.config,

@@ -108,6 +108,10 @@ class RangedClient(FakeColumnarClient):
     name = "fake-ranged"
     asked: list[dict[str, list[Any]]] = []
 
+    @classmethod
+    def takes_ranges(cls, config: Any) -> bool:
+        return True
+
     async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
         ranges = ranges_of(keys)
         RangedClient.asked.append(keys.to_pydict())
@@ -128,7 +132,14 @@ class RangedClient(FakeColumnarClient):
         return answer.rows(np.flatnonzero(np.array(keep, dtype=bool)))
 
 
-def run_ranged(batches: list[pa.RecordBatch], how: str, *, push: bool, **options: Any) -> list[Any]:
+def run_ranged(
+    batches: list[pa.RecordBatch],
+    how: str,
+    *,
+    push: bool,
+    client: type[RangedClient] = RangedClient,
+    **options: Any,
+) -> list[Any]:
     options = make_options(cache=CacheSettings(mode="partial", max_rows=100), **options)
     spec = make_spec(options, values=LEVELS, how=how)
     pairs = parse_match_conditions(RANGE, batches[0].schema, spec.value_fields)
@@ -140,7 +151,7 @@ def run_ranged(batches: list[pa.RecordBatch], how: str, *, push: bool, **options
         batches,
         spec,
         make_config(spec),
-        client_factory=lambda c: RangedClient(c, store),
+        client_factory=lambda c: client(c, store),
         loop_factory=VirtualTimeLoop,
     )
     return [tuple(r.values()) for b in out for r in b.to_pylist()]
@@ -188,3 +199,19 @@ def test_key_ordered_output_keeps_each_keys_rows_in_order_with_ranges() -> None:
     assert [(k, t) for k, t, *_ in rows if k == 1] == [(1, 3), (1, 4), (1, 12)]
     ordered = run_ranged(batches, "left", push=True)
     assert sorted(rows, key=repr) == sorted(ordered, key=repr)
+
+
+class DecliningClient(RangedClient):
+    """A columnar client that takes no ranges: its keys batches carry none."""
+
+    @classmethod
+    def takes_ranges(cls, config: Any) -> bool:
+        return False
+
+
+def test_a_client_that_takes_no_ranges_gets_none_and_the_same_rows() -> None:
+    batches = [visits((1, 3), (2, 7), (1, 4)), visits((1, 12), (2, 1))]
+    RangedClient.asked = []
+    rows = run_ranged(batches, "left", push=True, client=DecliningClient)
+    assert RangedClient.asked and all(list(a) == ["k"] for a in RangedClient.asked)
+    assert rows == run_ranged(batches, "left", push=False)
