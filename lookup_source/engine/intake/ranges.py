@@ -22,6 +22,15 @@ from lookup_source.engine.output.match_conditions import MatchCondition
 BOUND_PREFIX = "__asynclookup_range_"
 """The names of the keys batch's bound columns."""
 
+_SENT = {
+    "lt": (("lt", "max"),),
+    "le": (("le", "max"),),
+    "gt": (("gt", "min"),),
+    "ge": (("ge", "min"),),
+    "eq": (("ge", "min"), ("le", "max")),
+}
+"""``value <op> input``: the ranges sent (the store's op, the key's extreme) — some row keeps
+a match only if the comparison holds against the extreme of the key's rows."""
 _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 
 
@@ -60,10 +69,7 @@ def pushed_ranges(
             continue
         if column not in input_schema.names or not _pushable(input_schema.field(column).type):
             continue
-        # value <op> input: some row keeps the match only if it holds for the key's extreme
-        wanted = {"lt": [("lt", "max")], "le": [("le", "max")], "gt": [("gt", "min")]}
-        wanted |= {"ge": [("ge", "min")], "eq": [("ge", "min"), ("le", "max")]}
-        for store_op, bound in wanted.get(op, []):
+        for store_op, bound in _SENT.get(op, ()):
             name = f"{BOUND_PREFIX}{len(pushed)}"
             pushed.append(PushedRange(KeyRange(value, store_op, name), column, bound))
     return tuple(pushed)

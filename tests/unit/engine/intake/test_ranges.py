@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,9 @@ RANGE = conditions(("ge", {"input": "t"}, {"value": "lo"}), ("lt", {"input": "t"
 LEVELS = (("lo", pa.int64()), ("hi", pa.int64()), ("tier", pa.string()))
 
 
+COMPARE = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
+
+
 class RangedClient(FakeColumnarClient):
     """The fake store, sending each key's ranges: it returns only the versions within them
     and records what it was asked."""
@@ -125,9 +129,7 @@ class RangedClient(FakeColumnarClient):
                 bound = keys.column(key_range.column)[position].as_py()
                 value = record[key_range.value]
                 if bound is not None and value is not None:
-                    kept &= {"lt": value < bound, "le": value <= bound}.get(
-                        key_range.op, value > bound if key_range.op == "gt" else value >= bound
-                    )
+                    kept &= COMPARE[key_range.op](value, bound)
             keep.append(kept)
         return answer.rows(np.flatnonzero(np.array(keep, dtype=bool)))
 
