@@ -242,6 +242,8 @@ async def race(
     second: asyncio.Future[Any] | None = None
     may_retry = delay_s is not None and delay_s < limit_s
     place: Place | None = None
+    # lateness is credited until the request has waited twice its delay (see _unread_s)
+    late_until = loop.time() + 2 * (delay_s or 0.0)
     try:
         wait_s = limit_s if delay_s is None else min(delay_s, limit_s)
         while True:  # the delay is time the loop could read answers in (see _unread_s)
@@ -249,8 +251,10 @@ async def race(
             done, _ = await asyncio.wait({first}, timeout=wait_s)
             if done:
                 return first.result()
-            unread_s, paused = _unread_s(loop, waited_from + wait_s, paused)
-            wait_s = min(unread_s, ends - loop.time())
+            held_s, late_s, paused = _unread_s(loop, waited_from + wait_s, paused)
+            late_until += held_s
+            late_s = min(late_s, max(0.0, late_until - loop.time()))
+            wait_s = min(held_s + late_s, ends - loop.time())
             if wait_s <= 0.001:
                 break
         # past the delay: hedge once, when the budget has one (others may have taken those
@@ -302,15 +306,18 @@ async def race(
 
 def _unread_s(
     loop: asyncio.AbstractEventLoop, due: float, paused_before: float
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """How long a request's answer may have waited unread during a wait that was due at
     ``due``: the time the loop did not run since ``paused_before`` (Spark held the task between
-    two runs) and how late the wait ended (the loop was busy: a cold start, a collection, the
+    two runs), and how late the wait ended (the loop was busy: a cold start, a collection, the
     other processes of a small machine). A request is slow only when it is still unanswered
-    that much longer. Returns that time, and the loop's paused time now."""
+    that much longer — the held time in full, the lateness until it has waited twice its
+    delay (:func:`race`): on a machine so busy that every wait ends late, a request is hedged
+    by twice its delay, not never. Returns the held time, the lateness, and the loop's paused
+    time now."""
     paused_now = time_paused()
     late = max(0.0, loop.time() - due)
-    return (paused_now - paused_before) + (late if late > 0.002 else 0.0), paused_now
+    return paused_now - paused_before, (late if late > 0.002 else 0.0), paused_now
 
 
 def _consume(future: asyncio.Future[Any]) -> None:

@@ -100,6 +100,53 @@ def test_a_hedge_past_the_delay_cuts_the_tail_and_every_row_is_right() -> None:
     assert metrics.latency_max_ms < 150 and plain.latency_max_ms >= 500
 
 
+def test_a_request_is_hedged_on_a_loop_that_wakes_late_every_time() -> None:
+    """A busy machine wakes every wait late: the lateness is time an answer may have waited
+    unread, but credited only until the request has waited twice its delay — it is hedged
+    then, not waited on until its timeout (every wait late by 8 ms once credited it in full,
+    again and again, and the request timed out unhedged)."""
+    hedge_started: list[float] = []
+
+    async def scenario() -> Any:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+
+        async def busy() -> None:  # each turn of the loop takes 8 ms of its time
+            while True:
+                loop.advance(0.008)
+                await asyncio.sleep(0)
+
+        hog = asyncio.ensure_future(busy())
+        never: asyncio.Future[Any] = loop.create_future()
+
+        async def first() -> Any:
+            return await never
+
+        async def second() -> Any:
+            hedge_started.append(loop.time())
+            return "hedge"
+
+        won: list[int] = []
+        try:
+            answer = await race(
+                first,
+                limit_s=1.0,
+                delay_s=0.05,
+                gate=Unlimited(),
+                start_hedge=second,
+                hedge_won=lambda: won.append(1),
+                abandoned=set(),
+            )
+        finally:
+            hog.cancel()
+        return answer, won
+
+    answer, won = VirtualTimeLoop().run_until_complete(scenario())
+    assert answer == "hedge" and won == [1]
+    # twice the delay, and three turns of the loop: the last wait's lateness, the hedge's start
+    assert 0.05 <= hedge_started[0] <= 2 * 0.05 + 3 * 0.008
+
+
 def test_hedges_stay_within_the_budget() -> None:
     rng = random.Random(3)
     keys = list(range(2000))
