@@ -217,3 +217,16 @@ def test_a_client_that_takes_no_ranges_gets_none_and_the_same_rows() -> None:
     rows = run_ranged(batches, "left", push=True, client=DecliningClient)
     assert RangedClient.asked and all(list(a) == ["k"] for a in RangedClient.asked)
     assert rows == run_ranged(batches, "left", push=False)
+
+
+def test_under_retry_on_miss_no_range_is_sent_and_a_key_without_a_version_is_asked_once() -> None:
+    """``retry.on-miss`` asks again a key the store did not find (a row not written yet). A
+    ranged answer cannot tell such a key from one with no version at that time: under it the
+    ranges stay with the engine's conditions, each key's versions are asked once, and a visit
+    no version covers is answered without a second ask."""
+    batches = [visits((2, 20), (1, 3))]  # user 2 has no version at 20
+    RangedClient.asked = []
+    rows = run_ranged(batches, "left", push=True, retry_on_miss=True, max_attempts=3)
+    assert [list(a) for a in RangedClient.asked] == [["k"]]  # one ask, no bounds
+    assert rows == run_ranged(batches, "left", push=False)
+    assert [row[-1] for row in rows] == [None, "free"]
