@@ -26,8 +26,10 @@ from lookup_source.connector_api import (
     LookupResult,
     Matches,
 )
+from lookup_source.engine.runner import run_lookups
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.settings import LookupOptions, RetrySettings
+from lookup_source.testing.clock import VirtualTimeLoop
 
 INT64 = pa.int64()
 
@@ -288,3 +290,21 @@ class AskedKeys:
     def cost(self, rows: np.ndarray | None = None) -> float:
         self.costed.append(None if rows is None else rows.tolist())
         return self.per_key * (self.size if rows is None else len(rows))
+
+
+def looked_up(
+    batches: Sequence[pa.RecordBatch],
+    spec: EngineSpec,
+    store: FakeStore,
+    client: type[FakeClient] = FakeClient,
+) -> list[dict[str, Any]]:
+    """The output rows of :func:`~lookup_source.engine.runner.run_lookups` over ``batches``,
+    a fake ``client`` asking ``store``, on virtual time."""
+    out = run_lookups(
+        batches,
+        spec,
+        make_config(spec),
+        client_factory=lambda config: client(config, store),
+        loop_factory=VirtualTimeLoop,
+    )
+    return [row for batch in out for row in batch.to_pylist()]

@@ -18,17 +18,16 @@ from lookup_source.connector_api.keys import encode_rows, match_rows, python_key
 from lookup_source.engine.intake.keys import distinct_keys
 from lookup_source.engine.lookup_engine import LookupEngine
 from lookup_source.engine.output.joined_rows import JoinedRows
-from lookup_source.engine.runner import run_lookups
 from lookup_source.errors import LookupFailedError, PermanentError, RecordError
 from lookup_source.redaction import Redactor
 from lookup_source.testing import clock as virtual_time
-from lookup_source.testing.clock import VirtualTimeLoop
 from tests.fakes import (
     FakeClient,
     FakeColumnarClient,
     FakeStore,
     flat,
     key_batch,
+    looked_up,
     make_config,
     make_options,
     make_spec,
@@ -42,15 +41,7 @@ def joined(*args: Any, **kwargs: Any) -> pa.RecordBatch:
 
 
 def run(spec: Any, batches: list[pa.RecordBatch], store: FakeStore, form: str) -> list[dict]:
-    client = CLIENTS[form]
-    out = run_lookups(
-        batches,
-        spec,
-        make_config(spec),
-        client_factory=lambda c: client(c, store),
-        loop_factory=VirtualTimeLoop,
-    )
-    return [row for batch in out for row in batch.to_pylist()]
+    return looked_up(batches, spec, store, CLIENTS[form])
 
 
 @pytest.mark.parametrize("how", ["left", "inner"])

@@ -15,10 +15,14 @@ from lookup_source.connector_api import KeyRange, Matches, key_columns_of, range
 from lookup_source.engine.intake.keys import distinct_keys
 from lookup_source.engine.intake.ranges import pushed_ranges, with_bounds
 from lookup_source.engine.output.match_conditions import parse_match_conditions
-from lookup_source.engine.runner import run_lookups
 from lookup_source.settings.cache import CacheSettings
-from lookup_source.testing.clock import VirtualTimeLoop
-from tests.fakes import FakeColumnarClient, FakeStore, make_config, make_options, make_spec
+from tests.fakes import (
+    FakeColumnarClient,
+    FakeStore,
+    looked_up,
+    make_options,
+    make_spec,
+)
 
 INSTANT = pa.timestamp("us", tz="Etc/UTC")
 VALUES = [
@@ -149,14 +153,7 @@ def run_ranged(
     spec = dataclasses.replace(spec, match_conditions=pairs, pushed_ranges=ranges)
     store = FakeStore(VERSIONS)
     store.latency = lambda keys: 0.5 if len(keys) == 2 else 0.01  # the first batch is slow
-    out = run_lookups(
-        batches,
-        spec,
-        make_config(spec),
-        client_factory=lambda c: client(c, store),
-        loop_factory=VirtualTimeLoop,
-    )
-    return [tuple(r.values()) for b in out for r in b.to_pylist()]
+    return [tuple(row.values()) for row in looked_up(batches, spec, store, client)]
 
 
 def visits(*pairs: tuple[int | None, int | None]) -> pa.RecordBatch:

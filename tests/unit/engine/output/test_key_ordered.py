@@ -22,6 +22,7 @@ from tests.fakes import (
     FakeColumnarClient,
     FakeStore,
     key_batch,
+    looked_up,
     make_config,
     make_options,
     make_spec,
@@ -31,15 +32,7 @@ TABLE = {i: {"name": f"user-{i}", "n": i} for i in range(50)}
 
 
 def run(spec: Any, batches: list[pa.RecordBatch], store: FakeStore, client: Any = FakeClient):
-    config = make_config(spec)
-    out = run_lookups(
-        batches,
-        spec,
-        config,
-        client_factory=lambda c: client(c, store),
-        loop_factory=VirtualTimeLoop,
-    )
-    return [row for batch in out for row in batch.to_pylist()]
+    return looked_up(batches, spec, store, client)
 
 
 def by_key(rows: list[dict[str, Any]], key: str = "k") -> dict[Any, list[int]]:
