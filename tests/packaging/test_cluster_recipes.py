@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +86,17 @@ def test_the_packed_virtualenv_on_local_cluster(
     tmp_path: Path, redis_srv: Any, prefix: str, stored: None, spark_work_dir: None
 ) -> None:
     # the recipe's commands: python -m venv env && env/bin/pip install $PACKAGES venv-pack;
-    # env/bin/venv-pack -p env -o env.tar.gz
+    # env/bin/venv-pack -p env -o env.tar.gz --exclude 'lib/*/site-packages/pyspark/jars/*'
     run([sys.executable, "-m", "venv", "env"], tmp_path)
     pip = str(tmp_path / "env" / "bin" / "pip")
     run([pip, "install", "--quiet", *PACKAGES, "venv-pack"], tmp_path, timeout=900)
     venv_pack = str(tmp_path / "env" / "bin" / "venv-pack")
-    run([venv_pack, "-p", "env", "-o", "env.tar.gz"], tmp_path, timeout=600)
+    jars = "lib/*/site-packages/pyspark/jars/*"
+    run([venv_pack, "-p", "env", "-o", "env.tar.gz", "--exclude", jars], tmp_path, timeout=600)
+    with tarfile.open(tmp_path / "env.tar.gz") as archive:  # PySpark's Python, not its jars
+        names = archive.getnames()
+    assert any(n.endswith("site-packages/pyspark/__init__.py") for n in names)
+    assert not any("site-packages/pyspark/jars/" in n for n in names)
     result = submit(
         tmp_path,
         redis_srv.url,
