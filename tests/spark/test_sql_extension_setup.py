@@ -130,55 +130,68 @@ def test_a_jar_of_another_source_is_rebuilt(
     assert extension_jar.jar_path() != stale
 
 
-SESSION = """
+SESSIONS = """
 import json, sys
 from pyspark.sql import SparkSession
 from lookup_source import enable_sql_joins, register_lookup_table
 
-builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-for setting in sys.argv[1:]:
-    key, value = setting.split("=", 1)
-    builder = builder.config(key, value)
-spark = enable_sql_joins(builder).getOrCreate()
-
 async def name(key):
     return {"name": f"user {key}"} if key < 3 else None
 
-register_lookup_table(spark, "users", schema="user_id long, name string", fetch=name)
-spark.range(5).withColumnRenamed("id", "user_id").createOrReplaceTempView("events")
-join = spark.sql("SELECT e.user_id, u.name FROM events e LEFT JOIN users u USING (user_id)")
-try:
-    rows = sorted(tuple(r) for r in join.collect())
-except Exception as error:
-    rows = str(error)
-plan = join._jdf.queryExecution().executedPlan().toString()
-print(json.dumps({"rows": rows, "lookup": "ArrowEvalPythonUDTF" in plan}))
+for settings in json.loads(sys.argv[1]):  # one session after another, in one JVM
+    builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+    for setting in settings:
+        key, value = setting.split("=", 1)
+        builder = builder.config(key, value)
+    spark = enable_sql_joins(builder).getOrCreate()
+    register_lookup_table(spark, "users", schema="user_id long, name string", fetch=name)
+    spark.range(5).withColumnRenamed("id", "user_id").createOrReplaceTempView("events")
+    join = spark.sql("SELECT e.user_id, u.name FROM events e LEFT JOIN users u USING (user_id)")
+    try:
+        rows = sorted(tuple(r) for r in join.collect())
+    except Exception as error:
+        rows = str(error)
+    plan = join._jdf.queryExecution().executedPlan().toString()
+    print(json.dumps({"rows": rows, "lookup": "ArrowEvalPythonUDTF" in plan}), flush=True)
+    spark.stop()
 """
 
 
-def run_session(*settings: str) -> dict[str, Any]:
+def run_sessions(*settings: list[str]) -> list[dict[str, Any]]:
+    """A SparkSession started with each list of settings, one after the other in one process
+    (and one JVM: a session started anew takes its settings): what each JOIN gave."""
     import json
 
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": root}
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SESSION), *settings],
+        [sys.executable, "-c", textwrap.dedent(SESSIONS), json.dumps(settings)],
         capture_output=True,
         text=True,
         timeout=300,
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    lines = done.stdout.strip().splitlines()[-len(settings) :]
+    return [dict(json.loads(line)) for line in lines]
+
+
+PARTS = ("joinRewrite", "filterPushdown")
 
 
 def test_each_part_has_its_switch_and_the_session_always_starts() -> None:
     """With the rewrite's part switched off when the session starts, the session still starts
     and a JOIN is Spark's (which cannot read a table of a function: one clear line)."""
-    off = run_session("spark.asynclookup.sql.extension.joinRewrite.enabled=false")
-    assert off["lookup"] is False
+    # each session sets both switches: the first session's settings outlive it in its JVM
+    # (PySpark hands them to the JVM it launches, whose later contexts start from them)
+    rewrite, pushdown = (f"spark.asynclookup.sql.extension.{part}.enabled" for part in PARTS)
+    off, on, again = run_sessions(
+        [f"{rewrite}=false", f"{pushdown}=true"],
+        [f"{rewrite}=true", f"{pushdown}=false"],
+        [f"{rewrite}=false", f"{pushdown}=true"],
+    )
+    assert off["lookup"] is False and again == off
     assert "cannot be read as a table" in str(off["rows"])
-    on = run_session("spark.asynclookup.sql.extension.filterPushdown.enabled=false")
     assert on == {
         "rows": [[0, "user 0"], [1, "user 1"], [2, "user 2"], [3, None], [4, None]],
         "lookup": True,
