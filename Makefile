@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers sql-versions bench-smoke print-bench-smoke
+.PHONY: install demo test test-full lint unit docs clean wheelhouse spark-versions spark-oldest jar environments peers sql-versions bench-smoke print-bench-smoke print-oldest print-newest print-sql-versions
 
 # Every supported PySpark minor gets an environment of its own (.venvs/pyspark-<minor>) with the
 # newest release of that minor; `make spark-versions` runs the Spark suites on each.
@@ -140,6 +140,13 @@ sql-versions: $(addprefix sql-,$(SQL_SPARK_VERSIONS))
 
 print-sql-versions:
 	@echo $(SQL_SPARK_VERSIONS)
+
+# the oldest and newest PySpark minors (.ci/run makes their environments)
+print-oldest:
+	@echo $(SPARK_OLDEST)
+
+print-newest:
+	@echo $(SPARK_NEWEST)
 
 spark-oldest: spark-$(SPARK_OLDEST)
 
