@@ -55,7 +55,6 @@ from lookup_source.engine.request.retry import FinalFailure
 from lookup_source.engine.request.slots import RequestSlots
 from lookup_source.engine.spec import EngineSpec
 from lookup_source.redaction import Redactor
-from lookup_source.settings import LookupOptions
 
 STRAY_CANCELLATION = (
     "the request was cancelled, though not by asynclookup (a cancellation the client left "
@@ -84,7 +83,7 @@ class LookupEngine:
         redact: Redactor,
     ) -> None:
         options = spec.options
-        if spec.pushed_ranges and not self._sends_ranges(client, options):
+        if spec.pushed_ranges and not (client.columnar and client.takes_ranges(client.config)):
             spec = dataclasses.replace(spec, pushed_ranges=())  # the conditions judge alone
         self.client = client
         self.spec = spec
@@ -139,13 +138,6 @@ class LookupEngine:
         self._in_flight_keys: InFlightKeys[Request] = InFlightKeys()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-
-    @staticmethod
-    def _sends_ranges(client: LookupClient, options: LookupOptions) -> bool:
-        """Whether a spec's pushed ranges go to the store: a columnar client that takes them,
-        and no ``retry.on-miss`` (a ranged answer cannot tell a key not written yet from one
-        with no version at that time: each would be asked again)."""
-        return client.columnar and client.takes_ranges(client.config) and not options.retry.on_miss
 
     # -- public API ----------------------------------------------------------------------------
 

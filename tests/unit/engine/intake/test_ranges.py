@@ -216,14 +216,36 @@ def test_a_client_that_takes_no_ranges_gets_none_and_the_same_rows() -> None:
     assert rows == run_ranged(batches, "left", push=False)
 
 
-def test_under_retry_on_miss_no_range_is_sent_and_a_key_without_a_version_is_asked_once() -> None:
-    """``retry.on-miss`` asks again a key the store did not find (a row not written yet). A
-    ranged answer cannot tell such a key from one with no version at that time: under it the
-    ranges stay with the engine's conditions, each key's versions are asked once, and a visit
-    no version covers is answered without a second ask."""
-    batches = [visits((2, 20), (1, 3))]  # user 2 has no version at 20
+class LateVersions(RangedClient):
+    """User 2's version valid from 15 is written after the first ask (a late dimension row)."""
+
+    calls = 0
+
+    async def lookup_arrow(self, keys: pa.RecordBatch) -> Matches:
+        LateVersions.calls += 1
+        if LateVersions.calls == 2:
+            self.store.table[2] = [*self.store.table[2], {"lo": 15, "hi": 30, "tier": "late"}]
+        return await super().lookup_arrow(keys)
+
+
+def test_under_retry_on_miss_a_version_written_late_is_found() -> None:
+    """``retry.on-miss`` asks again a key none of whose versions is valid at the times asked:
+    the version written meanwhile is found (sending no range would take the key's older
+    versions for an answer, and never ask again)."""
+    LateVersions.calls = 0
     RangedClient.asked = []
-    rows = run_ranged(batches, "left", push=True, retry_on_miss=True, max_attempts=3)
-    assert [list(a) for a in RangedClient.asked] == [["k"]]  # one ask, no bounds
-    assert rows == run_ranged(batches, "left", push=False)
-    assert [row[-1] for row in rows] == [None, "free"]
+    store_rows = dict(VERSIONS)
+    try:
+        rows = run_ranged(
+            [visits((2, 20), (1, 3))],
+            "left",
+            push=True,
+            client=LateVersions,
+            retry_on_miss=True,
+            max_attempts=3,
+        )
+    finally:
+        VERSIONS.clear()
+        VERSIONS.update(store_rows)
+    assert [row[-1] for row in rows] == ["late", "free"]
+    assert [a["k"] for a in RangedClient.asked] == [[2, 1], [2]]  # asked again: user 2 only
