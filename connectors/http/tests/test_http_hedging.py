@@ -128,9 +128,10 @@ def test_batch_post_hedged(service: TailService) -> None:
     rows, metrics, _ = lookup({**post, "hedge.after.ms": "50", "hedge.budget": "0.2"})
     check(rows)
     # 100 requests, 10 of them hold a slow key: each hedged; a loaded machine may hedge an
-    # ordinary request past 50 ms too, within what the budget guarantees
+    # ordinary request past 50 ms too, once at most (over 100 requests a budget of 0.2, which
+    # starts with 200 hedges, bounds nothing more: the 1,000-request tests check the budget)
     assert all(service.asked[k] >= 2 for k in SLOW)
-    assert 10 <= metrics.hedges <= most_hedges(metrics, 0.2)
+    assert 10 <= metrics.hedges <= metrics.requests - metrics.hedges == 100
     assert metrics.hedges_won >= len(SLOW) - 2  # the hedge answered first: no 500 ms wait
 
 
@@ -162,5 +163,6 @@ def test_your_own_function_hedged(service: TailService, form: str) -> None:
     rows, metrics, _ = lookup(options, client_factory=function)
     check(rows)
     assert all(service.asked[k] >= 2 for k in SLOW)  # each slow request hedged
-    assert len(SLOW) <= metrics.hedges <= most_hedges(metrics, 0.2)
+    primaries = metrics.requests - metrics.hedges
+    assert len(SLOW) <= metrics.hedges <= min(primaries, most_hedges(metrics, 0.2))
     assert metrics.hedges_won >= len(SLOW) - 2  # the hedge answered first: no 500 ms wait

@@ -44,6 +44,10 @@ MIN_SAMPLES = 20
 """Answers needed before a quantile delay is trusted; before that, the fixed delay given
 beside the quantile (``hedge.after.ms=p95,50``) is used."""
 
+GRACE_S = 0.005
+"""How long a request past its delay whose wait ended late waits once more (at most its
+delay): long enough for the loop to read an answer that came while it was busy."""
+
 REFRESH = 32
 """A quantile is computed again after this many new latencies."""
 
@@ -237,26 +241,24 @@ async def race(
     Raises ``TimeoutError`` when no answer came within ``limit_s``."""
     loop = asyncio.get_running_loop()
     ends = loop.time() + limit_s
-    paused = time_paused()
+    delay = None if delay_s is None else _Delay(loop, delay_s)
     first = asyncio.ensure_future(start())
     second: asyncio.Future[Any] | None = None
     may_retry = delay_s is not None and delay_s < limit_s
     place: Place | None = None
-    # lateness is credited until the request has waited twice its delay (see _unread_s)
-    late_until = loop.time() + 2 * (delay_s or 0.0)
     try:
-        wait_s = limit_s if delay_s is None else min(delay_s, limit_s)
-        while True:  # the delay is time the loop could read answers in (see _unread_s)
-            waited_from = loop.time()
-            done, _ = await asyncio.wait({first}, timeout=wait_s)
+        if delay is None or delay_s is None:
+            done, _ = await asyncio.wait({first}, timeout=limit_s)
             if done:
                 return first.result()
-            held_s, late_s, paused = _unread_s(loop, waited_from + wait_s, paused)
-            late_until += held_s
-            late_s = min(late_s, max(0.0, late_until - loop.time()))
-            wait_s = min(held_s + late_s, ends - loop.time())
-            if wait_s <= 0.001:
-                break
+        else:  # the delay is time the loop could read answers in (see _Delay)
+            wait_s: float | None = min(delay_s, limit_s)
+            while wait_s is not None:
+                due = loop.time() + wait_s
+                done, _ = await asyncio.wait({first}, timeout=wait_s)
+                if done:
+                    return first.result()
+                wait_s = delay.next_wait(due, ends)
         # past the delay: hedge once, when the budget has one (others may have taken those
         # there were: asked again every delay, while the request is unanswered)
         place = gate.join() if may_retry else None
@@ -304,20 +306,41 @@ async def race(
                 request.add_done_callback(_consume)
 
 
-def _unread_s(
-    loop: asyncio.AbstractEventLoop, due: float, paused_before: float
-) -> tuple[float, float, float]:
-    """How long a request's answer may have waited unread during a wait that was due at
-    ``due``: the time the loop did not run since ``paused_before`` (Spark held the task between
-    two runs), and how late the wait ended (the loop was busy: a cold start, a collection, the
-    other processes of a small machine). A request is slow only when it is still unanswered
-    that much longer — the held time in full, the lateness until it has waited twice its
-    delay (:func:`race`): on a machine so busy that every wait ends late, a request is hedged
-    by twice its delay, not never. Returns the held time, the lateness, and the loop's paused
-    time now."""
-    paused_now = time_paused()
-    late = max(0.0, loop.time() - due)
-    return paused_now - paused_before, (late if late > 0.002 else 0.0), paused_now
+class _Delay:
+    """A request's hedging delay, as time its loop could read answers in. A task's loop runs
+    only while Spark waits on it: the time it did not run (:func:`time_paused`) is owed to
+    the request, which is slow only once the loop has *run* its delay. A wait that ended late
+    for another reason (the loop was busy: a cold start, a collection, the other processes of
+    a small machine) may hold an answer not yet read: it is read in a few turns of the loop,
+    given one short wait (:data:`GRACE_S`), once — not the lateness again, which on a machine
+    so busy that every wait ends late kept a slow request unhedged until its timeout."""
+
+    __slots__ = ("_delay_s", "_graced", "_loop", "_paused", "_paused_at_start", "_start")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay_s: float) -> None:
+        self._loop = loop
+        self._delay_s = delay_s
+        self._start = loop.time()
+        self._paused_at_start = self._paused = time_paused()
+        self._graced = False
+
+    def next_wait(self, due: float, ends: float) -> float | None:
+        """After a wait due to end at ``due`` with no answer: how long to wait again, or None
+        when the request is past its delay (or its limit, ``ends``)."""
+        now = self._loop.time()
+        paused = time_paused()
+        held_s, self._paused = paused - self._paused, paused
+        late_s = now - due - held_s
+        ran_s = now - self._start - (paused - self._paused_at_start)
+        if ran_s < self._delay_s - 0.001:  # Spark held the task: the loop owes it that time
+            wait_s = self._delay_s - ran_s
+        elif late_s > 0.002 and not self._graced:  # a busy loop: read what came meanwhile
+            self._graced = True
+            wait_s = min(self._delay_s, GRACE_S)
+        else:
+            return None
+        wait_s = min(wait_s, ends - now)
+        return wait_s if wait_s > 0.001 else None
 
 
 def _consume(future: asyncio.Future[Any]) -> None:

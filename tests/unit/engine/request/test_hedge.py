@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from lookup_source.engine.request import hedge as hedge_module
 from lookup_source.engine.request.hedge import (
     MAX_TOKENS,
     MIN_SAMPLES,
@@ -145,6 +146,80 @@ def test_a_request_is_hedged_on_a_loop_that_wakes_late_every_time() -> None:
     assert answer == "hedge" and won == [1]
     # twice the delay, and three turns of the loop: the last wait's lateness, the hedge's start
     assert 0.05 <= hedge_started[0] <= 2 * 0.05 + 3 * 0.008
+
+
+def hedged_race(scenario_setup: Any, *, delay_s: float = 0.05, limit_s: float = 2.0) -> Any:
+    """``race`` of a request that never answers unless ``scenario_setup(loop, answer)`` makes
+    it (``answer``: the request's future), on virtual time: (what it returned, or "timeout";
+    when the hedge started, or None)."""
+    started: list[float] = []
+
+    async def scenario() -> Any:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+        background = scenario_setup(loop, answer)
+
+        async def first() -> Any:
+            return await answer
+
+        async def second() -> Any:
+            started.append(loop.time())
+            return "hedge"
+
+        try:
+            return await race(
+                first,
+                limit_s=limit_s,
+                delay_s=delay_s,
+                gate=Unlimited(),
+                start_hedge=second,
+                hedge_won=lambda: None,
+                abandoned=set(),
+            )
+        except TimeoutError:
+            return "timeout"
+        finally:
+            if background is not None:
+                background.cancel()
+
+    outcome = VirtualTimeLoop().run_until_complete(scenario())
+    return outcome, (started[0] if started else None)
+
+
+def test_an_answer_that_came_while_the_loop_was_busy_is_read_not_hedged() -> None:
+    """The answer comes at 30 ms while a callback holds the loop from 10 to 210 ms: the wait
+    for the 50 ms delay ends 160 ms late, and the answer, unread, is read in one short wait —
+    no hedge for an answer that came in time."""
+
+    def setup(loop: Any, answer: asyncio.Future[Any]) -> None:
+        loop.call_at(0.01, loop.advance, 0.2)  # a busy loop: nothing runs until 210 ms
+        loop.call_at(0.03, answer.set_result, "answer")
+
+    assert hedged_race(setup) == ("answer", None)
+
+
+def test_time_spark_held_the_task_is_owed_once_then_the_request_is_hedged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop runs 10 ms, then Spark holds the task 30 ms, again and again: the request is
+    hedged once the loop has run about its delay (50 ms) — counted once, the held time made
+    every wait late too, and the request, owed it twice, timed out unhedged."""
+    paused = {"s": 0.0}
+    monkeypatch.setattr(hedge_module, "time_paused", lambda: paused["s"])
+
+    def setup(loop: Any, answer: asyncio.Future[Any]) -> Any:
+        async def spark() -> None:
+            while True:
+                await asyncio.sleep(0.01)
+                loop.advance(0.03)
+                paused["s"] += 0.03
+
+        return asyncio.ensure_future(spark())
+
+    outcome, hedge_at = hedged_race(setup)
+    assert outcome == "hedge"
+    # 50 ms of the loop's running time is about 200 ms with 30 of every 40 held
+    assert hedge_at is not None and 0.15 <= hedge_at <= 0.35
 
 
 def test_hedges_stay_within_the_budget() -> None:
