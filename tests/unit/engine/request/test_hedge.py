@@ -102,57 +102,30 @@ def test_a_hedge_past_the_delay_cuts_the_tail_and_every_row_is_right() -> None:
 
 
 def test_a_request_is_hedged_on_a_loop_that_wakes_late_every_time() -> None:
-    """A busy machine wakes every wait late: the lateness is time an answer may have waited
-    unread, but credited only until the request has waited twice its delay — it is hedged
-    then, not waited on until its timeout (every wait late by 8 ms once credited it in full,
-    again and again, and the request timed out unhedged)."""
-    hedge_started: list[float] = []
+    """A busy machine wakes every wait late: the request gets one short wait to read what
+    came meanwhile, then is hedged — not waited on until its timeout (every wait late by 8 ms
+    was once credited in full, again and again, and the request timed out unhedged)."""
 
-    async def scenario() -> Any:
-        loop = asyncio.get_running_loop()
-        assert isinstance(loop, VirtualTimeLoop)
-
+    def setup(loop: Any, answer: asyncio.Future[Any]) -> Any:
         async def busy() -> None:  # each turn of the loop takes 8 ms of its time
             while True:
                 loop.advance(0.008)
                 await asyncio.sleep(0)
 
-        hog = asyncio.ensure_future(busy())
-        never: asyncio.Future[Any] = loop.create_future()
+        return asyncio.ensure_future(busy())
 
-        async def first() -> Any:
-            return await never
-
-        async def second() -> Any:
-            hedge_started.append(loop.time())
-            return "hedge"
-
-        won: list[int] = []
-        try:
-            answer = await race(
-                first,
-                limit_s=1.0,
-                delay_s=0.05,
-                gate=Unlimited(),
-                start_hedge=second,
-                hedge_won=lambda: won.append(1),
-                abandoned=set(),
-            )
-        finally:
-            hog.cancel()
-        return answer, won
-
-    answer, won = VirtualTimeLoop().run_until_complete(scenario())
-    assert answer == "hedge" and won == [1]
+    outcome, hedge_at, won = hedged_race(setup, limit_s=1.0)
+    assert outcome == "hedge" and won == 1
     # twice the delay, and three turns of the loop: the last wait's lateness, the hedge's start
-    assert 0.05 <= hedge_started[0] <= 2 * 0.05 + 3 * 0.008
+    assert hedge_at is not None and 0.05 <= hedge_at <= 2 * 0.05 + 3 * 0.008
 
 
 def hedged_race(scenario_setup: Any, *, delay_s: float = 0.05, limit_s: float = 2.0) -> Any:
     """``race`` of a request that never answers unless ``scenario_setup(loop, answer)`` makes
     it (``answer``: the request's future), on virtual time: (what it returned, or "timeout";
-    when the hedge started, or None)."""
+    when the hedge started, or None; how many times the hedge won)."""
     started: list[float] = []
+    won: list[int] = []
 
     async def scenario() -> Any:
         loop = asyncio.get_running_loop()
@@ -173,7 +146,7 @@ def hedged_race(scenario_setup: Any, *, delay_s: float = 0.05, limit_s: float = 
                 delay_s=delay_s,
                 gate=Unlimited(),
                 start_hedge=second,
-                hedge_won=lambda: None,
+                hedge_won=lambda: won.append(1),
                 abandoned=set(),
             )
         except TimeoutError:
@@ -183,7 +156,7 @@ def hedged_race(scenario_setup: Any, *, delay_s: float = 0.05, limit_s: float = 
                 background.cancel()
 
     outcome = VirtualTimeLoop().run_until_complete(scenario())
-    return outcome, (started[0] if started else None)
+    return outcome, (started[0] if started else None), len(won)
 
 
 def test_an_answer_that_came_while_the_loop_was_busy_is_read_not_hedged() -> None:
@@ -195,7 +168,7 @@ def test_an_answer_that_came_while_the_loop_was_busy_is_read_not_hedged() -> Non
         loop.call_at(0.01, loop.advance, 0.2)  # a busy loop: nothing runs until 210 ms
         loop.call_at(0.03, answer.set_result, "answer")
 
-    assert hedged_race(setup) == ("answer", None)
+    assert hedged_race(setup) == ("answer", None, 0)
 
 
 def test_time_spark_held_the_task_is_owed_once_then_the_request_is_hedged(
@@ -216,8 +189,8 @@ def test_time_spark_held_the_task_is_owed_once_then_the_request_is_hedged(
 
         return asyncio.ensure_future(spark())
 
-    outcome, hedge_at = hedged_race(setup)
-    assert outcome == "hedge"
+    outcome, hedge_at, won = hedged_race(setup)
+    assert outcome == "hedge" and won == 1
     # 50 ms of the loop's running time is about 200 ms with 30 of every 40 held
     assert hedge_at is not None and 0.15 <= hedge_at <= 0.35
 
