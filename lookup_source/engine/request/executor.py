@@ -16,6 +16,7 @@ import pyarrow as pa
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.request.answers import Answer, answer_of, merge
+from lookup_source.engine.loop import time_paused
 from lookup_source.engine.request.budget import TaskBudget
 from lookup_source.engine.request.deadline import AttemptTimer, RequestDeadline
 from lookup_source.engine.request.hedge import Hedging, race
@@ -57,10 +58,20 @@ class Feedback:
         if self._hedging is not None:
             self._hedging.budget.earn()
 
-    def answered(self, started: float, now: float) -> None:
+    def paused(self) -> float:
+        """The time the task's loop has not run so far, when hedging listens (0.0 else): its
+        window takes latencies as time the loop ran, the unit of its delay."""
+        return time_paused() if self._hedging is not None else 0.0
+
+    def answered(self, started: float, now: float, paused: float = 0.0) -> None:
+        """An attempt sent at ``started`` was answered at ``now``; ``paused``: what
+        :meth:`paused` said when it was sent."""
         self._metrics.record_latency(now - started)
         if self._hedging is not None:
-            self._hedging.answered(now - started)
+            # the time Spark held the task is not the store's: a window of wall times would
+            # put a busy machine's pauses into the quantile, and the delay (time the loop
+            # ran, see hedge._Delay) past the requests it should hedge
+            self._hedging.answered(now - started - (time_paused() - paused))
         if self._limit.adaptive:
             self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
 
@@ -172,7 +183,7 @@ class RequestExecutor:
                     admission.release()
                 raise FinalFailure(deadline.error(attempt - 1), attempt - 1)
             feedback.sent()
-            started = loop.time()
+            started, paused = loop.time(), feedback.paused()
             try:
                 result = await self._attempt(asked, rows, limit_s, admission)
             except (asyncio.TimeoutError, TimeoutError) as exc:
@@ -184,7 +195,7 @@ class RequestExecutor:
                 feedback.failed(exc, started, loop.time())
                 error = exc
             else:
-                feedback.answered(started, loop.time())
+                feedback.answered(started, loop.time(), paused)
                 settled = self._settled(self._checked(result), asked, rows)
                 answer = self._answer(settled, asked.size, asked.python_keys, rows)
                 if not policy.retry_on_miss and rows is None:  # the common case: one answer

@@ -374,3 +374,29 @@ def test_redact_texts_redacts_each_message_and_keeps_nulls() -> None:
     texts = pa.array(["at postgres://u:pw@h/db", None, "plain"], pa.string())
     assert redact_texts(texts).to_pylist() == ["at postgres://u:***@h/db", None, "plain"]
     assert redact_texts(texts, str.upper).to_pylist() == ["AT POSTGRES://U:PW@H/DB", None, "PLAIN"]
+
+
+def test_hedgings_window_takes_the_time_the_loop_ran_and_the_metrics_the_wall_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark held the task 300 ms of a 350 ms request: the metrics see 350 ms, the hedging
+    window 50 ms (its delay is time the loop ran: a window of wall times would put a busy
+    machine's pauses into ``hedge.after.ms=p95`` and leave slow requests unhedged)."""
+    from lookup_source.engine.request import executor as executor_module
+    from lookup_source.engine.request.executor import Feedback
+    from lookup_source.engine.request.hedge import MIN_SAMPLES, Hedging
+
+    paused = {"s": 2.0}
+    monkeypatch.setattr(executor_module, "time_paused", lambda: paused["s"])
+    metrics = LookupMetrics()
+    hedging = Hedging(after_s=0.1, quantile=0.95, budget=0.05)
+    feedback = Feedback(metrics, FixedLimit(10), lambda _: None, lambda: 0, hedging)
+    for _ in range(MIN_SAMPLES):
+        at_send = feedback.paused()
+        paused["s"] += 0.3
+        feedback.answered(10.0, 10.35, at_send)
+    assert hedging.delay_s() == pytest.approx(0.05)
+    assert metrics.latency_max_ms == pytest.approx(350.0)
+    # without hedging, nothing reads the loop's pauses
+    plain = Feedback(LookupMetrics(), FixedLimit(10), lambda _: None, lambda: 0, None)
+    assert plain.paused() == 0.0
