@@ -340,8 +340,13 @@ def _restart_scenario(server: RedisServer) -> None:
             work = asyncio.gather(
                 *(holder_work(b, counter, 400, capacity=6, busy_s=0.01) for b in budgets)
             )
-            await asyncio.sleep(0.4)
+            # the run at its peak (a busy machine may take a while to get there), then the
+            # store goes away mid-run
+            deadline = asyncio.get_running_loop().time() + 30.0
+            while counter.peak < 6 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
             peak_before = counter.peak
+            assert counter.done < 1200, "the run ended before the restart"
             server.kill()
             await asyncio.sleep(0.3)
             server.start()  # empty: every lease count is gone
