@@ -1,6 +1,10 @@
-"""The bench's user service in nginx with its JavaScript module (njs): the same answers as
-:class:`lookup_source.service.UserService`, at next to no CPU per request, so that a scenario's
-ratios are not flattened by the service's own Python on the same cores (issue 61, item 3)::
+"""The bench's user service in nginx: the same answers as
+:class:`lookup_source.service.UserService`, at a fraction of its CPU per request, so that a
+scenario's ratios are not flattened by the service's own Python on the same cores (issue 61,
+item 3). GETs are answered by nginx's own directives where its echo module is installed
+(:mod:`.native_gets`: about nginx's floor, 18 to 20 core-µs a GET against 16 to 17 for a bare
+``return`` on a 2-core machine), else by its JavaScript module (njs: about 1.5x that); batch
+POSTs by njs::
 
     with NativeUserService(users=10_000, latency_ms=5) as service:
         service.url              # http://127.0.0.1:PORT/users/{key}
@@ -16,9 +20,11 @@ generated here from :func:`~lookup_source.service.user_record` itself (checked o
 ids at each start, so the two cannot drift apart). Its bookkeeping is read from nginx's access
 log, on demand.
 
-Differences from the Python service: a key is an integer when it matches ``[+-]?digits``
-(underscores between digits allowed, spaces around it stripped), so exotic spellings Python's
-``int()`` takes (non-ASCII digits) are 404 here; a batch body that is not JSON is a 400 (a 500
+Differences from the Python service: a GET's key is an integer when it is ASCII digits (leading
+zeros allowed) where nginx's directives answer, ``[+-]?digits`` (underscores between digits
+allowed, spaces around it stripped) where njs does, so other spellings Python's ``int()`` takes
+(a sign, spaces, non-ASCII digits) are 404 here; a method other than GET or HEAD is a 405; a
+batch body that is not JSON is a 400 (a 500
 there), a batch key that is a non-integer number is skipped. None of these happen in the bench.
 """
 
@@ -39,11 +45,13 @@ from bisect import bisect_right
 from types import TracebackType
 from typing import TypeVar
 
+from lookup_source.bench.native_gets import EchoGets
 from lookup_source.bench.native_site import (
     BATCH_PATH,
     PREFIX,
     NativeServiceUnavailable,
     check_records,
+    echo_gets,
     native_service_available,
     nginx_binary,
     nginx_conf,
@@ -53,6 +61,8 @@ from lookup_source.bench.native_site import (
 )
 
 ServiceT = TypeVar("ServiceT", bound="NativeUserService")
+
+GET_HANDLERS = ("auto", "directives", "njs")
 
 
 def _free_port() -> int:
@@ -77,7 +87,7 @@ def _kill_group(process: subprocess.Popen[bytes], directory: str | None) -> None
 
 class NativeUserService:
     """User profiles ``0 .. users-1`` at ``GET /users/{id}`` and ``POST /users/batch``,
-    answered by nginx + njs after ``latency_ms``; a context manager, like
+    answered by nginx after ``latency_ms``; a context manager, like
     :class:`~lookup_source.service.UserService`."""
 
     def __init__(
@@ -91,7 +101,16 @@ class NativeUserService:
         log_flush_ms: int = 50,
         start_timeout_s: float = 15.0,
         stop_timeout_s: float = 10.0,
+        gets: str = "auto",
     ) -> None:
+        if gets not in GET_HANDLERS:
+            raise ValueError(f"gets: expected one of {', '.join(GET_HANDLERS)}, got {gets!r}")
+        self.gets = gets
+        """What answers the GETs: ``directives`` (nginx's own, with its echo module), ``njs``,
+        or ``auto`` (the directives where the echo module is installed); :attr:`gets_by`
+        says which did."""
+        self.gets_by = ""
+        self._echo: EchoGets | None = None
         self.users = users
         self.latency_s = latency_ms / 1000.0
         self.latency_ms = latency_ms
@@ -192,6 +211,12 @@ class NativeUserService:
             raise NativeServiceUnavailable(why or "nginx is not installed")
         module = njs_module(nginx)[0]
         check_records(self.users)
+        self._echo, why_not = (
+            (None, None) if self.gets == "njs" else echo_gets(self.users, self.latency_ms)
+        )
+        if self._echo is None and self.gets == "directives":
+            raise NativeServiceUnavailable(f"gets=directives: {why_not}")
+        self.gets_by = "njs" if self._echo is None else "directives"
         directory = tempfile.mkdtemp(prefix="asynclookup-nginx-")
         self.directory = directory
         try:
@@ -225,6 +250,7 @@ class NativeUserService:
                     worker_connections=self.worker_connections,
                     log_flush_ms=self.log_flush_ms,
                     version_text=nginx_version_text(nginx),
+                    gets=self._echo,
                 )
             )
         for name in ("error.log", "stderr.log", "nginx.pid"):

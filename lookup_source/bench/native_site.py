@@ -13,6 +13,13 @@ import shutil
 import subprocess
 from functools import cache, lru_cache
 
+from lookup_source.bench.native_gets import (
+    EchoGets,
+    echo_get_http_lines,
+    echo_get_locations,
+    echo_module,
+    whole_milliseconds,
+)
 from lookup_source.service import user_record
 
 PERIOD = 1000
@@ -78,10 +85,7 @@ def njs_module(nginx: str) -> tuple[str | None, str | None]:
         return None, f"{nginx} -V failed: {version[6:]}"
     if re.search(r"--add-module=\S*njs\S*", version):
         return None, None  # built in: no load_module
-    dirs = list(MODULE_DIRS)
-    configured = re.search(r"--modules-path=(\S+)", version)
-    if configured:
-        dirs.insert(0, configured.group(1))
+    dirs = module_dirs(version)
     for directory in dirs:
         path = os.path.join(directory, MODULE_NAME)
         if os.path.isfile(path):
@@ -90,6 +94,30 @@ def njs_module(nginx: str) -> tuple[str | None, str | None]:
         f"the njs module ({MODULE_NAME}) is not in {', '.join(dict.fromkeys(dirs))} "
         "(Debian: apt-get install libnginx-mod-http-js)"
     )
+
+
+def module_dirs(version_text: str) -> list[str]:
+    """Where nginx's dynamic modules may be: its ``--modules-path``, then the usual places."""
+    dirs = list(MODULE_DIRS)
+    configured = re.search(r"--modules-path=(\S+)", version_text)
+    if configured:
+        dirs.insert(0, configured.group(1))
+    return dirs
+
+
+def echo_gets(users: int, latency_ms: float) -> tuple[EchoGets | None, str | None]:
+    """(GETs in nginx's own directives, or None; why not): they need nginx's echo module and a
+    latency of whole milliseconds (njs answers them otherwise, at more CPU a GET)."""
+    nginx = nginx_binary()
+    if nginx is None:
+        return None, "nginx is not installed"
+    if not whole_milliseconds(latency_ms):
+        return None, f"echo_sleep waits whole milliseconds, not {latency_ms} ms"
+    version = nginx_version_text(nginx)
+    if version.startswith("ERROR "):
+        return None, f"{nginx} -V failed: {version[6:]}"
+    path, missing = echo_module(version, module_dirs(version))
+    return (None, missing) if missing else (EchoGets(users, latency_ms, path), None)
 
 
 def native_service_available() -> str | None:
@@ -267,8 +295,10 @@ def nginx_conf(
     worker_connections: int,
     log_flush_ms: int,
     version_text: str = "",
+    gets: EchoGets | None = None,
 ) -> str:
-    """The configuration: every path nginx writes under ``directory``."""
+    """The configuration: every path nginx writes under ``directory``; ``GET {PREFIX}{id}``
+    answered by ``gets`` (nginx's own directives) when given, else by njs."""
 
     def path(name: str) -> str:
         return os.path.join(directory, name)
@@ -285,6 +315,7 @@ def nginx_conf(
         f"lock_file {path('nginx.lock')};",
         f"error_log {path('error.log')} error;",
         *([f"load_module {module};"] if module else []),
+        *([f"load_module {gets.module};"] if gets is not None and gets.module else []),
         f"events {{ worker_connections {worker_connections}; }}",
         "http {",
         f"    js_import users from {path('users.js')};",
@@ -295,10 +326,15 @@ def nginx_conf(
         "    server_tokens off;",
         "    keepalive_requests 100000;",
         "    keepalive_timeout 75s;",
+        *(echo_get_http_lines(gets.users, record_tails(), PREFIX) if gets is not None else []),
         "    server {",
         f"        listen 127.0.0.1:{port} backlog=1024;",
         "        set $keys 1;",
-        f"        location {PREFIX} {{ js_content users.get; }}",
+        *(
+            echo_get_locations(PREFIX, gets.latency_ms, json.dumps(NOT_FOUND))
+            if gets is not None
+            else [f"        location {PREFIX} {{ js_content users.get; }}"]
+        ),
         f"        location = {BATCH_PATH} {{",
         "            client_body_buffer_size 1m;",
         "            client_max_body_size 16m;",

@@ -7,14 +7,26 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
+from lookup_source.bench.native_gets import (
+    decimal_range_regex,
+    tail_map_entries,
+    whole_milliseconds,
+)
 from lookup_source.bench.native_service import NativeUserService
-from lookup_source.bench.native_site import native_service_available, record_body
+from lookup_source.bench.native_site import (
+    NativeServiceUnavailable,
+    echo_gets,
+    native_service_available,
+    record_body,
+)
 from lookup_source.bench.stores import http_store, service_of
 from lookup_source.service import user_record
 
@@ -30,10 +42,56 @@ def get(url: str) -> tuple[int, str, bytes]:
         return error.code, error.headers["Content-Type"], error.read()
 
 
-@pytest.fixture(scope="module")
-def service() -> Iterator[NativeUserService]:
-    with NativeUserService(users=100, latency_ms=5) as running:
+ECHO = echo_gets(100, 5)[1] if MISSING is None else MISSING
+needs_echo = pytest.mark.skipif(ECHO is not None, reason=f"nginx's directives: {ECHO}")
+
+
+@pytest.fixture(scope="module", params=["directives", "njs"])
+def service(request: pytest.FixtureRequest) -> Iterator[NativeUserService]:
+    if request.param == "directives" and ECHO is not None:
+        pytest.skip(f"nginx's directives: {ECHO}")
+    with NativeUserService(users=100, latency_ms=5, gets=request.param) as running:
+        assert running.gets_by == request.param
         yield running
+
+
+def test_decimal_range_regex_matches_exactly_the_ids_below_its_end() -> None:
+    for end in [*range(0, 130), 999, 1_000, 1_001, 5_000, 10_000, 12_345, 60_000, 100_001]:
+        pattern = re.compile(f"^(?:{decimal_range_regex(end)})$")
+        tried = range(0, max(2 * end, 1_100) + 10)
+        assert [i for i in tried if pattern.match(str(i))] == list(range(end)), end
+        assert not pattern.match("") and not pattern.match("01") and not pattern.match("+1")
+    for big in (999_999_999, 1_000_000_000, 123_456_789):
+        pattern = re.compile(f"^(?:{decimal_range_regex(big)})$")
+        for i in (0, 9, big // 3, big - 1, big - 10, big // 10 * 9):
+            assert pattern.match(str(i)), (big, i)
+        for i in (big, big + 1, big * 10, big + 10**6):
+            assert not pattern.match(str(i)), (big, i)
+
+
+def test_each_tail_is_under_both_spellings_of_its_last_digits() -> None:
+    tails = tuple(f"t{i}" for i in range(1_000))
+    lines = tail_map_entries(tails)
+    table = dict(line.strip().rstrip(";").split(" ", 1) for line in lines)
+    assert table['"5"'] == table['"005"'] == "'t5'"
+    assert table['"50"'] == table['"050"'] == "'t50'"
+    assert table['"999"'] == "'t999'" and table['"0"'] == table['"000"'] == "'t0'"
+    assert len(table) == 1_000 + 100  # remainders below 100: also padded to three digits
+    with pytest.raises(ValueError, match="power of ten"):
+        tail_map_entries(tails[:500])
+
+
+def test_a_tail_is_quoted_for_nginx_and_a_dollar_refused() -> None:
+    lines = tail_map_entries((r"it's \ here",) + ("x",) * 9)
+    assert lines[0].strip() == r""""0" 'it\'s \\ here';"""
+    with pytest.raises(ValueError, match=r"holding '\$'"):
+        tail_map_entries(("$host",) + ("x",) * 9)
+
+
+def test_directives_need_whole_milliseconds_and_njs_takes_the_rest() -> None:
+    assert whole_milliseconds(5) and whole_milliseconds(0) and not whole_milliseconds(0.5)
+    gets, why = echo_gets(10, 0.5)
+    assert gets is None and why is not None and "whole milliseconds" in why
 
 
 def test_the_answers_are_the_python_services_text() -> None:
@@ -54,15 +112,48 @@ def test_records_404s_and_bookkeeping(service: NativeUserService) -> None:
         assert content_type.startswith("application/json")
         assert json.loads(body) == user_record(int(key))
         assert body.decode() == json.dumps(user_record(int(key)))
-    for key in ("100", "abc"):
+    for key in ("007", "0"):  # leading zeros, as int() reads them
+        status, _, body = get(service.url.format(key=key))
+        assert status == 200 and body.decode() == json.dumps(user_record(int(key)))
+    for key in ("100", "abc", "1000", "-1", "9" * 30):
         status, content_type, body = get(service.url.format(key=key))
         assert status == 404, key
         assert content_type.startswith("application/json")
         assert json.loads(body) == {"error": "no such user"}
-    assert service.request_count() - before == len(asked) + 2
-    assert service.keys_asked() >= {"0", "7", "42", "99", "100", "abc"}
+    assert service.request_count() - before == len(asked) + 7
+    assert service.keys_asked() >= {"0", "7", "42", "99", "100", "abc", "007"}
     assert service.distinct_keys() == len(service.keys_asked())
     assert service.keys_served == service.request_count()
+
+
+@needs_nginx
+def test_a_get_of_another_method_is_refused(service: NativeUserService) -> None:
+    request = urllib.request.Request(service.url.format(key=1), data=b"{}", method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 405
+
+
+@needs_echo
+def test_directives_wait_the_latency_before_each_answer() -> None:
+    with NativeUserService(users=10, latency_ms=40, gets="directives") as slow:
+        started = time.monotonic()
+        assert get(slow.url.format(key=3))[0] == 200
+        assert get(slow.url.format(key=30))[0] == 404  # an unknown key waits too
+        assert time.monotonic() - started >= 0.08
+
+
+@needs_nginx
+def test_gets_by_directives_at_a_fraction_of_a_millisecond_is_refused() -> None:
+    with (
+        pytest.raises(NativeServiceUnavailable, match="whole milliseconds"),
+        NativeUserService(users=10, latency_ms=0.5, gets="directives"),
+    ):
+        pass
+    with NativeUserService(users=10, latency_ms=0.5) as auto:
+        assert auto.gets_by == "njs" and get(auto.url.format(key=3))[0] == 200
+    with pytest.raises(ValueError, match="gets: expected one of auto, directives, njs"):
+        NativeUserService(gets="lua")
 
 
 @needs_nginx
