@@ -157,10 +157,10 @@ environments: install .venvs/pyspark-$(SPARK_OLDEST)/.installed \
 
 # the engines the bench's http-transports scenario compares with (Daft, Ray Data), in an
 # environment of their own: asynclookup bench --scenarios http-transports --peers-python
-# .venvs/peers/bin/python
+# .venvs/peers/bin/python (typing_extensions: Ray Data's workers import it without requiring it)
 peers:
 	$(PYTHON) -m venv .venvs/peers
-	.venvs/peers/bin/python -m pip install --quiet "daft>=0.7" "ray[data]>=2.50" aiohttp
+	.venvs/peers/bin/python -m pip install --quiet "daft>=0.7" "ray[data]>=2.50" aiohttp typing_extensions
 
 docs: install
 	$(PY) -m lookup_source.docs --write docs/options.md

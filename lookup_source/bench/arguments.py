@@ -190,9 +190,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("python", "native", "auto"),
         default="python",
         help="http-transports scenario: the service answering the GETs: python (aiohttp, in "
-        "the bench process), native (nginx with its JavaScript module, njs: next to no CPU "
-        "per GET; Debian: apt-get install nginx-light libnginx-mod-http-js), auto (native "
-        "where installed, else python) (default: %(default)s)",
+        "the bench process), native (nginx: its own directives answer each GET where its echo "
+        "module is installed, else its JavaScript module, njs; Debian: apt-get install "
+        "nginx-light libnginx-mod-http-js libnginx-mod-http-echo), auto (native where "
+        "installed, else python) (default: %(default)s)",
     )
     parser.add_argument(
         "--peers-python",

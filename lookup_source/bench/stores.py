@@ -63,7 +63,8 @@ def _maybe_proxied(url: str, default_port: int, delay_ms: float) -> Iterator[str
 SERVICES = ("python", "native", "auto")
 """The HTTP services :func:`http_store` starts: ``python`` (:class:`UserService`, aiohttp in
 this process), ``native`` (:class:`~lookup_source.bench.native_service.NativeUserService`,
-nginx + njs), ``auto`` (native where nginx and njs are installed, else python)."""
+nginx: GETs by its own directives with its echo module, else by njs; batches by njs), ``auto``
+(native where nginx and njs are installed, else python)."""
 
 NATIVE_SUFFIX = ", nginx"
 """Ends the name of a store the native service answers."""
@@ -84,7 +85,7 @@ def _native(service: str) -> bool:
     if why is None:
         return True
     if service == "native":
-        raise NativeServiceUnavailable(f"the native HTTP service (nginx + njs) cannot run: {why}")
+        raise NativeServiceUnavailable(f"the native HTTP service (nginx) cannot run: {why}")
     print(
         f"  http service: the native one is not available ({why}); the Python one answers",
         flush=True,

@@ -14,9 +14,10 @@ distinct keys (60,000, none asked twice), ``--capacity`` requests in flight per 
 - the Spark floor (the same ``mapInArrow``, no I/O).
 
 The service is ``--transports-service``: ``python`` (default; :class:`UserService`, aiohttp
-in the bench process, its CPU the ``bench`` group's), ``native`` (nginx + njs,
-:mod:`.native_service`: next to no CPU per GET, counted as the ``store`` group's; the scenario's
-name ends with ", nginx"), or ``auto`` (native where nginx and njs are installed).
+in the bench process, its CPU the ``bench`` group's), ``native`` (nginx,
+:mod:`.native_service`: its own directives answer each GET where its echo module is installed,
+else njs; its CPU counted as the ``store`` group's; the scenario's name ends with ", nginx"),
+or ``auto`` (native where nginx and njs are installed).
 
 CPU per GET is read by process (:mod:`.cpu`): the Python workers' against the raw aiohttp
 client's is the issue's second target. A peer's CPU is its whole process tree's, its start

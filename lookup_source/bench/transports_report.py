@@ -7,15 +7,27 @@ from dataclasses import asdict
 from typing import Any
 
 from lookup_source.bench.context import Result
+from lookup_source.bench.native_site import echo_gets
 from lookup_source.bench.stores import service_of
 from lookup_source.bench.transports import TRANSPORTS, TransportRun
 
 SERVICE_LABELS = {
     "python": "service: Python (aiohttp, in the bench process)",
-    "nginx": "service: nginx + njs (native)",
+    "nginx": "service: nginx (native; GETs answered by {gets})",
 }
 """The service that answered, as the report's title says it; its CPU per GET is the
 ``service`` column (the bench process's and the store server's)."""
+
+
+def service_label(service: str, latency_ms: float) -> str:
+    """The report's words for ``service`` (``nginx``: which of its handlers answered GETs)."""
+    if service != "nginx":
+        return SERVICE_LABELS[service]
+    by_directives = echo_gets(1, latency_ms)[0] is not None
+    return SERVICE_LABELS[service].format(
+        gets="its own directives (echo module)" if by_directives else "njs"
+    )
+
 
 # -- report ------------------------------------------------------------------------------------
 
@@ -30,7 +42,7 @@ def transports_report(runs: list[TransportRun], args: Any) -> list[str]:
     lines = [
         f"### http-transports: per-key GET at {args.transports_latency_ms:g} ms, "
         f"{args.transports_keys:,} distinct keys, capacity {args.capacity} x {args.tasks} tasks, "
-        f"{SERVICE_LABELS[service]}",
+        f"{service_label(service, args.transports_latency_ms)}",
         "",
         "| method | rows/s | ÷ 0.5's connector | ÷ Daft | ÷ Ray Data "
         "| core-µs per GET: Python workers | Spark JVM | service | raw client / peer | total "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
 from lookup_source.bench.methods import Result
 from lookup_source.bench.transports import TransportRun
 from lookup_source.bench.transports_report import as_json, transports_report
@@ -50,3 +52,18 @@ def test_without_the_native_transport_auto_is_aiohttp_and_targets_say_so() -> No
     text = "\n".join(transports_report(runs, ARGS))
     assert "asynclookup (aiohttp, asyncio) ≥ 1.4x 0.5's connector | 1.00x | **missed** |" in text
     assert "raw aiohttp client's | n/a | |" in text
+
+
+def test_the_native_services_title_says_what_answered_its_gets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lookup_source.bench import transports_report
+    from lookup_source.bench.native_gets import EchoGets
+
+    assert "Python (aiohttp" in transports_report.service_label("python", 5)
+    monkeypatch.setattr(transports_report, "echo_gets", lambda *_: (EchoGets(1, 5, None), None))
+    assert transports_report.service_label("nginx", 5) == (
+        "service: nginx (native; GETs answered by its own directives (echo module))"
+    )
+    monkeypatch.setattr(transports_report, "echo_gets", lambda *_: (None, "no echo"))
+    assert transports_report.service_label("nginx", 5).endswith("GETs answered by njs)")
