@@ -51,7 +51,8 @@ from lookup_source.bench.native_site import (
     PREFIX,
     NativeServiceUnavailable,
     check_records,
-    echo_gets,
+    checked_gets,
+    chosen_gets,
     native_service_available,
     nginx_binary,
     nginx_conf,
@@ -61,8 +62,6 @@ from lookup_source.bench.native_site import (
 )
 
 ServiceT = TypeVar("ServiceT", bound="NativeUserService")
-
-GET_HANDLERS = ("auto", "directives", "njs")
 
 
 def _free_port() -> int:
@@ -80,6 +79,16 @@ def _kill_group(process: subprocess.Popen[bytes], directory: str | None) -> None
         process.wait(5)
     if directory is not None:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def most_at_once(starts: list[int], ends: list[int]) -> int:
+    """The most intervals open at once, of those starting at ``starts`` and ending at
+    ``ends`` (each sorted; one ending when another starts does not overlap it)."""
+    peak = ended = 0
+    for started, start in enumerate(starts, 1):
+        ended = bisect_right(ends, start, lo=ended)
+        peak = max(peak, started - ended)
+    return peak
 
 
 # -- the service ----------------------------------------------------------------------------
@@ -103,13 +112,10 @@ class NativeUserService:
         stop_timeout_s: float = 10.0,
         gets: str = "auto",
     ) -> None:
-        if gets not in GET_HANDLERS:
-            raise ValueError(f"gets: expected one of {', '.join(GET_HANDLERS)}, got {gets!r}")
-        self.gets = gets
-        """What answers the GETs: ``directives`` (nginx's own, with its echo module), ``njs``,
-        or ``auto`` (the directives where the echo module is installed); :attr:`gets_by`
-        says which did."""
+        self.gets = checked_gets(gets)
+        """What answers GETs: ``directives`` (nginx's, echo module), ``njs``, or ``auto``."""
         self.gets_by = ""
+        """Which of the two answered them."""
         self._echo: EchoGets | None = None
         self.users = users
         self.latency_s = latency_ms / 1000.0
@@ -195,12 +201,7 @@ class NativeUserService:
         it)."""
         self._read_log()
         with self._lock:
-            starts, ends = sorted(self._starts), sorted(self._ends)
-        peak = ended = 0
-        for started, start in enumerate(starts, 1):
-            ended = bisect_right(ends, start, lo=ended)
-            peak = max(peak, started - ended)
-        return peak
+            return most_at_once(sorted(self._starts), sorted(self._ends))
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -211,11 +212,7 @@ class NativeUserService:
             raise NativeServiceUnavailable(why or "nginx is not installed")
         module = njs_module(nginx)[0]
         check_records(self.users)
-        self._echo, why_not = (
-            (None, None) if self.gets == "njs" else echo_gets(self.users, self.latency_ms)
-        )
-        if self._echo is None and self.gets == "directives":
-            raise NativeServiceUnavailable(f"gets=directives: {why_not}")
+        self._echo = chosen_gets(self.gets, self.users, self.latency_ms)
         self.gets_by = "njs" if self._echo is None else "directives"
         directory = tempfile.mkdtemp(prefix="asynclookup-nginx-")
         self.directory = directory

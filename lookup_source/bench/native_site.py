@@ -120,6 +120,26 @@ def echo_gets(users: int, latency_ms: float) -> tuple[EchoGets | None, str | Non
     return (None, missing) if missing else (EchoGets(users, latency_ms, path), None)
 
 
+GET_HANDLERS = ("auto", "directives", "njs")
+"""What may answer the native service's GETs (``NativeUserService(gets=...)``)."""
+
+
+def checked_gets(gets: str) -> str:
+    if gets not in GET_HANDLERS:
+        raise ValueError(f"gets: expected one of {', '.join(GET_HANDLERS)}, got {gets!r}")
+    return gets
+
+
+def chosen_gets(gets: str, users: int, latency_ms: float) -> EchoGets | None:
+    """The directives that answer GETs as ``gets`` asks, or None (njs answers them)."""
+    if checked_gets(gets) == "njs":
+        return None
+    echo, why_not = echo_gets(users, latency_ms)
+    if echo is None and gets == "directives":
+        raise NativeServiceUnavailable(f"gets=directives: {why_not}")
+    return echo
+
+
 def native_service_available() -> str | None:
     """None when nginx and its njs module are here, else what is missing (one line)."""
     nginx = nginx_binary()

@@ -216,12 +216,21 @@ def records_to_matches(
     A key that is absent or maps to None is missing; a list of records is several matches; a
     :class:`RecordError`, or anything that is not a record, is an error for that key.
     """
+    return values_to_matches([result.get(key) for key in keys], fields)
+
+
+def values_to_matches(values: Sequence[Any], fields: Sequence[pa.Field]) -> Matches:
+    """:func:`records_to_matches` of the values found for keys ``0 .. len(values)-1``, in
+    that order (None: missing)."""
     positions: list[int] = []
     records: list[Mapping[str, Any] | None] = []
     reasons: dict[int, str] = {}
-    for position, key in enumerate(keys):
-        value = result.get(key)
+    for position, value in enumerate(values):
         if value is None:
+            continue
+        if type(value) is dict:  # the common case, without the checks below
+            positions.append(position)
+            records.append(value)
             continue
         for item in value if isinstance(value, (list, tuple)) else (value,):
             positions.append(position)

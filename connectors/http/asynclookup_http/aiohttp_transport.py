@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
+from asynclookup_http.body import fetched
+from asynclookup_http.transport import Fetched
 from lookup_source.connector_api import (
     ConnectorError,
     PermanentError,
@@ -91,14 +92,14 @@ class AiohttpTransport:
             session, self._session = self._session, None
             await session.close()
 
-    @asynccontextmanager
-    async def send(
+    async def fetch(
         self,
         method: str,
         url: str,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[AiohttpResponse]:
+        body: bytes | None,
+        headers: Mapping[str, str] | None,
+        max_bytes: int,
+    ) -> Fetched:
         from yarl import URL
 
         if self._session is None:
@@ -106,7 +107,7 @@ class AiohttpTransport:
         async with self._session.request(
             method, URL(url, encoded=True), data=body, headers=headers, allow_redirects=False
         ) as response:
-            yield AiohttpResponse(response)
+            return await fetched(AiohttpResponse(response), method, url, max_bytes)
 
 
 def context_of(setting: Any) -> ssl.SSLContext:

@@ -10,7 +10,8 @@ import time
 import zlib
 from typing import Any
 
-from lookup_source.connector_api import PermanentError
+from asynclookup_http.transport import Fetched, Response
+from lookup_source.connector_api import PermanentError, redact_url
 
 ACCEPT_ENCODING = "gzip, deflate"
 """What the connector decodes itself (within the size limit)."""
@@ -110,3 +111,47 @@ def parse_retry_after(value: str | None) -> float | None:
     if when.tzinfo is None:  # asctime and "-0000" dates: an HTTP date is in GMT (RFC 9110)
         when = when.replace(tzinfo=datetime.timezone.utc)
     return max(0.0, when.timestamp() - time.time())
+
+
+async def fetched(response: Response, method: str, url: str, limit: int) -> Fetched:
+    """What a transport hands back for ``response``: a redirect unread, with its
+    ``Location``; any other answer with its body (:func:`read_body`) and ``Retry-After``."""
+    status = response.status
+    if 300 <= status < 400:
+        return Fetched(status, b"", response.header("Location"), None)
+    return Fetched(
+        status, await read_body(response, method, url, limit), None, response.header("Retry-After")
+    )
+
+
+async def read_body(response: Response, method: str, url: str, limit: int) -> bytes:
+    """The body, decoded, of at most ``limit`` bytes (``http.max-response-bytes``); the
+    connection is dropped, not reused, when the body is cut short."""
+    length = response.content_length
+    encoding = (response.header("Content-Encoding") or "").strip().lower()
+    if length is not None and length > limit and encoding in ("", "identity"):
+        response.abort()
+        raise too_large(method, url, length, limit)
+    if encoding in ("", "identity") and length is not None:
+        return await response.read()  # exactly Content-Length bytes
+    decoder = BoundedBody(encoding, limit)
+    try:
+        async for chunk in response.chunks():
+            decoder.feed(chunk)
+        return decoder.finish()
+    except TooLarge:
+        response.abort()
+        raise too_large(method, url, None, limit) from None
+    except (zlib.error, Malformed) as exc:
+        response.abort()
+        raise PermanentError(
+            f"the answer to {method} {redact_url(url)} is not valid {encoding}: {exc}"
+        ) from None
+
+
+def too_large(method: str, url: str, length: int | None, limit: int) -> PermanentError:
+    size = f" ({length:,} bytes)" if length is not None else ""
+    return PermanentError(
+        f"the answer to {method} {redact_url(url)} is larger than "
+        f"http.max-response-bytes={limit:,}{size}, counted after decompression"
+    )

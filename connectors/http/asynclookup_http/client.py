@@ -114,7 +114,8 @@ class HttpLookupClient(LookupClient):
             )
         )
         self._transport: Transport | None = None
-        self._handshake: AbstractAsyncContextManager[None] = nullcontext()
+        self._handshake: AbstractAsyncContextManager[None] | None = None
+        """The TLS handshake's check (https with a fixed host), or None: nothing to check."""
         self._answers = (
             BatchAnswers(self.value_fields, config.key_columns, self._path)
             if self._batch_url
@@ -181,13 +182,14 @@ class HttpLookupClient(LookupClient):
 
     async def open(self) -> None:
         tls = self._ssl()
-        self._handshake = handshake_check(
+        check = handshake_check(
             "http",
             self._batch_url or self.config.url or "",
             lambda: context_of(tls),
             scheme="https",
             default_port=443,
         )
+        self._handshake = None if isinstance(check, nullcontext) else check
         transport = self._chosen_transport(tls)
         await transport.open()
         self._transport = transport
@@ -250,6 +252,9 @@ class HttpLookupClient(LookupClient):
     async def lookup(self, keys: Sequence[Key]) -> LookupResult:
         if self._transport is None:
             raise RuntimeError("HttpLookupClient.lookup() called before open()")
+        if self._handshake is None:
+            with self._transport.errors:
+                return await self._get(keys)
         async with self._handshake:
             with self._transport.errors:
                 return await self._get(keys)
@@ -257,7 +262,8 @@ class HttpLookupClient(LookupClient):
     async def _get(self, keys: Sequence[Key]) -> LookupResult:
         if self._batch_url:
             return await super().lookup(keys)
-        assert self._template is not None
+        assert self._template is not None and self._transport is not None
+        transport = self._transport
         out: dict[Key, Any] = {}
         for key in keys:
             try:
@@ -268,7 +274,9 @@ class HttpLookupClient(LookupClient):
                     "reach another resource"
                 )
                 continue
-            status, body, retry_after = await self._exchange("GET", url)
+            status, body, retry_after = await exchange(
+                transport, "GET", url, follow=self._same_origin, max_bytes=self._max_bytes
+            )
             if status == 404:
                 continue
             if not 200 <= status < 300:
@@ -298,7 +306,7 @@ class HttpLookupClient(LookupClient):
             return await super().lookup_arrow(keys)
         if self._transport is None:
             raise RuntimeError("HttpLookupClient.lookup_arrow() called before open()")
-        async with self._handshake:
+        async with self._handshake or nullcontext():
             with self._transport.errors:
                 return await self._post(keys)
 

@@ -5,14 +5,13 @@ raised as an error, retried (honouring ``Retry-After``) or not."""
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 from yarl import URL
 
-from asynclookup_http.body import BoundedBody, Malformed, TooLarge, parse_retry_after
+from asynclookup_http.body import parse_retry_after
 from asynclookup_http.options import MAX_REDIRECTS
-from asynclookup_http.transport import Response, Transport
+from asynclookup_http.transport import Transport
 from asynclookup_http.urls import same_origin
 from lookup_source.connector_api import (
     OverloadedError,
@@ -40,16 +39,11 @@ async def exchange(
     Retry-After; a redirect followed only when ``follow`` (``http.redirects=same-origin``)
     allows it."""
     for _ in range(MAX_REDIRECTS + 1):
-        async with transport.send(method, url, body, headers) as response:
-            status = response.status
-            if 300 <= status < 400:
-                url = redirected(method, url, status, response.header("Location"), follow)
-                continue
-            return (
-                status,
-                await read_body(response, method, url, max_bytes),
-                response.header("Retry-After"),
-            )
+        answer = await transport.fetch(method, url, body, headers, max_bytes)
+        if 300 <= answer.status < 400:
+            url = redirected(method, url, answer.status, answer.location, follow)
+            continue
+        return answer.status, answer.body, answer.retry_after
     raise PermanentError(f"more than {MAX_REDIRECTS} redirects from {method} {redact_url(url)}")
 
 
@@ -74,39 +68,6 @@ def redirected(method: str, url: str, status: int, location: str | None, follow:
     if method != "GET" and status not in (307, 308):
         raise PermanentError(f"{where} to {shown}: a {method} follows only 307 and 308")
     return str(target)
-
-
-async def read_body(response: Response, method: str, url: str, limit: int) -> bytes:
-    """The body, decoded, of at most ``limit`` bytes (``http.max-response-bytes``); the
-    connection is dropped, not reused, when the body is cut short."""
-    length = response.content_length
-    encoding = (response.header("Content-Encoding") or "").strip().lower()
-    if length is not None and length > limit and encoding in ("", "identity"):
-        response.abort()
-        raise too_large(method, url, length, limit)
-    if encoding in ("", "identity") and length is not None:
-        return await response.read()  # exactly Content-Length bytes
-    decoder = BoundedBody(encoding, limit)
-    try:
-        async for chunk in response.chunks():
-            decoder.feed(chunk)
-        return decoder.finish()
-    except TooLarge:
-        response.abort()
-        raise too_large(method, url, None, limit) from None
-    except (zlib.error, Malformed) as exc:
-        response.abort()
-        raise PermanentError(
-            f"the answer to {method} {redact_url(url)} is not valid {encoding}: {exc}"
-        ) from None
-
-
-def too_large(method: str, url: str, length: int | None, limit: int) -> PermanentError:
-    size = f" ({length:,} bytes)" if length is not None else ""
-    return PermanentError(
-        f"the answer to {method} {redact_url(url)} is larger than "
-        f"http.max-response-bytes={limit:,}{size}, counted after decompression"
-    )
 
 
 def check_status(status: int, body: bytes, retry_after: str | None, what: str) -> None:

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from asynclookup_http.body import fetched
+from asynclookup_http.transport import Fetched
 from lookup_source.connector_api import (
     ConnectorError,
     PermanentError,
@@ -215,14 +216,14 @@ class NativeTransport:
             client, self._client = self._client, None
             await client.close()
 
-    @asynccontextmanager
-    async def send(
+    async def fetch(
         self,
         method: str,
         url: str,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[NativeResponse]:
+        body: bytes | None,
+        headers: Mapping[str, str] | None,
+        max_bytes: int,
+    ) -> Fetched:
         if self._client is None:
             raise RuntimeError("the HTTP transport is used before open()")
         request = self._client.request(method, url).streamed_read_buffer_limit(self._read_ahead)
@@ -231,7 +232,13 @@ class NativeTransport:
         if body is not None:
             request = request.body_bytes(body)
         async with request.build_streamed() as response:
-            yield NativeResponse(response)
+            status = response.status
+            # the common answer in one frame: a 2xx, not encoded, of a length within the limit
+            if 200 <= status < 300 and response.get_header("content-encoding") is None:
+                length = response.get_header("content-length")
+                if length is not None and length.isdigit() and int(length) <= max_bytes:
+                    return Fetched(status, bytes(await response.body_reader.bytes()), None, None)
+            return await fetched(NativeResponse(response), method, url, max_bytes)
 
 
 def _decrypted(key: bytes, password: str | None) -> bytes:

@@ -2,8 +2,9 @@
 is one implementation among others (``http.client``).
 
 A transport sends one request as it is given — the URL already encoded, no redirect followed,
-no cookie kept, the body not decompressed — and hands back the answer's status, headers and raw
-body chunks. Everything the connector promises beyond that (redirects only within the origin, a
+no cookie kept — and hands back the answer's status and its body, read within the size limit
+and decoded by :func:`asynclookup_http.body.fetched` (a :class:`Response` is what it reads
+from). Everything the connector promises beyond that (redirects only within the origin, a
 body bounded after decompression, Retry-After, errors that name their key) is the connector's
 (:mod:`asynclookup_http.exchange`, :mod:`asynclookup_http.client`), the same whatever the
 transport.
@@ -12,8 +13,7 @@ transport.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 
 class Response(Protocol):
@@ -36,6 +36,17 @@ class Response(Protocol):
         request over it."""
 
 
+class Fetched(NamedTuple):
+    """One request's answer as the connector takes it: its status; its body, decoded and
+    bounded (empty for a redirect); a redirect's ``Location``; ``Retry-After`` (for an answer
+    that is not 2xx)."""
+
+    status: int
+    body: bytes
+    location: str | None
+    retry_after: str | None
+
+
 class Transport(Protocol):
     """One HTTP client library, kept open for the worker's life (a pool of keep-alive
     connections), sending requests for every key of every task."""
@@ -48,12 +59,16 @@ class Transport(Protocol):
 
     async def close(self) -> None: ...
 
-    def send(
+    async def fetch(
         self,
         method: str,
         url: str,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> AbstractAsyncContextManager[Response]:
-        """Send one request (``url`` as it is: already encoded); its answer, within the
-        ``async with``."""
+        body: bytes | None,
+        headers: Mapping[str, str] | None,
+        max_bytes: int,
+    ) -> Fetched:
+        """Send one request (``url`` as it is: already encoded) and take its answer: a
+        redirect's status and ``Location`` unread, any other answer's body read within
+        ``max_bytes`` after decoding (:func:`asynclookup_http.body.fetched` does this from a
+        :class:`Response`; a transport may take a shorter path for the common answer)."""
+        ...

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import Key, Matches
-from lookup_source.connector_api.values import conform_matches, records_to_matches
+from lookup_source.connector_api.values import conform_matches, values_to_matches
 from lookup_source.engine.kept.cached_rows import MISSING, CachedError, CachedRows, cache_rows
 
 Fields = Sequence[pa.Field]
@@ -248,7 +248,7 @@ class RecordAnswer(Answer):
         return items
 
     def to_matches(self) -> Matches:
-        return records_to_matches(range(self.size), dict(enumerate(self.values)), self.fields)
+        return values_to_matches(self.values, self.fields)
 
     def gather_into(self, positions: np.ndarray, gathering: Gathering) -> None:
         gathering.records.append((positions, self))
@@ -306,7 +306,7 @@ class Gathering:
             values = [v for _, answer in self.records for v in answer.values]
             positions = np.concatenate([positions for positions, _ in self.records])
             keys = [k for _, answer in self.records for k in answer.asked()]
-            converted = records_to_matches(range(len(values)), dict(enumerate(values)), self.fields)
+            converted = values_to_matches(values, self.fields)
             converted = keyed_messages(converted, lambda: keys)
             columnar.append(
                 Matches(positions[converted.key_index], converted.values, converted.errors)

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 
 from lookup_source.connector_api import LookupClient, Matches, is_retryable
+from lookup_source.engine.loop import time_paused
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.request.answers import Answer, answer_of, merge
-from lookup_source.engine.loop import time_paused
 from lookup_source.engine.request.budget import TaskBudget
 from lookup_source.engine.request.deadline import AttemptTimer, RequestDeadline
 from lookup_source.engine.request.hedge import Hedging, race
@@ -176,7 +176,8 @@ class RequestExecutor:
         deadline = self._deadline(loop.time())
         while True:
             attempt += 1
-            admission = await self._pacing.admit(asked, rows)
+            pacing = self._pacing
+            admission = None if pacing.waits_for_nothing else await pacing.admit(asked, rows)
             limit_s = deadline.limit_s(loop.time())
             if limit_s <= 0:  # the rate limiter or the budget held it past the deadline
                 if admission is not None:
