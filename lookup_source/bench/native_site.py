@@ -344,6 +344,7 @@ def nginx_conf(
         *(f"    {kind}_temp_path {path(name)};" for kind, name in temp),
         "    default_type application/octet-stream;",
         "    server_tokens off;",
+        "    merge_slashes off;",  # /users//5 is not /users/5, as in the Python service
         "    keepalive_requests 100000;",
         "    keepalive_timeout 75s;",
         *(echo_get_http_lines(gets.users, record_tails(), PREFIX) if gets is not None else []),

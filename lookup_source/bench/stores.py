@@ -67,12 +67,25 @@ nginx: GETs by its own directives with its echo module, else by njs; batches by 
 (native where nginx and njs are installed, else python)."""
 
 NATIVE_SUFFIX = ", nginx"
-"""Ends the name of a store the native service answers."""
+"""Ends the name of a store the native service answers (its GETs by nginx's directives)."""
+NJS_SUFFIX = ", nginx (njs)"
+"""Ends it instead where njs answered the GETs."""
+
+
+def native_suffix(gets_by: str) -> str:
+    """The end of a store's name for the native service whose GETs ``gets_by`` answered."""
+    return NJS_SUFFIX if gets_by == "njs" else NATIVE_SUFFIX
 
 
 def service_of(store_name: str) -> str:
     """Which service answered a store (from its name): ``nginx`` or ``python``."""
-    return "nginx" if store_name.endswith(NATIVE_SUFFIX) else "python"
+    return "nginx" if store_name.endswith((NATIVE_SUFFIX, NJS_SUFFIX)) else "python"
+
+
+def gets_of(store_name: str) -> str:
+    """What answered the native service's GETs (from the store's name): ``directives`` or
+    ``njs``."""
+    return "njs" if store_name.endswith(NJS_SUFFIX) else "directives"
 
 
 def _native(service: str) -> bool:
@@ -104,18 +117,19 @@ def http_store(
             nginx = stack.enter_context(NativeUserService(users=users, latency_ms=latency_ms))
             url, batch_url, count = nginx.url, nginx.batch_url, nginx.request_count
             server_port: int | None = nginx.port  # its CPU: the store's
+            suffix = native_suffix(nginx.gets_by)
         else:
             python = stack.enter_context(UserService(users=users, latency_ms=latency_ms))
             url, batch_url, count = python.url, python.batch_url, python.request_count
             server_port = None  # its CPU: the bench process's
+            suffix = ""
         options = (
             {"connector": "http", "http.batch.url": batch_url, "batch.size": "100"}
             if batch
             else {"connector": "http", "url": url}
         )
         yield Store(
-            f"http-{'batch' if batch else 'get'}-{latency_ms:g}ms"
-            + (NATIVE_SUFFIX if native else ""),
+            f"http-{'batch' if batch else 'get'}-{latency_ms:g}ms{suffix}",
             "http",
             options,
             latency_ms,

@@ -41,7 +41,7 @@ from lookup_source.bench import methods as m
 from lookup_source.bench import timing
 from lookup_source.bench.context import Context, Result
 from lookup_source.bench.cpu import CpuMeter, tree_cpu_seconds
-from lookup_source.bench.stores import NATIVE_SUFFIX, http_store
+from lookup_source.bench.stores import http_store
 
 TRANSPORTS = (
     ("aiohttp", "asyncio"),
@@ -88,10 +88,9 @@ def run_transports(spark: Any, args: Any) -> list[TransportRun]:
     service = getattr(args, "transports_service", "python")
     users = max(keys, args.users)
     with http_store(users, args.transports_latency_ms, batch=False, service=service) as store:
-        native = store.extra.get("service") == "nginx"
         store.name = f"http-transports-{args.transports_latency_ms:g}ms" + (
-            NATIVE_SUFFIX if native else ""
-        )
+            store.name[store.name.index(", ") :] if ", " in store.name else ""
+        )  # the service, as the store's name says it
         ids = spark.range(keys, numPartitions=args.tasks)  # each key once, in order
         df = ids.select(F.col("id").alias("event_id"), F.col("id").alias("user_id")).cache()
         df.count()

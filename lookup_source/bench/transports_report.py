@@ -7,8 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from lookup_source.bench.context import Result
-from lookup_source.bench.native_site import echo_gets
-from lookup_source.bench.stores import service_of
+from lookup_source.bench.stores import gets_of, service_of
 from lookup_source.bench.transports import TRANSPORTS, TransportRun
 
 SERVICE_LABELS = {
@@ -19,11 +18,13 @@ SERVICE_LABELS = {
 ``service`` column (the bench process's and the store server's)."""
 
 
-def service_label(service: str, latency_ms: float) -> str:
-    """The report's words for ``service`` (``nginx``: which of its handlers answered GETs)."""
+def service_label(scenario: str) -> str:
+    """The report's words for the service of ``scenario`` (nginx: which of its handlers
+    answered the GETs, as the scenario's name records it)."""
+    service = service_of(scenario)
     if service != "nginx":
         return SERVICE_LABELS[service]
-    by_directives = echo_gets(1, latency_ms)[0] is not None
+    by_directives = gets_of(scenario) == "directives"
     return SERVICE_LABELS[service].format(
         gets="its own directives (echo module)" if by_directives else "njs"
     )
@@ -38,11 +39,10 @@ def transports_report(runs: list[TransportRun], args: Any) -> list[str]:
     today = _find(runs, "asynclookup", "aiohttp", "asyncio")
     raw_aiohttp = _find(runs, "raw", "aiohttp", "asyncio")
     peers = {r.client: r.result for r in runs if r.kind == "peer" and r.result.rows_per_s}
-    service = service_of(runs[0].result.scenario)
     lines = [
         f"### http-transports: per-key GET at {args.transports_latency_ms:g} ms, "
         f"{args.transports_keys:,} distinct keys, capacity {args.capacity} x {args.tasks} tasks, "
-        f"{service_label(service, args.transports_latency_ms)}",
+        f"{service_label(runs[0].result.scenario)}",
         "",
         "| method | rows/s | ÷ 0.5's connector | ÷ Daft | ÷ Ray Data "
         "| core-µs per GET: Python workers | Spark JVM | service | raw client / peer | total "

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import types
 
-import pytest
-
 from lookup_source.bench.methods import Result
 from lookup_source.bench.transports import TransportRun
 from lookup_source.bench.transports_report import as_json, transports_report
@@ -54,16 +52,13 @@ def test_without_the_native_transport_auto_is_aiohttp_and_targets_say_so() -> No
     assert "raw aiohttp client's | n/a | |" in text
 
 
-def test_the_native_services_title_says_what_answered_its_gets(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from lookup_source.bench import transports_report
-    from lookup_source.bench.native_gets import EchoGets
+def test_the_native_services_title_says_what_answered_its_gets() -> None:
+    from lookup_source.bench.stores import native_suffix
+    from lookup_source.bench.transports_report import service_label
 
-    assert "Python (aiohttp" in transports_report.service_label("python", 5)
-    monkeypatch.setattr(transports_report, "echo_gets", lambda *_: (EchoGets(1, 5, None), None))
-    assert transports_report.service_label("nginx", 5) == (
+    assert "Python (aiohttp" in service_label("http-transports-5ms")
+    assert service_label("http-transports-5ms" + native_suffix("directives")) == (
         "service: nginx (native; GETs answered by its own directives (echo module))"
     )
-    monkeypatch.setattr(transports_report, "echo_gets", lambda *_: (None, "no echo"))
-    assert transports_report.service_label("nginx", 5).endswith("GETs answered by njs)")
+    njs = "http-transports-5ms" + native_suffix("njs")
+    assert service_label(njs).endswith("GETs answered by njs)")

@@ -115,12 +115,12 @@ def test_records_404s_and_bookkeeping(service: NativeUserService) -> None:
     for key in ("007", "0"):  # leading zeros, as int() reads them
         status, _, body = get(service.url.format(key=key))
         assert status == 200 and body.decode() == json.dumps(user_record(int(key)))
-    for key in ("100", "abc", "1000", "-1", "9" * 30):
+    for key in ("100", "abc", "1000", "-1", "9" * 30, "/5"):  # /users//5: slashes not merged
         status, content_type, body = get(service.url.format(key=key))
         assert status == 404, key
         assert content_type.startswith("application/json")
         assert json.loads(body) == {"error": "no such user"}
-    assert service.request_count() - before == len(asked) + 7
+    assert service.request_count() - before == len(asked) + 8
     assert service.keys_asked() >= {"0", "7", "42", "99", "100", "abc", "007"}
     assert service.distinct_keys() == len(service.keys_asked())
     assert service.keys_served == service.request_count()

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from asynclookup_http.body import fetched
+from asynclookup_http.body import fetched, too_large
 from asynclookup_http.transport import Fetched
 from lookup_source.connector_api import (
     ConnectorError,
@@ -118,6 +118,18 @@ def classify(error: Exception) -> type[ConnectorError] | ConnectorError | None:
 NATIVE_ERRORS = translated_errors("pyreqwest", classify)
 
 
+def declared_length(response: Any) -> int | None:
+    """The body's length as ``Content-Length`` gives it, or None: unless it is ASCII digits,
+    or when a ``Transfer-Encoding`` frames the body instead (hyper then reads by that and
+    leaves the ``Content-Length`` a hostile server sent beside it, unchecked)."""
+    length = response.get_header("content-length")
+    if length is None or not (length.isascii() and length.isdigit()):
+        return None
+    if response.get_header("transfer-encoding") is not None:
+        return None
+    return int(length)
+
+
 class NativeResponse:
     """pyreqwest's streamed ``Response`` as a :class:`~asynclookup_http.transport.Response`."""
 
@@ -126,8 +138,7 @@ class NativeResponse:
     def __init__(self, response: Any) -> None:
         self._response = response
         self.status: int = response.status
-        length = response.get_header("content-length")
-        self.content_length: int | None = int(length) if length and length.isdigit() else None
+        self.content_length: int | None = declared_length(response)
 
     def header(self, name: str) -> str | None:
         value = self._response.get_header(name)
@@ -235,9 +246,12 @@ class NativeTransport:
             status = response.status
             # the common answer in one frame: a 2xx, not encoded, of a length within the limit
             if 200 <= status < 300 and response.get_header("content-encoding") is None:
-                length = response.get_header("content-length")
-                if length is not None and length.isdigit() and int(length) <= max_bytes:
-                    return Fetched(status, bytes(await response.body_reader.bytes()), None, None)
+                length = declared_length(response)
+                if length is not None and length <= max_bytes:
+                    answer = bytes(await response.body_reader.bytes())
+                    if len(answer) > max_bytes:  # never: hyper reads Content-Length bytes
+                        raise too_large(method, url, len(answer), max_bytes)
+                    return Fetched(status, answer, None, None)
             return await fetched(NativeResponse(response), method, url, max_bytes)
 
 

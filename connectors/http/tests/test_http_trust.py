@@ -5,6 +5,7 @@ secrets in URLs reaching a message."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import traceback
 import tracemalloc
@@ -413,3 +414,67 @@ def test_a_retry_after_date_is_read_in_gmt_whatever_the_machine_zone(
     finally:
         monkeypatch.undo()  # the zone the process had, set again
         time.tzset()
+
+
+class LyingServer:
+    """Answers every request on a raw socket with ``answer`` (bytes, as sent), then closes:
+    headers no HTTP library would send, such as a ``Content-Length`` beside a
+    ``Transfer-Encoding``."""
+
+    def __init__(self, answer: bytes) -> None:
+        import socket
+        import threading
+
+        self.answer = answer
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self._socket.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return
+            with connection:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    data = connection.recv(65536)
+                    if not data:
+                        break
+                    request += data
+                with contextlib.suppress(OSError):
+                    connection.sendall(self.answer)
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+def test_a_content_length_beside_a_transfer_encoding_does_not_lift_the_limit() -> None:
+    """A hostile server declares 20 bytes and sends 200,000 in chunks: hyper frames the body
+    by its chunks and leaves the Content-Length as sent; the connector must still count what
+    it reads (aiohttp refuses such an answer outright)."""
+    body = b'{"name": "' + b"x" * 200_000 + b'"}'
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + 50_000]), body[i : i + 50_000])
+        for i in range(0, len(body), 50_000)
+    )
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+        b"Content-Length: 20\r\nConnection: close\r\n\r\n" + chunks + b"0\r\n\r\n"
+    )
+    server = LyingServer(answer)
+    try:
+        rows = lookup(
+            [1],
+            url=f"http://127.0.0.1:{server.port}/users/{{key}}",
+            **{"http.max-response-bytes": "100000"},
+        )
+    finally:
+        server.close()
+    assert rows[0]["name"] is None and rows[0]["_lookup_error"]
+    error = rows[0]["_lookup_error"]
+    assert "larger than http.max-response-bytes=100,000" in error or "Content-Length" in error, (
+        error
+    )

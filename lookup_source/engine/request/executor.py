@@ -63,7 +63,7 @@ class Feedback:
         window takes latencies as time the loop ran, the unit of its delay."""
         return time_paused() if self._hedging is not None else 0.0
 
-    def answered(self, started: float, now: float, paused: float = 0.0) -> None:
+    def answered(self, started: float, now: float, paused: float) -> None:
         """An attempt sent at ``started`` was answered at ``now``; ``paused``: what
         :meth:`paused` said when it was sent."""
         self._metrics.record_latency(now - started)
@@ -71,7 +71,7 @@ class Feedback:
             # the time Spark held the task is not the store's: a window of wall times would
             # put a busy machine's pauses into the quantile, and the delay (time the loop
             # ran, see hedge._Delay) past the requests it should hedge
-            self._hedging.answered(now - started - (time_paused() - paused))
+            self._hedging.answered(max(0.0, now - started - (time_paused() - paused)))
         if self._limit.adaptive:
             self._limit_changed(self._limit.on_success(started, now, self._in_flight()))
 
