@@ -14,12 +14,11 @@ from a table of :data:`~lookup_source.bench.native_site.PERIOD` entries (an exac
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
-MODULE_NAME = "ngx_http_echo_module.so"
-MODULE_ENV = "ASYNCLOOKUP_ECHO_MODULE"
+ECHO_MODULE_NAME = "ngx_http_echo_module.so"
+ECHO_MODULE_ENV = "ASYNCLOOKUP_ECHO_MODULE"
 """The echo module (``ngx_http_echo_module.so``) to load, instead of the one found."""
 
 
@@ -128,21 +127,3 @@ def echo_get_locations(prefix: str, latency_ms: float, not_found: str) -> list[s
         '            return 200 \'{"user_id": $user_id, "name": "user-$user_id"$user_tail\';',
         "        }",
     ]
-
-
-def echo_module(version_text: str, dirs: list[str]) -> tuple[str | None, str | None]:
-    """(the echo module's path, or None when it is built into nginx; the reason it is missing),
-    from ``nginx -V``'s text and the directories nginx's modules may be in."""
-    named = os.environ.get(MODULE_ENV)
-    if named:
-        return (named, None) if os.path.isfile(named) else (None, f"{MODULE_ENV}={named}: no file")
-    if re.search(r"--add-module=\S*echo\S*", version_text):
-        return None, None
-    for directory in dirs:
-        path = os.path.join(directory, MODULE_NAME)
-        if os.path.isfile(path):
-            return path, None
-    return None, (
-        f"the echo module ({MODULE_NAME}) is not in {', '.join(dict.fromkeys(dirs))} "
-        "(Debian: apt-get install libnginx-mod-http-echo)"
-    )

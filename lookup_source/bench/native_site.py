@@ -14,10 +14,11 @@ import subprocess
 from functools import cache, lru_cache
 
 from lookup_source.bench.native_gets import (
+    ECHO_MODULE_ENV,
+    ECHO_MODULE_NAME,
     EchoGets,
     echo_get_http_lines,
     echo_get_locations,
-    echo_module,
     whole_milliseconds,
 )
 from lookup_source.service import user_record
@@ -77,22 +78,32 @@ def nginx_binary() -> str | None:
 
 def njs_module(nginx: str) -> tuple[str | None, str | None]:
     """(the module's path, or None when njs is built into nginx; the reason it is missing)."""
-    named = os.environ.get(MODULE_ENV)
+    return dynamic_module(nginx, MODULE_NAME, MODULE_ENV, "njs", "libnginx-mod-http-js")
+
+
+def dynamic_module(
+    nginx: str, file_name: str, env: str, name: str, package: str
+) -> tuple[str | None, str | None]:
+    """(the path of nginx's dynamic module ``file_name``, or None when it is built into
+    ``nginx``, an ``--add-module`` holding ``name`` in ``nginx -V``; the reason it is
+    missing): the file the environment variable ``env`` names, else the first in
+    :func:`module_dirs`."""
+    named = os.environ.get(env)
     if named:
-        return (named, None) if os.path.isfile(named) else (None, f"{MODULE_ENV}={named}: no file")
+        return (named, None) if os.path.isfile(named) else (None, f"{env}={named}: no file")
     version = nginx_version_text(nginx)
     if version.startswith("ERROR "):
         return None, f"{nginx} -V failed: {version[6:]}"
-    if re.search(r"--add-module=\S*njs\S*", version):
+    if re.search(rf"--add-module=\S*{re.escape(name)}\S*", version):
         return None, None  # built in: no load_module
     dirs = module_dirs(version)
     for directory in dirs:
-        path = os.path.join(directory, MODULE_NAME)
+        path = os.path.join(directory, file_name)
         if os.path.isfile(path):
             return path, None
     return None, (
-        f"the njs module ({MODULE_NAME}) is not in {', '.join(dict.fromkeys(dirs))} "
-        "(Debian: apt-get install libnginx-mod-http-js)"
+        f"the {name} module ({file_name}) is not in {', '.join(dict.fromkeys(dirs))} "
+        f"(Debian: apt-get install {package})"
     )
 
 
@@ -113,10 +124,9 @@ def echo_gets(users: int, latency_ms: float) -> tuple[EchoGets | None, str | Non
         return None, "nginx is not installed"
     if not whole_milliseconds(latency_ms):
         return None, f"echo_sleep waits whole milliseconds, not {latency_ms} ms"
-    version = nginx_version_text(nginx)
-    if version.startswith("ERROR "):
-        return None, f"{nginx} -V failed: {version[6:]}"
-    path, missing = echo_module(version, module_dirs(version))
+    path, missing = dynamic_module(
+        nginx, ECHO_MODULE_NAME, ECHO_MODULE_ENV, "echo", "libnginx-mod-http-echo"
+    )
     return (None, missing) if missing else (EchoGets(users, latency_ms, path), None)
 
 

@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -236,3 +237,34 @@ def test_without_nginx_native_says_what_is_missing_and_auto_falls_back(
         assert store.name == "http-get-0ms" and service_of(store.name) == "python"
         assert get(store.target.format(key=3))[0] == 200
     assert "the Python one answers" in capsys.readouterr().out
+
+
+def test_a_dynamic_module_is_found_named_built_in_or_said_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from lookup_source.bench import native_site
+
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "ngx_http_echo_module.so").write_bytes(b"")
+    version = f"nginx version: nginx/1.22\nconfigure arguments: --modules-path={modules}"
+    monkeypatch.setattr(native_site, "nginx_version_text", lambda nginx: version)
+    find = native_site.dynamic_module
+    echo = ("ngx_http_echo_module.so", "ASYNCLOOKUP_ECHO_MODULE", "echo", "libnginx-mod-http-echo")
+    assert find("nginx", *echo) == (str(modules / "ngx_http_echo_module.so"), None)
+    path, why = find("nginx", "ngx_http_absent_module.so", "X_NONE", "absent", "pkg-js")
+    assert path is None and why is not None
+    assert why.startswith(f"the absent module (ngx_http_absent_module.so) is not in {modules}, ")
+    assert why.endswith("(Debian: apt-get install pkg-js)")
+    monkeypatch.setattr(
+        native_site, "nginx_version_text", lambda nginx: version + " --add-module=../njs-0.8/nginx"
+    )
+    assert find("nginx", "ngx_http_js_module.so", "X_NONE", "njs", "pkg-js") == (None, None)
+    monkeypatch.setenv("ASYNCLOOKUP_ECHO_MODULE", str(tmp_path / "absent.so"))
+    assert find("nginx", *echo) == (
+        None,
+        f"ASYNCLOOKUP_ECHO_MODULE={tmp_path / 'absent.so'}: no file",
+    )
+    monkeypatch.setattr(native_site, "nginx_version_text", lambda nginx: "ERROR no such file")
+    monkeypatch.delenv("ASYNCLOOKUP_ECHO_MODULE")
+    assert find("/x/nginx", *echo) == (None, "/x/nginx -V failed: no such file")

@@ -35,8 +35,11 @@ class Pacing:
     def __init__(self, rate_limiter: RateLimiter | None, budget: TaskBudget | None) -> None:
         self.rate_limiter = rate_limiter
         self.budget = budget
-        self.waits_for_nothing = rate_limiter is None and budget is None
+
+    @property
+    def waits_for_nothing(self) -> bool:
         """No rate limiter, no budget: :meth:`admit` would return None at once."""
+        return self.rate_limiter is None and self.budget is None
 
     async def admit(self, asked: AskedKeys, rows: np.ndarray | None) -> Admission | None:
         """Wait until the keys ``asked`` (those at ``rows``, or all) may be sent."""
