@@ -14,7 +14,8 @@ POSTs by njs::
 
 It writes an ``nginx.conf`` and a ``users.js`` into a fresh temporary directory, starts
 ``nginx -p DIR -c DIR/nginx.conf -g 'daemon off;'`` on a free loopback port, and removes the
-directory when it stops. Every body is byte for byte ``json.dumps(user_record(id))``: the
+directory when it stops; nginx also stops when the process that started it dies, by SIGKILL
+too (:mod:`.children`). Every body is byte for byte ``json.dumps(user_record(id))``: the
 record's fields after ``name`` repeat with the id modulo :data:`PERIOD`, and their JSON text is
 generated here from :func:`~lookup_source.service.user_record` itself (checked on a sample of
 ids at each start, so the two cannot drift apart). Its bookkeeping is read from nginx's access
@@ -55,6 +56,7 @@ from lookup_source.bench.native_site import (
     chosen_gets,
     native_service_available,
     nginx_binary,
+    nginx_command,
     nginx_conf,
     nginx_version_text,
     njs_module,
@@ -255,17 +257,7 @@ class NativeUserService:
                 os.unlink(os.path.join(directory, name))
         with open(os.path.join(directory, "stderr.log"), "wb") as stderr:
             process = subprocess.Popen(
-                [
-                    nginx,
-                    "-p",
-                    directory + os.sep,
-                    "-e",
-                    os.path.join(directory, "error.log"),
-                    "-c",
-                    conf,
-                    "-g",
-                    "daemon off;",
-                ],
+                nginx_command(nginx, directory, conf),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from functools import cache, lru_cache
 
+from lookup_source.bench.children import ends_with_this_process
 from lookup_source.bench.native_gets import (
     ECHO_MODULE_ENV,
     ECHO_MODULE_NAME,
@@ -61,6 +62,15 @@ def nginx_version_text(nginx: str) -> str:
     except (OSError, subprocess.SubprocessError) as error:
         return f"ERROR {error}"
     return done.stdout + done.stderr
+
+
+def nginx_command(nginx: str, directory: str, conf: str) -> list[str]:
+    """nginx in the foreground, its prefix ``directory`` and configuration ``conf``, stopped
+    when the process starting it dies (:mod:`.children`)."""
+    errors = os.path.join(directory, "error.log")
+    return ends_with_this_process(
+        [nginx, "-p", directory + os.sep, "-e", errors, "-c", conf, "-g", "daemon off;"]
+    )
 
 
 def nginx_binary() -> str | None:

@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 
+from lookup_source.bench.children import ends_with_this_process
+
 _HIGH_WATER = 4 * 1024 * 1024
 """Bytes waiting to be written to one side before reading from the other pauses."""
 
@@ -188,7 +190,9 @@ class LatencyProxy:
     def __enter__(self) -> LatencyProxy:
         command = [sys.executable, "-m", "lookup_source.bench.proxy", self.host]
         command += [str(self.target_port), str(self.delay_ms)]
-        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        self._process = subprocess.Popen(
+            ends_with_this_process(command), stdout=subprocess.PIPE, text=True
+        )
         assert self._process.stdout is not None
         line = self._process.stdout.readline()
         if not line.strip().isdigit():

@@ -39,6 +39,7 @@ from typing import Any
 from lookup_source.bench import journal as journal_module
 from lookup_source.bench import methods as m
 from lookup_source.bench import timing
+from lookup_source.bench.children import ends_with_this_process
 from lookup_source.bench.context import Context, Result
 from lookup_source.bench.cpu import CpuMeter, tree_cpu_seconds
 from lookup_source.bench.stores import http_store
@@ -205,7 +206,11 @@ def _peer(ctx: Context, engine: str, keys: int, args: Any) -> TransportRun:
     env.pop("PYTHONPATH", None)
     try:
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            ends_with_this_process(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         tree = _TreeSampler(process.pid)
         tail: list[str] = []

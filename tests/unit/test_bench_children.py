@@ -1,0 +1,136 @@
+"""The bench's child processes end with the process that started them, even one killed by
+SIGKILL (which runs none of its cleanup): a plain child, and nginx with its workers."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from lookup_source.bench import children
+from lookup_source.bench.children import ends_with_this_process, parent_death_launcher
+from lookup_source.bench.native_site import native_service_available
+
+needs_launcher = pytest.mark.skipif(
+    parent_death_launcher() is None, reason="no setpriv with --pdeathsig (Linux, util-linux 2.33+)"
+)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a parent that does not reap it has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def ended_within(pids: list[int], seconds: float) -> list[int]:
+    """Those of ``pids`` still running after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+def killed_parent(script: str, temporary: str) -> list[int]:
+    """Run ``script`` in a Python process (its temporary files in ``temporary``) that prints
+    the pids it wants watched on one line, then SIGKILL it; the pids."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": temporary},
+    )
+    try:
+        assert parent.stdout is not None
+        line = parent.stdout.readline()
+        pids = [int(word) for word in line.split()]
+        assert pids, f"the parent said {line!r}"
+        assert all(alive(pid) for pid in pids)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+    return pids
+
+
+def test_the_command_is_run_by_the_launcher_only_from_the_main_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(children, "parent_death_launcher", lambda: "/bin/setpriv")
+    command = ["nginx", "-g", "daemon off;"]
+    assert ends_with_this_process(command) == [
+        "/bin/setpriv",
+        "--pdeathsig",
+        "TERM",
+        "--",
+        "nginx",
+        "-g",
+        "daemon off;",
+    ]
+    assert ends_with_this_process(command, signal_name="KILL")[2] == "KILL"
+    from_a_thread: list[list[str]] = []
+    helper = threading.Thread(target=lambda: from_a_thread.append(ends_with_this_process(command)))
+    helper.start()
+    helper.join()
+    assert from_a_thread == [command]  # its signal would come when that thread ends
+    monkeypatch.setattr(children, "parent_death_launcher", lambda: None)
+    assert ends_with_this_process(command) == command
+
+
+def test_a_launcher_without_pdeathsig_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    old = str(tmp_path / "setpriv")
+    with open(old, "w", encoding="ascii") as handle:
+        handle.write("#!/bin/sh\necho 'Usage: setpriv [options] <program> [args...]'\n")
+    os.chmod(old, 0o755)
+    monkeypatch.setattr(children.shutil, "which", lambda name: old)
+    monkeypatch.setattr(children.sys, "platform", "linux")
+    children.parent_death_launcher.cache_clear()
+    try:
+        assert parent_death_launcher() is None
+    finally:
+        children.parent_death_launcher.cache_clear()
+
+
+@needs_launcher
+def test_a_child_ends_when_its_parent_is_killed(tmp_path: pathlib.Path) -> None:
+    script = (
+        "import subprocess, time\n"
+        "from lookup_source.bench.children import ends_with_this_process\n"
+        "child = subprocess.Popen(ends_with_this_process(['sleep', '120']))\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    pids = killed_parent(script, str(tmp_path))
+    assert ended_within(pids, 10.0) == []
+
+
+@needs_launcher
+@pytest.mark.skipif(native_service_available() is not None, reason="nginx with njs not installed")
+def test_nginx_and_its_workers_end_when_the_bench_is_killed(tmp_path: pathlib.Path) -> None:
+    script = (
+        "import os, time\n"
+        "from lookup_source.bench.native_service import NativeUserService\n"
+        "service = NativeUserService(users=10, latency_ms=0, worker_processes=2).start()\n"
+        "master = service.process.pid\n"
+        "def parent(p):\n"
+        "    try:\n"
+        "        return open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1]\n"
+        "    except OSError:\n"
+        "        return ''\n"
+        "workers = [p for p in os.listdir('/proc') if p.isdigit() and parent(p) == str(master)]\n"
+        "print(master, *workers, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    pids = killed_parent(script, str(tmp_path))
+    assert len(pids) == 3  # the master and its two workers
+    assert ended_within(pids, 15.0) == []
