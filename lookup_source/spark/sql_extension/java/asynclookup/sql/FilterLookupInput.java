@@ -48,7 +48,7 @@ public final class FilterLookupInput extends Rule<LogicalPlan> {
               if (p instanceof Filter && ((Filter) p).child() instanceof Generate) {
                 try {
                   return push((Filter) p);
-                } catch (RuntimeException | LinkageError error) { // leave the plan alone
+                } catch (RuntimeException | LinkageError | AssertionError error) { // as it was
                   AsyncLookupSqlExtensions.LOG.debug(
                       "asynclookup: a filter above a lookup stays there: {}", error.toString());
                 }

@@ -105,7 +105,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     try {
       return rewriteAll(plan);
-    } catch (RuntimeException | LinkageError error) { // never break a query: leave it alone
+    } catch (RuntimeException | LinkageError | AssertionError error) { // never break a query
       AsyncLookupSqlExtensions.LOG.warn(
           "asynclookup: the plan is left to Spark: the rule failed: {}", error.toString());
       return plan;
@@ -176,7 +176,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       return rewritten(shape, original, table);
     } catch (NotRewritten why) {
       return leaveAlone(original, table, why.getMessage());
-    } catch (RuntimeException | LinkageError error) { // never break a query
+    } catch (RuntimeException | LinkageError | AssertionError error) { // never break a query
       return failed(original, table, error);
     }
   }
@@ -213,7 +213,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       return subqueries.isEmpty() ? plan : new Filter(Expressions.and(subqueries), plan);
     } catch (NotRewritten why) {
       return leaveAlone(filter, table, why.getMessage());
-    } catch (RuntimeException | LinkageError error) { // never break a query
+    } catch (RuntimeException | LinkageError | AssertionError error) { // never break a query
       return failed(filter, table, error);
     }
   }
