@@ -11,7 +11,8 @@ command in its own place (same pid), so no Python runs between ``fork`` and ``ex
 
 The signal follows the *thread* that started the child, not the process: a child started from
 any other thread than the main one is left as given (its starter's own cleanup stays the only
-one), so that a helper thread ending cannot stop a service still in use.
+one), so that a helper thread ending cannot stop a service still in use. A parent that dies
+in the instant before ``setpriv`` has set the signal (before the command runs) leaves its child.
 """
 
 from __future__ import annotations

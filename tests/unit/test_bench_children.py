@@ -107,6 +107,8 @@ def test_a_child_ends_when_its_parent_is_killed(tmp_path: pathlib.Path) -> None:
         "import subprocess, time\n"
         "from lookup_source.bench.children import ends_with_this_process\n"
         "child = subprocess.Popen(ends_with_this_process(['sleep', '120']))\n"
+        "while open(f'/proc/{child.pid}/comm').read().strip() != 'sleep':\n"
+        "    time.sleep(0.01)  # setpriv has set its signal and become sleep\n"
         "print(child.pid, flush=True)\n"
         "time.sleep(120)\n"
     )
