@@ -108,7 +108,6 @@ from lookup_source.connector_api.tls import (
     tls_option_specs,
 )
 from lookup_source.connector_api.values import (
-    arrow_array,
     as_records,
     cast_strings,
     conform_column,
@@ -173,7 +172,6 @@ __all__ = [
     "TableFacts",
     "TlsSettings",
     "TransientError",
-    "arrow_array",
     "as_records",
     "cast_strings",
     "choice",

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from lookup_source.connector_api.values import arrow_array, to_arrow_column
+from lookup_source.connector_api.values import to_arrow_column
 from lookup_source.redaction import redact_url
 
 
@@ -62,41 +62,6 @@ def test_values_that_do_not_fit_are_reported_by_position(values, arrow_type, bad
     assert errors[bad].startswith(message)
     assert array.to_pylist()[bad] is None
     assert array.null_count == 1 + sum(v is None for v in values)
-
-
-UTC = dt.timezone.utc
-INDIA = dt.timezone(dt.timedelta(hours=5, minutes=30))
-WEST = dt.timezone(dt.timedelta(hours=-8))
-
-
-@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/New_York", "+02:00"])
-@pytest.mark.parametrize("unit", ["s", "ms", "us"])
-def test_a_zoned_timestamp_column_holds_the_instants_pyarrow_makes(zone: str, unit: str) -> None:
-    values = [
-        dt.datetime(2026, 1, 1, 12, 0, 0, 7, tzinfo=UTC),
-        dt.datetime(2026, 1, 1, 12, tzinfo=INDIA),
-        dt.datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=WEST),
-        None,
-        dt.datetime.max.replace(tzinfo=UTC),  # asyncpg's 'infinity'
-        dt.datetime.min.replace(tzinfo=UTC),  # '-infinity'
-        dt.datetime(2024, 5, 1, 10, 30),  # naive: taken as UTC by both
-    ]
-    arrow_type = pa.timestamp(unit, tz=zone)
-    made = arrow_array(values, arrow_type)
-    assert made.type == arrow_type
-    assert made.equals(pa.array(values, type=arrow_type))
-    assert made[1].as_py() == dt.datetime(2026, 1, 1, 6, 30, tzinfo=UTC)
-
-
-def test_a_zoned_timestamp_that_does_not_fit_fails_as_pyarrow_does() -> None:
-    far = [dt.datetime(3000, 1, 1, tzinfo=UTC)]  # beyond nanoseconds since 1970 in int64
-    with pytest.raises((pa.ArrowInvalid, OverflowError, ValueError)):
-        pa.array(far, type=pa.timestamp("ns", tz="UTC"))
-    with pytest.raises((pa.ArrowInvalid, OverflowError, ValueError)):
-        arrow_array(far, pa.timestamp("ns", tz="UTC"))
-    array, bad = to_arrow_column([*far, None], pa.timestamp("ns", tz="UTC"), column="valid_to")
-    assert array.to_pylist() == [None, None] and list(bad) == [0] and "valid_to" in bad[0]
-    assert arrow_array(["x"], pa.string()).to_pylist() == ["x"]  # other types: pa.array itself
 
 
 def test_redact_url() -> None:

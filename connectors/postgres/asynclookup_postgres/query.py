@@ -36,7 +36,6 @@ from lookup_source.connector_api import (
     ConnectorConfig,
     Matches,
     PermanentError,
-    arrow_array,
     error_rows,
     key_columns_of,
     match_rows,
@@ -246,7 +245,7 @@ class LookupQuery:
             pg_type, wanted
         ):  # ints into ints, text into strings: no check per value
             with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
-                return arrow_array(values, wanted)
+                return pa.array(values, type=wanted)
         array, _ = to_arrow_column(list(values), wanted, column=self.config.key_columns[position])
         return array  # a key that does not convert is null: it matches no asked key
 
@@ -266,7 +265,7 @@ class LookupQuery:
                 values = [_converted(v, convert) for v in values]
             elif reads_natively(self.value_types[position], field.type):
                 with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
-                    arrays.append(arrow_array(values, field.type))
+                    arrays.append(pa.array(values, type=field.type))
                     continue
             array, bad = to_arrow_column(values, field.type, column=field.name)
             for row, message in bad.items():
