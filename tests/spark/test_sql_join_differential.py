@@ -328,17 +328,22 @@ def compared(spark: Any, sql: str) -> tuple[Any, Any, bool]:
     the two raised and the other did not, both run again with adaptive execution off: with it
     on, Spark's own answer to a query that raises on some rows depends on which stage ends
     first (a join with an empty side is dropped, and with it the stage that would have raised,
-    if that one had not raised yet: seed 77281128), so either outcome is Spark's; with it off,
-    every stage runs and the answer is one."""
+    if that one had not raised yet: seed 77281128); with it off, every stage runs and the
+    answer is one. The rewrite's first outcome must still be one Spark gave (with adaptive
+    execution on or off), and its outcome with it off Spark's with it off."""
     on, looked_up = outcome(spark, sql, True)
     off, _ = outcome(spark, sql, False)
     if on != off and "raised" in (on[0], off[0]):
-        spark.conf.set("spark.sql.adaptive.enabled", "false")
+        key = "spark.sql.adaptive.enabled"
+        before = spark.conf.get(key, None)
+        spark.conf.set(key, "false")
         try:
-            on, _ = outcome(spark, sql, True)
-            off, _ = outcome(spark, sql, False)
+            on_whole, _ = outcome(spark, sql, True)
+            off_whole, _ = outcome(spark, sql, False)
         finally:
-            spark.conf.unset("spark.sql.adaptive.enabled")
+            spark.conf.unset(key) if before is None else spark.conf.set(key, before)
+        if on in (off, off_whole):
+            on, off = on_whole, off_whole
     return on, off, looked_up
 
 
