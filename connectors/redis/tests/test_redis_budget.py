@@ -238,7 +238,9 @@ def test_a_holder_that_stops_calling_loses_its_leases_after_the_lease_time(
             await store.close()
 
     waited, waits = asyncio.run(scenario())
-    assert 0.4 <= waited <= 1.5, waited
+    # it waited for the dead holder's leases to lapse (0.6 s), and not for ever: the upper
+    # bound is loose, a busy machine wakes the waiter late
+    assert 0.4 <= waited <= 5 * 0.6, waited
     assert waits == 1
 
 
@@ -259,23 +261,29 @@ def test_a_busy_holder_gives_back_what_exceeds_its_fair_share(
             first = asyncio.ensure_future(
                 holder_work(greedy, counter, 600, capacity=20, busy_s=0.01)
             )
-            await asyncio.sleep(0.3)  # the greedy one holds all ten
+            # the greedy one comes to hold all ten (waited for, not timed: a busy machine
+            # may take longer than its 10 ms requests suggest)
+            deadline = asyncio.get_running_loop().time() + 30.0
+            while greedy._held < 10 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.005)
             assert greedy._held == 10
-            loop = asyncio.get_running_loop()
-            started = loop.time()
             late_counter = Counter()
             await holder_work(late, late_counter, 100, capacity=20, busy_s=0.01)
-            late_s = loop.time() - started
+            greedy_done_then = counter.done
             await first
             for budget in (greedy, late):
                 await budget.aclose()
-            return counter.peak + late_counter.peak, late_counter.peak, late_s
+            return late_counter.peak, greedy_done_then, late_counter.done
         finally:
             await store.close()
 
-    _peaks, late_peak, late_s = asyncio.run(scenario())
+    late_peak, greedy_done_then, late_done = asyncio.run(scenario())
+    assert late_done == 100
     assert late_peak >= 4  # it got about half, not the scraps
-    assert late_s < 1.5, late_s  # 100 requests of 10 ms at five or so at once, and a wait
+    # and it got it while the greedy one still had work: 100 requests at half the budget end
+    # well before the greedy one's 600 (at one or two at a time, after them). Counted in
+    # requests, not seconds, so a busy machine slows both sides alike.
+    assert greedy_done_then < 600, greedy_done_then
 
 
 def test_the_coordinator_down_falls_back_to_the_static_share_and_logs_once(
@@ -318,7 +326,8 @@ def test_a_silent_coordinator_falls_back_within_its_time_limit(
             await store.close()
 
     waited, metrics = asyncio.run(scenario())
-    assert 0.15 <= waited <= 1.0, waited
+    # its 0.2 s limit, then the static share; loose above, a busy machine wakes it late
+    assert 0.15 <= waited <= 3.0, waited
     assert metrics.budget_fallbacks == 1 and metrics.budget_waits == 1
 
 
@@ -381,12 +390,19 @@ def test_budget_keys_share_one_hash_tag_and_expire(
         await store.open()
         try:
             limits = BudgetLimits(max_in_flight=2, rate=10.0, lease_s=1.0)
+            loop = asyncio.get_running_loop()
+            asked = loop.time()
             grant = await store.ask(budget_name, limits, BudgetAsk("h1", 0, 5, 3, 0.0))
             assert grant.leases == 2 and grant.fair_share == 2 and not grant.contended
             assert grant.requests_delay_s == 0.0
             refused = await store.ask(budget_name, limits, BudgetAsk("h2", 0, 1, 1, 0.0))
+            between = loop.time() - asked
             assert refused.leases == 0
-            assert 0.25 <= refused.requests_delay_s <= 0.31  # after h1's three slots
+            # after h1's three slots (0.3 s at 10 a second), less the time between the asks
+            assert 0.3 - between - 0.01 <= refused.requests_delay_s <= 0.31, (
+                refused.requests_delay_s,
+                between,
+            )
             again = await store.ask(budget_name, limits, BudgetAsk("h1", 2, 0, 0, 0.0))
             assert again.contended and again.fair_share == 1  # h2 waits
         finally:
@@ -459,7 +475,9 @@ def test_a_killed_worker_process_leases_return_within_the_lease_time(
             await store.close()
 
     waited = asyncio.run(admitted())
-    assert 0.5 <= waited <= 1.0 + 0.5, waited  # its last renewal + the lease time, at most
+    # its last renewal + the lease time (1.5 s at most), with room for a busy machine: far
+    # below a lease that never lapses
+    assert 0.5 <= waited <= 1.0 + 0.5 + 2.0, waited
 
 
 def ask_once(url: str, name: str, limits: BudgetLimits, ask: BudgetAsk) -> Any:
