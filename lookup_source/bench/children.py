@@ -17,7 +17,6 @@ in the instant before ``setpriv`` has set the signal (before the command runs) l
 
 from __future__ import annotations
 
-import functools
 import shutil
 import subprocess
 import sys
@@ -38,17 +37,33 @@ def ends_with_this_process(
     return [setpriv, "--pdeathsig", signal_name, "--", *command]
 
 
-@functools.lru_cache(maxsize=1)
 def parent_death_launcher() -> str | None:
-    """util-linux's ``setpriv`` on Linux, where installed and new enough to take
-    ``--pdeathsig`` (2.33 and later; its help is read once)."""
-    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-    if setpriv is None:
-        return None
-    try:
-        said = subprocess.run(
-            [setpriv, "--help"], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return setpriv if "--pdeathsig" in said.stdout + said.stderr else None
+    """util-linux's ``setpriv`` on Linux, where it can arm the signal here: tried once by
+    running ``setpriv --pdeathsig TERM -- true`` (a ``setpriv`` older than 2.33 does not know
+    the option; a sandbox may refuse ``prctl``). A try that fails for want of time (a busy
+    machine) is not kept: the next child tries again."""
+    global _launcher
+    if _launcher is _UNKNOWN:
+        setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+        if setpriv is None:
+            _launcher = None
+        else:
+            try:
+                tried = subprocess.run(
+                    [setpriv, "--pdeathsig", PARENT_DEATH_SIGNAL, "--", "true"],
+                    capture_output=True,
+                    timeout=10,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                return None  # unknown yet: asked again next time
+            except (OSError, subprocess.SubprocessError):
+                _launcher = None
+            else:
+                _launcher = setpriv if tried.returncode == 0 else None
+    return _launcher if isinstance(_launcher, str) else None
+
+
+_UNKNOWN = object()
+_launcher: object = _UNKNOWN
+"""``setpriv``'s path once a try has said it works, ``None`` once one has said it does not."""

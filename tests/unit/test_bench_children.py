@@ -85,20 +85,69 @@ def test_the_command_is_run_by_the_launcher_only_from_the_main_thread(
     assert ends_with_this_process(command) == command
 
 
+def fake_setpriv(tmp_path: pathlib.Path, body: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A ``setpriv`` of ``body`` (a shell script) found first, on Linux, none tried yet."""
+    path = str(tmp_path / "setpriv")
+    with open(path, "w", encoding="ascii") as handle:
+        handle.write("#!/bin/sh\n" + body)
+    os.chmod(path, 0o755)
+    monkeypatch.setattr(children.shutil, "which", lambda name: path)
+    monkeypatch.setattr(children.sys, "platform", "linux")
+    monkeypatch.setattr(children, "_launcher", children._UNKNOWN)
+    return path
+
+
 def test_a_launcher_without_pdeathsig_is_not_used(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
-    old = str(tmp_path / "setpriv")
-    with open(old, "w", encoding="ascii") as handle:
-        handle.write("#!/bin/sh\necho 'Usage: setpriv [options] <program> [args...]'\n")
-    os.chmod(old, 0o755)
-    monkeypatch.setattr(children.shutil, "which", lambda name: old)
-    monkeypatch.setattr(children.sys, "platform", "linux")
-    children.parent_death_launcher.cache_clear()
-    try:
-        assert parent_death_launcher() is None
-    finally:
-        children.parent_death_launcher.cache_clear()
+    # util-linux before 2.33: the option is unknown, it says so and fails
+    fake_setpriv(
+        tmp_path, "echo \"setpriv: unrecognized option '--pdeathsig'\" >&2\nexit 1\n", monkeypatch
+    )
+    assert parent_death_launcher() is None
+    assert ends_with_this_process(["nginx"]) == ["nginx"]
+
+
+def test_a_launcher_that_cannot_arm_the_signal_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    # it knows the option, but the sandbox refuses prctl: its help alone would have said yes
+    fake_setpriv(
+        tmp_path,
+        'case "$1" in --help) echo " --pdeathsig keep|clear|<signal>";; '
+        '*) echo "setpriv: set parent death signal failed" >&2; exit 1;; esac\n',
+        monkeypatch,
+    )
+    assert parent_death_launcher() is None
+
+
+def test_a_launcher_that_works_is_tried_once_and_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    calls = tmp_path / "calls"
+    path = fake_setpriv(tmp_path, f'echo "$@" >> {calls}\nshift 3\nexec "$@"\n', monkeypatch)
+    assert parent_death_launcher() == path
+    assert parent_death_launcher() == path
+    assert calls.read_text().splitlines() == ["--pdeathsig TERM -- true"]  # tried once
+    assert ends_with_this_process(["nginx"]) == [path, "--pdeathsig", "TERM", "--", "nginx"]
+
+
+def test_a_try_that_times_out_is_not_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    path = fake_setpriv(tmp_path, "exit 0\n", monkeypatch)
+    real_run = children.subprocess.run
+    timeouts = [1]
+
+    def run(*args: object, **kwargs: object) -> object:
+        if timeouts:  # a busy machine: the first try does not answer in time
+            timeouts.pop()
+            raise children.subprocess.TimeoutExpired(cmd=path, timeout=10)
+        return real_run(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(children.subprocess, "run", run)
+    assert parent_death_launcher() is None  # not known yet: no signal for this child
+    assert parent_death_launcher() == path  # asked again, and it works
 
 
 @needs_launcher
