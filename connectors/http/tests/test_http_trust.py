@@ -5,8 +5,8 @@ secrets in URLs reaching a message."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
+import socket
 import traceback
 import tracemalloc
 import zlib
@@ -19,6 +19,7 @@ from aiohttp import web
 
 from lookup_source.errors import LookupFailedError
 from lookup_source.service import BackgroundHttpServer
+from lookup_source.testing.contract_network import RawServer, read_request
 from tests.helpers import INT64, run_keys
 
 SECRET = "S3cr3t-api-key"
@@ -416,39 +417,15 @@ def test_a_retry_after_date_is_read_in_gmt_whatever_the_machine_zone(
         time.tzset()
 
 
-class LyingServer:
-    """Answers every request on a raw socket with ``answer`` (bytes, as sent), then closes:
-    headers no HTTP library would send, such as a ``Content-Length`` beside a
-    ``Transfer-Encoding``."""
+def lying_server(answer: bytes) -> RawServer:
+    """Answers every request with ``answer`` (bytes, as sent), then closes: headers no HTTP
+    library would send, such as a ``Content-Length`` beside a ``Transfer-Encoding``."""
 
-    def __init__(self, answer: bytes) -> None:
-        import socket
-        import threading
+    def answer_it(connection: socket.socket) -> None:
+        read_request(connection)
+        connection.sendall(answer)
 
-        self.answer = answer
-        self._socket = socket.create_server(("127.0.0.1", 0))
-        self.port = self._socket.getsockname()[1]
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self._socket.accept()
-            except OSError:
-                return
-            with connection:
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    data = connection.recv(65536)
-                    if not data:
-                        break
-                    request += data
-                with contextlib.suppress(OSError):
-                    connection.sendall(self.answer)
-
-    def close(self) -> None:
-        self._socket.close()
+    return RawServer(answer_it)
 
 
 def test_a_content_length_beside_a_transfer_encoding_does_not_lift_the_limit() -> None:
@@ -464,7 +441,7 @@ def test_a_content_length_beside_a_transfer_encoding_does_not_lift_the_limit() -
         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
         b"Content-Length: 20\r\nConnection: close\r\n\r\n" + chunks + b"0\r\n\r\n"
     )
-    server = LyingServer(answer)
+    server = lying_server(answer)
     try:
         rows = lookup(
             [1],
