@@ -355,7 +355,13 @@ def _restart_scenario(server: RedisServer) -> None:
             while counter.peak < 6 and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.01)
             peak_before = counter.peak
-            assert peak_before == 6, "the run never reached its peak"
+            assert peak_before >= 6, "the run never reached its peak"
+            # a coordinator that does not answer in time (a busy machine) is a fallback to
+            # the static share already, with the same allowance as the restart's below
+            if sum(b.metrics.budget_fallbacks for b in budgets) == 0:
+                assert peak_before == 6, peak_before
+            else:
+                assert peak_before <= 6 + 3, peak_before
             assert counter.done < 600, "the run was mostly over before the restart"
             server.kill()
             await asyncio.sleep(0.3)
