@@ -347,6 +347,10 @@ def compared(spark: Any, sql: str) -> tuple[Any, Any, bool]:
     return on, off, looked_up
 
 
+# the fixed queries and 60 generated, each run twice or more: beside another Spark job it took
+# over 300 s, the suite's limit, which cut it mid-call and left py4j's answers out of step for
+# every later test of the session (CI's loaded run: 4.1's and 4.3's legs)
+@pytest.mark.timeout(1800)
 def test_generated_joins_give_spark_rows(spark: Any, world: dict[str, str]) -> None:
     rng = random.Random(SEED)
     differ: list[str] = []
