@@ -91,7 +91,10 @@ class FailuresContract:
             elapsed = time.monotonic() - started
         finally:
             silent.close()
-        assert elapsed < 5, f"took {elapsed:.1f}s with timeout.ms=300 and 2 attempts"
+        # 2 attempts of 300 ms, and a client opened and closed: far below the clients' own
+        # defaults it guards against (asyncpg's 60 s to connect, aiohttp's 300 s), with room
+        # for a busy machine
+        assert elapsed < 20, f"took {elapsed:.1f}s with timeout.ms=300 and 2 attempts"
         assert [r["name"] for r in rows] == [None, None]
         assert all(r["_lookup_error"] for r in rows), rows
 

@@ -38,6 +38,8 @@ def budget(redis_srv: RedisServer, service: QuotaService, **extra: str) -> dict[
         "budget.url": redis_srv.url,
         "budget.name": f"surfaces-{uuid.uuid4().hex[:8]}",
         "budget.max-in-flight": "3",
+        # a busy machine's late first answer would be a fallback to the static share
+        "budget.timeout.ms": "3000",
         **extra,
     }
 

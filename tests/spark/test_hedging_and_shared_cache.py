@@ -59,6 +59,7 @@ def test_a_stream_reports_hedges_and_shared_hits_in_its_progress(
         "hedge.budget": "0.2",
         "cache.shared.url": redis_srv.url,
         "cache.shared.namespace": prefix,  # this test's answers only
+        "cache.shared.timeout.ms": "10000",  # a busy machine's late read is not a miss here
     }
     enriched = lookup_join(
         stream_of(spark, tmp_path / "in"), "user_id", schema=SCHEMA, options=options, name="u"
@@ -83,7 +84,11 @@ def test_a_second_job_asks_the_service_nothing(
     spark: Any, service: Service, redis_srv: Any, prefix: str
 ) -> None:
     url = f"{service.base_url}/users/{{key}}"
-    shared = {"cache.shared.url": redis_srv.url, "cache.shared.namespace": prefix}
+    shared = {
+        "cache.shared.url": redis_srv.url,
+        "cache.shared.namespace": prefix,
+        "cache.shared.timeout.ms": "10000",  # a busy machine's late read is not a miss here
+    }
     facts = spark.range(0, 300, numPartitions=3).withColumnRenamed("id", "user_id")
     options = {"connector": "http", "url": url, **shared}
     first = lookup_join(facts, "user_id", schema=SCHEMA, options=options).collect()

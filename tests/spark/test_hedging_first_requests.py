@@ -83,6 +83,13 @@ def timed_job(spark: Any, options: dict[str, str]) -> tuple[float, Any]:
     return took, lookup_metrics(out)
 
 
+def waited_for(condition: Any, seconds: float) -> None:
+    """Until ``condition()`` holds or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def within_budget(metrics: Any, share: float) -> None:
     # a worker's budget lends saved_hedges(share) at first, repaid by its first requests: at
     # most max(saved, share * n) over its n requests (the partitions are even)
@@ -121,12 +128,13 @@ def test_an_http_jobs_first_slow_answers_are_hedged(
     # hedged, or cut at its timeout (1 s) where the loop had not yet run its delay by then
     assert all(service.asked[key] >= 2 for key in range(0, KEYS, 50)), service.asked
     assert hedged.hedges + hedged.timeouts >= slow_keys and hedged.hedges_won >= 1
-    assert hedged.latency_max_ms < SLOW_S * 1000 / 2
+    assert hedged.latency_max_ms < SLOW_S * 1000  # none waited for its slow answer
     within_budget(hedged, 0.05)
     assert hedged_s < plain_s, (plain_s, hedged_s)
     # each slow request that lost was abandoned: its client went away before its answer (over
     # the native transport, at its timeout's backstop)
-    time.sleep(SLOW_S)  # the losers' handlers end their sleep
+    # the losers' handlers end their sleep, each looks once (a busy machine wakes them late)
+    waited_for(lambda: service.left_early >= slow_keys, SLOW_S + 30)
     assert service.left_early >= slow_keys
 
 
@@ -173,7 +181,9 @@ def test_a_stores_first_slow_answers_are_hedged(
             before, open_before = proxy.connections, proxy.open_connections
             times[mode], metrics[mode] = timed_job(spark, {**options, **extra})
             opened = proxy.connections - before
-            time.sleep(SLOW_S)  # the held answers go out: what a client closed ends by now
+            time.sleep(SLOW_S)  # the held answers go out: what a client closed ends by then
+            gone = open_before + opened - metrics[mode].hedges_won  # each loser's closed
+            waited_for(lambda: proxy.open_connections <= gone, 30)  # noqa: B023 (read at once)
             closed = open_before + opened - proxy.open_connections
             print(
                 f"\n{store}, {mode}: {times[mode]:.2f} s, slowest request "
@@ -186,7 +196,7 @@ def test_a_stores_first_slow_answers_are_hedged(
     assert closed >= metrics["hedged"].hedges_won
     hedged = metrics["hedged"]
     assert metrics["unhedged"].latency_max_ms >= SLOW_S * 1000 and hedged.hedges_won >= 3
-    assert hedged.latency_max_ms < SLOW_S * 1000 / 2
+    assert hedged.latency_max_ms < SLOW_S * 1000  # none waited for its slow answer
     within_budget(hedged, 0.05)
     # the job itself ended sooner (not by a fixed share: beside another Spark job, a job's
     # fixed cost swings by seconds; what the tail was is in the latencies above)

@@ -152,7 +152,7 @@ def test_a_sub_millisecond_answer_is_timed_as_such_on_uvloop() -> None:
         until = time.perf_counter() + 0.0002
         while time.perf_counter() < until:
             pass
-        assert 0.0001 < loop.time() - first < 0.05
+        assert 0.0001 < loop.time() - first < 0.25  # above: a unit slip, not a busy machine
     finally:
         loop.close()
     metrics: list[Any] = []
@@ -171,7 +171,7 @@ def test_a_sub_millisecond_answer_is_timed_as_such_on_uvloop() -> None:
     )
     assert [r["name"] for b in rows for r in b.to_pylist()] == ["user-1", "user-2", "user-3"]
     assert LoopRecording.seen == ["uvloop"] * 3
-    assert 0.2 < metrics[0].p50_ms < 50 and 0.2 < metrics[0].latency_max_ms < 50
+    assert 0.2 < metrics[0].p50_ms < 250 and 0.2 < metrics[0].latency_max_ms < 250
 
 
 def test_a_task_loop_counts_the_time_it_did_not_run_for_every_task_it_started() -> None:
