@@ -547,19 +547,21 @@ def test_https_verifies_certificates_unless_told_not_to(tmp_path: Any) -> None:
 
 def test_the_deadline_ends_retries_against_a_slow_server(srv: ScriptedServer) -> None:
     async def handler(request: web.Request, body: bytes) -> web.StreamResponse:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(2.5)
         return web.json_response({"v": "late"})
 
     srv.handler = handler
+    # times of a second (an attempt, a pause, a deadline of three): a busy machine's late
+    # timer does not change how many attempts fit
     options = {
         "url": f"{srv.base_url}/{{key}}",
-        "timeout.ms": "200",
-        "retry.max-attempts": "10",  # ~10 x 0.3 s without the deadline
+        "timeout.ms": "1000",
+        "retry.max-attempts": "10",  # ~10 x 1.5 s without the deadline
         "retry.backoff": "fixed",
-        "retry.initial-delay.ms": "100",
-        "deadline.ms": "600",
+        "retry.initial-delay.ms": "500",
+        "deadline.ms": "3000",
     }
-    with pytest.raises(LookupFailedError, match=r"deadline\.ms=600 \((2|3) attempts\)"):
+    with pytest.raises(LookupFailedError, match=r"deadline\.ms=3000 \((2|3) attempts\)"):
         lookup("id long, v string", [1], **options)
     assert 2 <= len(srv.seen) <= 3  # the server saw each attempt; none after the deadline
 
