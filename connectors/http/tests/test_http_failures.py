@@ -6,8 +6,6 @@ plain HTTP server."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,41 +13,17 @@ import pytest
 from asynclookup_http.client import classify
 
 from lookup_source.service import UserService
+from lookup_source.testing.contract_network import RawServer
 from tests.helpers import assert_meanings
 from tests.servers import free_port
 
 
 @pytest.fixture
 def rude_port() -> Iterator[tuple[int, int]]:
-    """Two ports: one that hangs up on every connection, one that never answers."""
-    hang_up, silent = socket.socket(), socket.socket()
-    for listener in (hang_up, silent):
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        listener.settimeout(0.1)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            for listener, keep in ((hang_up, False), (silent, True)):
-                try:
-                    connection = listener.accept()[0]
-                except OSError:
-                    continue
-                if keep:
-                    held.append(connection)
-                else:
-                    connection.recv(65536)
-                    connection.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield int(hang_up.getsockname()[1]), int(silent.getsockname()[1])
-    stop.set()
-    thread.join(2)
-    for connection in held:
-        connection.close()
+    """Two ports: one that hangs up on every connection (once it has read what came), one
+    that never answers."""
+    hang_up, silent = RawServer(lambda connection: connection.recv(65536)), RawServer()
+    yield hang_up.port, silent.port
     hang_up.close()
     silent.close()
 

@@ -4,13 +4,12 @@ Every test collected here carries the ``connector`` marker:
 ``pytest -m "not connector"`` skips them.
 """
 
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from lookup_source.testing.contract_network import RawServer
 from tests.servers import RedisServer
 
 
@@ -21,28 +20,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 @pytest.fixture
 def silent_port() -> Iterator[int]:
     """A port that accepts connections and never answers."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield int(listener.getsockname()[1])
-    stop.set()
-    thread.join(2)
-    for connection in held:
-        connection.close()
-    listener.close()
+    server = RawServer()
+    yield server.port
+    server.close()
 
 
 @pytest.fixture
