@@ -17,6 +17,7 @@ in the instant before ``setpriv`` has set the signal (before the command runs) l
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -42,28 +43,27 @@ def parent_death_launcher() -> str | None:
     running ``setpriv --pdeathsig TERM -- true`` (a ``setpriv`` older than 2.33 does not know
     the option; a sandbox may refuse ``prctl``). A try that fails for want of time (a busy
     machine) is not kept: the next child tries again."""
-    global _launcher
-    if _launcher is _UNKNOWN:
-        setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-        if setpriv is None:
-            _launcher = None
-        else:
-            try:
-                tried = subprocess.run(
-                    [setpriv, "--pdeathsig", PARENT_DEATH_SIGNAL, "--", "true"],
-                    capture_output=True,
-                    timeout=10,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired:
-                return None  # unknown yet: asked again next time
-            except (OSError, subprocess.SubprocessError):
-                _launcher = None
-            else:
-                _launcher = setpriv if tried.returncode == 0 else None
-    return _launcher if isinstance(_launcher, str) else None
+    try:
+        return _tried_launcher()
+    except subprocess.TimeoutExpired:
+        return None
 
 
-_UNKNOWN = object()
-_launcher: object = _UNKNOWN
-"""``setpriv``'s path once a try has said it works, ``None`` once one has said it does not."""
+@functools.lru_cache(maxsize=1)
+def _tried_launcher() -> str | None:
+    """The answer of one try, kept (a try that times out raises: not kept)."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if setpriv is None:
+        return None
+    try:
+        tried = subprocess.run(
+            [setpriv, "--pdeathsig", PARENT_DEATH_SIGNAL, "--", "true"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise  # unknown yet: not kept (a SubprocessError, so before the line below)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return setpriv if tried.returncode == 0 else None

@@ -3,6 +3,7 @@ SIGKILL (which runs none of its cleanup): a plain child, and nginx with its work
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import signal
@@ -94,7 +95,9 @@ def fake_setpriv(tmp_path: pathlib.Path, body: str, monkeypatch: pytest.MonkeyPa
     os.chmod(path, 0o755)
     monkeypatch.setattr(children.shutil, "which", lambda name: path)
     monkeypatch.setattr(children.sys, "platform", "linux")
-    monkeypatch.setattr(children, "_launcher", children._UNKNOWN)
+    # a cache of its own for the test, the module's own (the real setpriv's) back after it
+    fresh = functools.lru_cache(maxsize=1)(children._tried_launcher.__wrapped__)
+    monkeypatch.setattr(children, "_tried_launcher", fresh)
     return path
 
 
