@@ -93,6 +93,15 @@ def run_keys(
     return [row for b in out for row in b.to_pylist()]
 
 
+def finished(query: Any, timeout_s: float = 540) -> Any:
+    """``query`` (a streaming query with a trigger that ends, such as ``availableNow``) awaited
+    to its end and checked: it ended within ``timeout_s`` (a busy machine may take minutes,
+    the suite's own limit per test is 600 s) and raised nothing. Returns the query."""
+    assert query.awaitTermination(timeout_s), f"the stream did not end within {timeout_s} s"
+    assert query.exception() is None, query.exception()
+    return query
+
+
 def raised(make: Any) -> Exception:
     """What ``make()`` (a coroutine function) raises, run to its end on a new event loop; an
     AssertionError if it raises nothing."""

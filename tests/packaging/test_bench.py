@@ -223,11 +223,15 @@ def test_latency_proxy_delays_each_way_and_keeps_data_intact(redis_srv: Any) -> 
         client.set("asynclookup:proxy:test", value)
         assert direct.get("asynclookup:proxy:test") == value
         assert client.get("asynclookup:proxy:test") == value
-        started = time.perf_counter()
+        round_trips = []
         for _ in range(20):
+            started = time.perf_counter()
             client.ping()
-        round_trip = (time.perf_counter() - started) / 20
-        assert 0.010 <= round_trip < 0.060  # 5 ms each way, plus the proxy's own hops
+            round_trips.append(time.perf_counter() - started)
+        # 5 ms each way, never less; plus the proxy's own hops, which a busy machine stretches
+        # for some pings (the quickest of 20 is the proxy's own cost)
+        assert min(round_trips) >= 0.010
+        assert min(round_trips) < 0.060, round_trips
         client.delete("asynclookup:proxy:test")
         client.close()
     direct.close()

@@ -18,7 +18,7 @@ from lookup_source import lookup_join, lookup_metrics, progress_metrics, registe
 from lookup_source.bench.quota import QuotaService
 from lookup_source.errors import OptionError
 from lookup_source.spark.versions import DATA_SOURCE, TABLE_FUNCTION
-from tests.helpers import needs
+from tests.helpers import finished, needs
 from tests.servers import RedisServer
 
 SCHEMA = "user_id long, name string"
@@ -129,8 +129,7 @@ def test_a_stream_keeps_the_budget_and_reports_it_in_its_progress(
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
-    assert query.exception() is None
+    finished(query)
     named = spark.sql("SELECT count(name) AS n FROM budgeted_stream").collect()[0].n
     assert named == 200 and service.refused == 0 and service.peak_in_flight <= 3
     entries = [progress_metrics(p).get("budgeted") for p in query.recentProgress]

@@ -73,7 +73,8 @@ class Faults:
     """During the ``in_flight`` phase, once the jobs have sent 300 requests: SIGKILL one executor
     JVM of the job and its Python workers (holding leases), and read in the budget's
     Redis when their leases lapse (no one renews them now). During the ``restart`` phase, at 300
-    requests: kill the budget's Redis, and start it again (empty) 0.5 s later."""
+    requests: kill the budget's Redis, and start it again (empty) 1.5 s later (longer than a
+    task goes without asking it, leases renewed every second, also on a busy machine)."""
 
     def __init__(self, service: QuotaService, redis: RedisServer) -> None:
         self.service, self.redis = service, redis
@@ -94,7 +95,7 @@ class Faults:
                 killed = self.dead_leases > 0 or kills >= 2
             if self.service.phase == "restart" and busy and not restarted:
                 self.redis.kill()
-                time.sleep(0.5)
+                time.sleep(1.5)
                 self.redis.start()
                 restarted = True
             time.sleep(0.01)

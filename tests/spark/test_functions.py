@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from lookup_source import lookup_join, lookup_metrics, register_lookup_table
 from lookup_source.service import UserService
 from lookup_source.spark.versions import TABLE_FUNCTION
-from tests.helpers import needs
+from tests.helpers import finished, needs
 
 SCHEMA = "user_id long, name string, tier string"
 
@@ -220,7 +220,7 @@ def test_streaming_with_a_function(spark: Any, service: UserService, tmp_path: P
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
+    finished(query)
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted((r.event_id, r.name) for r in rows) == [
         (e, expected_name(e * 3)) for e in range(200)

@@ -20,6 +20,7 @@ from lookup_source import lookup_join, lookup_metrics, progress_metrics
 from lookup_source.errors import ConfigurationError
 from lookup_source.spark.internals import plan_text
 from lookup_source.spark.progress import METRICS_COLUMN, PROGRESS_FIELDS
+from tests.helpers import finished
 
 SCHEMA = "user_id long, name string"
 
@@ -43,8 +44,7 @@ def run_stream(spark: Any, enriched: Any, tmp_path: Path, name: str) -> Any:
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
-    assert query.exception() is None
+    finished(query)
     return query
 
 

@@ -45,14 +45,17 @@ def stamped() -> Iterator[Stamped]:
 def check_rate(times: list[float], requests: int) -> None:
     assert len(times) == requests
     times = sorted(times)
-    # never more than the quota in any one-second window (one request of slack per task
-    # for two tasks starting together)
+    # never more than the quota in any one-second window: one request of slack per task for
+    # two tasks starting together, and a quarter second of the quota for the server's own
+    # stamps, which a busy machine delays and bunches (each task taking the whole quota would
+    # be twice it)
     busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
-    assert busiest <= TOTAL + 2, busiest
+    assert busiest <= TOTAL * 1.25 + 2, busiest
     # and the quota is used: the tasks that run at once share it, they do not each take it
-    # (above: a guarantee; below: real time on a shared machine, a generous bound)
+    # (below: real time on a shared machine, a generous bound; above: the guarantee, with
+    # the same allowance for late stamps)
     rate = (len(times) - 1) / (times[-1] - times[0])
-    assert TOTAL * 0.4 <= rate <= TOTAL * 1.1, rate
+    assert TOTAL * 0.4 <= rate <= TOTAL * 1.25, rate
 
 
 def options(stamped: Stamped) -> dict[str, str]:

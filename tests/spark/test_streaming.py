@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import lookup_join
+from tests.helpers import finished
 from tests.servers import RedisServer
 
 SCHEMA = "user_id long, name string, tier int"
@@ -51,8 +52,7 @@ def test_streaming_lookup_join_into_a_memory_sink(
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
-    assert query.exception() is None
+    finished(query)
     rows = spark.sql("SELECT * FROM enriched_events").collect()
     assert sorted(r.event_id for r in rows) == list(range(301))
     for row in rows:
@@ -81,8 +81,7 @@ def test_watermark_survives_the_lookup_join(spark: Any, options: dict, tmp_path:
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
-    assert query.exception() is None  # append mode needs the watermark: it must be there
+    finished(query)  # append mode needs the watermark: it must be there
     batch = (
         lookup_join(
             spark.read.schema("event_id long, user_id long, ts timestamp").json(str(source)),
@@ -129,14 +128,16 @@ def test_restart_from_checkpoint_gives_every_row_exactly_once(
         )
 
     first = start({"processingTime": "100 milliseconds"})
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a busy machine starts a stream slowly
     while (
         first.lastProgress is None or first.lastProgress["batchId"] < 1
     ) and time.monotonic() < deadline:
         time.sleep(0.2)
-    first.stop()  # stopped mid-way: some files are done, some are not
+    first.stop()  # stopped mid-way: some files are done, usually not all of them
     done = spark.read.parquet(str(sink)).count() if any(sink.glob("*.parquet")) else 0
-    assert 0 < done < 400
+    # at least two batches of one file each were committed; a slow poll may let the rest
+    # finish too (then the restart still has the two files that arrive while it is down)
+    assert 200 <= done <= 400
     for part in range(4, 6):  # more events arrive while the job is down
         write_events(
             source,
@@ -144,8 +145,7 @@ def test_restart_from_checkpoint_gives_every_row_exactly_once(
             [(e, e % 130, "2024-01-01 00:00:00") for e in range(part * 100, part * 100 + 100)],
         )
     second = start({"availableNow": True})
-    second.awaitTermination(120)
-    assert second.exception() is None
+    finished(second)
     rows = spark.read.parquet(str(sink)).collect()
     assert sorted(r.event_id for r in rows) == list(range(600))  # none lost, none doubled
     for row in rows:
@@ -196,8 +196,7 @@ def test_windowed_aggregation_after_the_join_matches_batch(
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
-    assert query.exception() is None
+    finished(query)
     batch = (
         lookup_join(
             spark.read.schema(schema).json(str(source)), "user_id", schema=SCHEMA, options=options

@@ -324,7 +324,8 @@ def test_server_restart_mid_job(redis_srv: RedisServer, redis_db: Any, prefix: s
                 "redis.key.pattern": f"{prefix}{{key}}",
                 "batch.size": "100",
                 "capacity": "4",
-                "retry.max-attempts": "8",
+                # about 25 s of retrying: a restart takes far less, also on a busy machine
+                "retry.max-attempts": "30",
                 "retry.initial-delay.ms": "100",
                 "retry.max-delay.ms": "1000",
             },

@@ -483,7 +483,9 @@ def test_a_close_that_hangs_holds_the_sweeper_back_no_longer_than_its_limit(
     now[0] = 10.0
     started = time.monotonic()
     assert clients.sweep() == 1  # one at a time: a task may come in between
-    assert time.monotonic() - started < 1.0  # abandoned after its limit, not awaited
+    # abandoned after its limit (0.05 s), not awaited (it would never end): any finite bound
+    # shows it, a generous one holds on a busy machine
+    assert time.monotonic() - started < 10.0
     assert clients.sweep() == 1 and len(clients) == 0 and store.closed == 1
     fresh = clients.lease("a", StoreFactory(store), config, 5.0)  # the loop still serves
     assert run_rows(fresh) == ["user-1"]
