@@ -372,6 +372,62 @@ def test_a_killed_holders_leases_return_after_the_lease_time() -> None:
     assert 3.0 <= waited <= 3.0 + budget_module.RETRY_MAX_S * 1.5 + 0.01, waited
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (issue 60): a grant's slots are placed from the answer's arrival, "
+    "so a task whose answers come late shifts them into the slots reserved for others next",
+)
+def test_slots_answered_late_never_crowd_the_others_slots() -> None:
+    """A grant's slots are due ``requests_delay_s`` after the coordinator reserved them. A task
+    whose loop takes the answer late (a busy machine: the worker waits for a core; a far
+    coordinator) places them from the answer today, later than reserved: they overlap the
+    slots the coordinator reserved for the other holders next, and a second holds more than
+    the rate (CI's cluster budget: 10 refused by a service counting 315 a second for a budget
+    of 300). Placed from the ask instead, a task whose answers take longer than its grant
+    spans would drop every slot; asking for slots ahead skips the budget's time between. The
+    fix needs the coordinator to reserve ahead without skipping (or a task asking ahead of
+    need): this test holds the defect until then."""
+    rate = 1000.0  # grants of up to 50 slots (50 ms of the rate)
+    settings = BudgetSettings(url=None, max_in_flight=0, rate=rate, tasks=2)
+    coordinator = MemoryBudgetCoordinator()
+    sent: list[float] = []
+
+    class LateAnswers(MemoryBudgetCoordinator):
+        """The shared coordinator, whose answers reach this holder 0.3 s after it reserved."""
+
+        async def ask(self, budget: str, limits: BudgetLimits, ask: Any) -> Any:
+            grant = await coordinator.ask(budget, limits, ask)
+            await asyncio.sleep(0.3)
+            return grant
+
+    class Stamped(FakeClient):
+        async def lookup(self, keys: Any) -> Any:
+            sent.append(asyncio.get_running_loop().time())
+            return await super().lookup(keys)
+
+    async def one(asker: Any, first: int) -> None:
+        options = make_options(capacity=64, batch_size=1, budget=settings)
+        spec = make_spec(options)
+        metrics = LookupMetrics(tasks=1)
+        engine = LookupEngine(
+            Stamped(make_config(spec), FakeStore(TABLE)),
+            spec,
+            metrics=metrics,
+            budget=TaskBudget.of(settings, asker, "late", metrics),
+            redact=Redactor(),
+        )
+        await engine.submit(key_batch(list(range(first, first + 1500))))
+        await engine.finish()
+        await engine.aclose()
+
+    async def both() -> None:
+        await asyncio.gather(one(coordinator, 0), one(LateAnswers(), 5000))
+
+    virtual_time.run(both())
+    assert len(sent) == 3000
+    assert most_in_window(sent, 1.0) <= rate + 1, most_in_window(sent, 1.0)
+
+
 def test_a_reserved_slot_not_taken_in_time_is_dropped_never_used_late() -> None:
     slots = Reservation(10.0)  # a slot every 100 ms
     slots.fill(5, due=1.0)
