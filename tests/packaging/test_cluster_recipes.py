@@ -1,5 +1,5 @@
 """The cluster recipes 2 and 3 of docs/deployment.md, run as written with ``spark-submit`` on
-``local-cluster`` (separate executor JVMs and Python workers):
+``local-cluster`` (an executor JVM of its own, with its own Python workers):
 
 - recipe 2, a virtualenv packed by ``venv-pack -p env`` and shipped with ``--archives``: the
   executors run the Python of the unpacked archive and import asynclookup from it;
@@ -65,7 +65,7 @@ def submit(tmp_path: Path, redis_url: str, prefix: str, *spark_args: str) -> dic
     done = subprocess.run(
         [
             str(submit_script),
-            *("--master", "local-cluster[2,1,1024]"),
+            *("--master", "local-cluster[1,1,1024]"),
             *spark_args,
             *("job.py", redis_url, prefix),
         ],
