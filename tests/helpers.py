@@ -102,6 +102,16 @@ def finished(query: Any, timeout_s: float = 540) -> Any:
     return query
 
 
+def waited_for(condition: Any, seconds: float, every_s: float = 0.1) -> None:
+    """Until ``condition()`` holds or ``seconds`` have passed (the caller asserts what it
+    needs after: a busy machine is late, a defect never gets there)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(every_s)
+
+
 def raised(make: Any) -> Exception:
     """What ``make()`` (a coroutine function) raises, run to its end on a new event loop; an
     AssertionError if it raises nothing."""

@@ -30,6 +30,7 @@ from lookup_source import lookup_join, lookup_metrics
 from lookup_source.engine.request.hedge import saved_hedges
 from lookup_source.service import BackgroundHttpServer
 from tests.faults import FaultProxy
+from tests.helpers import waited_for
 from tests.servers import RedisServer
 
 SCHEMA = "user_id long, name string"
@@ -81,13 +82,6 @@ def timed_job(spark: Any, options: dict[str, str]) -> tuple[float, Any]:
     took = time.monotonic() - started
     assert sorted((r.user_id, r.name) for r in rows) == [(k, f"user {k}") for k in range(KEYS)]
     return took, lookup_metrics(out)
-
-
-def waited_for(condition: Any, seconds: float) -> None:
-    """Until ``condition()`` holds or ``seconds`` have passed."""
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.1)
 
 
 def within_budget(metrics: Any, share: float) -> None:

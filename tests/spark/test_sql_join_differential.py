@@ -346,7 +346,7 @@ def compared(spark: Any, sql: str) -> tuple[Any, Any, bool]:
         # with it on, an empty answer where Spark raised is one Spark's own plan gives too,
         # when an empty side ends the query before the stage that raises has (seen on 4.1:
         # the rewrite's plan ended so, Spark's raised, and both raised with it off)
-        emptied = on[0] != "raised" and not on[0] and off[0] == "raised"
+        emptied = not on[0] and off[0] == "raised"  # no rows ("raised" is never empty)
         if on in (off, off_whole) or (emptied and on_whole == off_whole):
             on, off = on_whole, off_whole
     return on, off, looked_up

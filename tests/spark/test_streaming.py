@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lookup_source import lookup_join
-from tests.helpers import finished
+from tests.helpers import finished, waited_for
 from tests.servers import RedisServer
 
 SCHEMA = "user_id long, name string, tier int"
@@ -128,11 +128,8 @@ def test_restart_from_checkpoint_gives_every_row_exactly_once(
         )
 
     first = start({"processingTime": "100 milliseconds"})
-    deadline = time.monotonic() + 300  # a busy machine starts a stream slowly
-    while (
-        first.lastProgress is None or first.lastProgress["batchId"] < 1
-    ) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # its first two batches done (a busy machine starts a stream slowly)
+    waited_for(lambda: (first.lastProgress or {}).get("batchId", -1) >= 1, 300, 0.2)
     first.stop()  # stopped mid-way: some files are done, usually not all of them
     done = spark.read.parquet(str(sink)).count() if any(sink.glob("*.parquet")) else 0
     # at least two batches of one file each were committed; a slow poll may let the rest
