@@ -242,7 +242,7 @@ class MemoryBudgetCoordinator(BudgetCoordinator):
         def reserve(kind: str, per_s: float, units: float) -> float:
             if per_s <= 0 or units <= 0:
                 return 0.0
-            start = max(self.next_slot[kind], now)
+            start = max(self.next_slot[kind], now + max(0.0, ask.ahead_s))
             self.next_slot[kind] = start + units / per_s
             return start - now
 

@@ -78,9 +78,7 @@ class BudgetSettings:
         "Most requests per second across everything that shares the budget, retries and "
         "hedges included (0 = no limit); paced evenly, a slot used within 20 ms of its time "
         "or dropped, so no one-second window holds 2% more than this and one request (set it "
-        "2% under a quota counted strictly) — while the coordinator answers promptly: a task "
-        "places a late answer's slots late, a few percent more in a second on a busy machine "
-        "(a known defect).",
+        "2% under a quota counted strictly), however late the coordinator's answers come.",
         unit="requests/s",
         default_doc="0",
     )

@@ -226,11 +226,9 @@ def test_two_jobs_keep_the_rate_in_every_second(report: dict[str, Any]) -> None:
     phase = report["rate"]
     service = phase["service"]
     assert service["most_in_1s"] <= 300 * 1.05
-    # none refused on a quiet machine; a busy one delays the coordinator's answers, and a
-    # task places a late answer's slots late (the known defect held by test_budget's
-    # test_slots_answered_late_never_crowd_the_others_slots): CI saw 10 of 885 refused. Once
-    # it is fixed, this is 0 again.
-    assert service["refused"] <= 0.02 * service["requests"], service["refused"]
+    # none refused, on a busy machine too: a late answer's slots are due as reserved (CI saw
+    # 10 of 885 refused when they were placed from the answer)
+    assert service["refused"] == 0, service["refused"]
     assert service["requests"] == 585 + 300
     # the quota used while keys remained: 0.92 measured on a quiet machine, 0.79 beside a full
     # test suite; what the budget guarantees is the bound above, and that it does not leave
@@ -252,7 +250,7 @@ def test_a_skewed_input_uses_the_quota_where_the_static_split_leaves_it_idle(
     assert static_used < 0.5, static_used  # 300 keys of one task at a quarter of the rate
     assert budget_used >= max(0.6, 1.5 * static_used), (budget_used, static_used)
     assert budget["most_in_1s"] <= 300 * 1.05
-    assert budget["refused"] <= 0.02 * budget["requests"], budget["refused"]  # as above
+    assert budget["refused"] == 0, budget["refused"]  # as above
     assert report["skew_static"]["lookups"][0]["budget"] == ""  # no budget: today's split
 
 

@@ -12,7 +12,8 @@ nobody uses the budget:
   there are any, no holder is granted beyond its fair share (the budget over the holders,
   rounded up), and each gives back what it holds beyond it;
 - ``...:rate`` and ``...:cost``: the next free request slot and cost unit (server time in ms);
-  a reservation of ``n`` takes the ``n`` slots from there, one every ``1 / rate`` seconds, so
+  a reservation of ``n`` takes the ``n`` slots from there (or from the time the holder's
+  answer takes to reach it, ``ahead``, if that is later), one every ``1 / rate`` seconds, so
   the same slot is never given twice; one call reserves at most a minute of budget;
 - ``...:limits``: the budget's limits, set by its first caller: a call with other limits is
   refused (:class:`BudgetConflictError`, naming them), so no lookup can widen a budget others
@@ -57,6 +58,7 @@ local max, lease_ms, hold, want = num(ARGV[2]), num(ARGV[3]), num(ARGV[4]), num(
 local rate, requests = num(ARGV[6]), num(ARGV[7])
 local cost_rate, cost = num(ARGV[8]), num(ARGV[9])
 local wanting_ms, most_ms = num(ARGV[10]), num(ARGV[11])
+local ahead_ms = math.min(num(ARGV[12]), most_ms)
 if (rate > 0 and requests * 1000 / rate > most_ms)
     or (cost_rate > 0 and cost * 1000 / cost_rate > most_ms) then
   return redis.error_reply('ASYNCLOOKUP_TOO_MUCH one call reserves at most a minute of budget')
@@ -118,7 +120,7 @@ if max > 0 then
 end
 local function reserve(key, per_s, units)
   if per_s <= 0 or units <= 0 then return 0 end
-  local start = math.max(num(redis.call('GET', key)), now)
+  local start = math.max(num(redis.call('GET', key)), now + ahead_ms)
   local after = start + units * 1000 / per_s
   redis.call('SET', key, string.format('%.3f', after), 'PX', math.ceil(after - now) + 60000)
   return math.floor((start - now) * 1000)
@@ -188,6 +190,7 @@ class RedisBudgetCoordinator(BudgetCoordinator):
                     repr(float(ask.cost)),
                     WANTING_MS,
                     MOST_MS,
+                    repr(max(0.0, float(ask.ahead_s)) * 1000.0),
                 ],
             )
         except ResponseError as exc:

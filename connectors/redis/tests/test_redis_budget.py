@@ -556,3 +556,39 @@ def test_values_written_by_others_never_widen_the_budget(
     grant = ask_once(redis_srv.url, budget_name, limits, BudgetAsk("a", 0, 10, 1))
     assert grant.leases == 1  # 4 - 3 (z); x and y count as 0, never as room
     assert grant.requests_delay_s == 0.0
+
+
+def test_slots_asked_ahead_start_after_the_answers_time_and_never_overlap(
+    redis_srv: RedisServer, budget_name: str
+) -> None:
+    """A holder whose answers come late asks for slots due once the answer can be there
+    (``ahead_s``); a budget already reserved further than that goes on from where it is."""
+    limits = BudgetLimits(rate=100.0, lease_s=5.0)  # a slot every 10 ms
+
+    async def asks() -> list[float]:
+        store = coordinator(redis_srv.url)
+        await store.open()
+        try:
+            first = await store.ask(budget_name, limits, BudgetAsk("late", requests=5, ahead_s=0.3))
+            # the next free slot is now 350 ms away: a second ahead ask starts there
+            second = await store.ask(
+                budget_name, limits, BudgetAsk("late", requests=5, ahead_s=0.3)
+            )
+            prompt = await store.ask(budget_name, limits, BudgetAsk("prompt", requests=1))
+            garbage = await store.ask(
+                budget_name, limits, BudgetAsk("odd", requests=1, ahead_s=float("nan"))
+            )
+            return [
+                first.requests_delay_s,
+                second.requests_delay_s,
+                prompt.requests_delay_s,
+                garbage.requests_delay_s,
+            ]
+        finally:
+            await store.close()
+
+    first, second, prompt, garbage = asyncio.run(asks())
+    assert 0.299 <= first <= 0.3
+    assert 0.34 <= second <= 0.35  # after the first five (50 ms), none skipped
+    assert 0.39 <= prompt <= 0.40  # behind both, never inside them
+    assert 0.40 <= garbage <= 0.41  # an odd ahead_s counts as none

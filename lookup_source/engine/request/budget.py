@@ -14,8 +14,9 @@ one *holder* and spends grants locally, so most requests cost no round trip:
 - **request slots and cost units** (``budget.rate``, ``budget.cost-per-minute``): reserved
   from the coordinator in grants that grow while the task uses them up (doubling, up to what
   the budget allows in 50 ms) and shrink when it leaves some unused; each slot is due at its
-  own time, one every ``1 / rate`` seconds, and a slot not taken within 20 ms of its time is
-  dropped, never used late — so no window holds more than the budget and one request.
+  own time, one every ``1 / rate`` seconds, from the task's call, and a slot not taken within
+  20 ms of its time is dropped, never used late — so no window holds more than the budget
+  and one request, however late the answers come (:mod:`.budget_meters`).
 
 Without a coordinator, or while it does not answer (an error, or no answer within
 ``budget.timeout.ms``), each task keeps an even share of the budget over ``budget.tasks``
@@ -52,12 +53,13 @@ from lookup_source.connector_api import (
     BudgetLimits,
 )
 from lookup_source.engine.metrics import LookupMetrics
+from lookup_source.engine.request.budget_meters import Meters
 from lookup_source.engine.request.budget_share import (
-    Reservation,
     StaticShare,
     Wakeup,
     holder_id,
     limits_of,
+    log_fallback,
 )
 
 if TYPE_CHECKING:
@@ -108,8 +110,7 @@ class TaskBudget:
         self._warned = set() if warned is None else warned
         """The budgets whose fallback was logged: kept beside the coordinator by the worker,
         so that a worker logs a budget's fallback once, not once per task."""
-        self._slots = Reservation(limits.rate) if limits.rate else None
-        self._cost = Reservation(limits.cost_rate) if limits.cost_rate else None
+        self._meters = Meters(limits)
         self._held = 0  # leases granted by the coordinator
         self._busy = 0  # requests in flight holding a lease (or a static slot)
         self._waiting = 0  # requests waiting for one
@@ -120,9 +121,10 @@ class TaskBudget:
         self._contended = False
         self._static_until = 0.0 if coordinator is not None else math.inf
         self._live_until = -math.inf  # until when the coordinator counts our leases
-        self._lock: asyncio.Lock | None = None
+        self._lock = asyncio.Lock()  # bound to the loop that first waits on it
         self._changed = Wakeup()  # a request ended, a grant came, the coordinator failed
         self._keeper: asyncio.Task[None] | None = None
+        self._ahead: asyncio.Task[None] | None = None  # a call asking for slots ahead of need
         self._closed = False
         metrics.budget = (
             f"coordinated ({name})"
@@ -167,7 +169,7 @@ class TaskBudget:
         if self.limits.max_in_flight:
             waited = await self._lease()
         try:
-            if self._slots is not None or self._cost is not None:
+            if self._meters.active:
                 waited = await self._pace(cost) or waited
         except BaseException:
             self.done()
@@ -186,9 +188,10 @@ class TaskBudget:
     async def aclose(self) -> None:
         """Give every lease back (the task is over); never raises."""
         self._closed = True
-        if self._keeper is not None:
-            self._keeper.cancel()
-            await asyncio.gather(self._keeper, return_exceptions=True)
+        for running in (self._keeper, self._ahead):
+            if running is not None:
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
         if self._held and self._coordinated():
             self._held = 0
             try:
@@ -247,28 +250,23 @@ class TaskBudget:
         return True
 
     async def _sync(
-        self, *, asking: bool = False, slot: bool = False, cost: float = 0.0, renew: bool = False
+        self,
+        *,
+        asking: bool = False,
+        slot: bool = False,
+        cost: float = 0.0,
+        renew: bool = False,
+        ahead: bool = False,
     ) -> None:
-        """One call to the coordinator: keep the leases needed (give the rest back, renewed
-        when ``renew``), ask for more when ``asking``, reserve request slots when ``slot`` and
-        cost units when ``cost`` — what is still short once it is this call's turn (one call at
-        a time)."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
+        """One call to the coordinator (one at a time): keep the leases needed (renewed when
+        ``renew``), ask for more when ``asking``; reserve the slots (``slot``) and cost units
+        (``cost``) still short at its turn — with ``ahead``, short before an answer can come."""
         async with self._lock:
             if not self._coordinated():
                 return
             loop = asyncio.get_running_loop()
             now = loop.time()
-            slots, units = self._slots, self._cost
-            requests = 0
-            if slot and slots is not None:
-                slots.drop_late(now)
-                requests = 0 if slots.has(1) else int(slots.ask(1))
-            cost_units = 0.0
-            if cost and units is not None:
-                units.drop_late(now)
-                cost_units = 0.0 if units.has(cost) else units.ask(cost)
+            requests, cost_units = self._meters.asks(now, slot=slot, cost=cost, ahead=ahead)
             asking = asking and self._busy >= self._usable()  # not granted meanwhile
             if not (requests or cost_units or asking or renew):
                 return
@@ -277,9 +275,11 @@ class TaskBudget:
             # the leases in use are always kept; beyond them, those needed, within the cap
             hold = max(self._busy, min(cap, need)) if self.limits.max_in_flight else 0
             want = max(0, need - hold) if asking else 0
+            ahead_s = self._meters.ahead_s() if requests or cost_units else 0.0
+            asked = loop.time()
             try:
                 grant = await asyncio.wait_for(
-                    self._ask(BudgetAsk(self.holder, hold, want, requests, cost_units)),
+                    self._ask(BudgetAsk(self.holder, hold, want, requests, cost_units, ahead_s)),
                     self.timeout_s,
                 )
             except asyncio.CancelledError:
@@ -290,6 +290,7 @@ class TaskBudget:
                 self._fall_back(exc)
                 return
             now = loop.time()
+            self._meters.answered(grant, requests, cost_units, asked, now)
             self._live_until = now + self.limits.lease_s
             if self.limits.max_in_flight:
                 self._held = grant.held if grant.held >= 0 else hold + grant.leases
@@ -298,10 +299,6 @@ class TaskBudget:
                     self._changed.wake()
                 self._fair, self._contended = grant.fair_share, grant.contended
                 self._start_keeper()
-            if requests and slots is not None:
-                slots.fill(requests, now + grant.requests_delay_s)
-            if cost_units and units is not None:
-                units.fill(cost_units, now + grant.cost_delay_s)
             self.metrics.budget_grants += 1
 
     async def _ask(self, ask: BudgetAsk) -> BudgetGrant:
@@ -315,7 +312,7 @@ class TaskBudget:
         self.metrics.budget_fallbacks += 1
         if self.name not in self._warned:
             self._warned.add(self.name)
-            _log_fallback(self.name, error, self.share.tasks)
+            log_fallback(self.name, error, self.share.tasks, COOL_OFF_S)
         self._changed.wake()  # waiters go by the static share now
 
     # -- the keeper: renews the leases held, gives back the idle ones ------------------------
@@ -358,40 +355,34 @@ class TaskBudget:
         if not self._coordinated():
             return await self.share.pace(cost)
         loop = asyncio.get_running_loop()
-        slots, units = self._slots, self._cost
         while True:
-            now = loop.time()
-            for reservation in (slots, units):
-                if reservation is not None:
-                    reservation.drop_late(now)
-            slot_short = slots is not None and not slots.has(1)
-            cost_short = units is not None and cost > 0 and not units.has(cost)
+            slot_short, cost_short = self._meters.short(loop.time(), cost)
             if not slot_short and not cost_short:
                 break
             await self._sync(slot=slot_short, cost=cost if cost_short else 0.0)
             if not self._coordinated():
                 return await self.share.pace(cost)
-        at = max(
-            slots.take(1) if slots is not None else 0.0,
-            units.take(cost) if units is not None and cost > 0 else 0.0,
-        )
+        at = self._meters.take(cost)
+        self._ask_ahead(cost)
         delay = at - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
             return True
         return False
 
+    def _ask_ahead(self, cost: float) -> None:
+        """When the coordinator's answers come late, ask for the next grant before this one
+        runs out, in the background (:meth:`Meters.running_out`)."""
+        slot, units = self._meters.running_out(asyncio.get_running_loop().time(), cost)
+        if (slot or units) and self._ahead is None and not self._closed:
+            self._ahead = asyncio.ensure_future(
+                self._sync(slot=slot, cost=cost * units, ahead=True)
+            )
+            self._ahead.add_done_callback(self._asked_ahead)
 
-def _log_fallback(name: str, error: BaseException, tasks: int) -> None:
-    log.warning(
-        "asynclookup: the coordinator of budget %s did not answer (%s: %s); each task "
-        "keeps its static share (1/%d of the budget) and asks it again in %.0f s",
-        name,
-        type(error).__name__,
-        str(error)[:200] or "no answer within budget.timeout.ms",
-        tasks,
-        COOL_OFF_S,
-    )
+    def _asked_ahead(self, call: asyncio.Task[None]) -> None:
+        self._ahead = None  # a failure is raised by the next request's own call: retrieved
+        _ = call.cancelled() or call.exception()
 
 
-__all__ = ["COOL_OFF_S", "Reservation", "StaticShare", "TaskBudget", "Wakeup", "holder_id"]
+__all__ = ["COOL_OFF_S", "StaticShare", "TaskBudget", "Wakeup", "holder_id"]

@@ -6,10 +6,12 @@ coordinator's paced meters (:class:`Reservation`), and the one wake-up of its wa
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import secrets
 import socket
+from collections import deque
 from typing import TYPE_CHECKING
 
 from lookup_source.connector_api import BudgetLimits
@@ -17,6 +19,8 @@ from lookup_source.engine.request.rate_limit import RateLimiter
 
 if TYPE_CHECKING:
     from lookup_source.settings import BudgetSettings
+
+log = logging.getLogger("lookup_source")
 
 HORIZON_S = 0.05
 """The largest grant of request slots or cost units covers this much of the budget's time."""
@@ -71,6 +75,19 @@ def _wake_one(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+def log_fallback(name: str, error: BaseException, tasks: int, cool_off_s: float) -> None:
+    """Log once per worker and budget that its coordinator failed (a static share now)."""
+    log.warning(
+        "asynclookup: the coordinator of budget %s did not answer (%s: %s); each task "
+        "keeps its static share (1/%d of the budget) and asks it again in %.0f s",
+        name,
+        type(error).__name__,
+        str(error)[:200] or "no answer within budget.timeout.ms",
+        tasks,
+        cool_off_s,
+    )
+
+
 class StaticShare:
     """An even share of a budget over ``tasks`` tasks: at most ``max_in_flight / tasks``
     requests in flight (at least one), ``rate / tasks`` requests and ``cost_rate / tasks``
@@ -95,40 +112,80 @@ class StaticShare:
 
 
 class Reservation:
-    """Units reserved from a paced meter: ``left`` of them, the next due at ``due`` (loop
-    time), one every ``interval`` seconds."""
+    """Units reserved from a paced meter: ``left`` of them in the current grant, the next due
+    at ``due`` (loop time), one every ``interval`` seconds — and the grants asked ahead of
+    need, queued behind it in time order (:meth:`fill`)."""
 
     def __init__(self, per_s: float) -> None:
+        self.per_s = per_s
         self.interval = 1.0 / per_s
         self.left = 0.0
         self.due = 0.0
         self.size = 1.0
         """How many units the next grant asks for (adapted to what the task uses)."""
         self.cap = max(1.0, per_s * HORIZON_S)
+        self._queued: deque[tuple[float, float]] = deque()  # (due, units) after this grant
+        self._dropped = False  # units reserved for this task went unused since its last ask
 
-    def drop_late(self, now: float) -> None:
-        """Drop the units whose time passed more than :data:`LATE_S` ago."""
-        if self.left and self.due < now - LATE_S:
-            late = math.ceil((now - LATE_S - self.due) / self.interval)
-            lost = min(self.left, float(late))
-            self.left -= lost
-            self.due += lost * self.interval
+    def drop_late(self, now: float, *, unused: bool = True) -> None:
+        """Drop the units whose time passed more than :data:`LATE_S` ago (``unused``: the
+        task could have taken them, so its grants shrink)."""
+        while True:
+            if self.left and self.due < now - LATE_S:
+                late = math.ceil((now - LATE_S - self.due) / self.interval)
+                lost = min(self.left, float(late))
+                self.left -= lost
+                self.due += lost * self.interval
+                self._dropped = self._dropped or unused
+            if self.left > 1e-9 or not self._queued:
+                return
+            self.due, self.left = self._queued.popleft()
 
     def has(self, units: float) -> bool:
-        return self.left + 1e-9 >= units
+        return self.left + sum(queued for _, queued in self._queued) + 1e-9 >= units
+
+    def until(self) -> float:
+        """When the last unit reserved is due (``due`` when none is left)."""
+        if self._queued:
+            due, units = self._queued[-1]
+            return due + units * self.interval
+        return self.due + self.left * self.interval
 
     def take(self, units: float) -> float:
-        """Take ``units``; when they are due (loop time)."""
+        """Take ``units``; when they are due (loop time): the first one's time."""
         at = self.due
-        self.due += units * self.interval
-        self.left = max(0.0, self.left - units)
+        while units > 1e-9:
+            part = min(units, self.left) if self._queued else units
+            self.due += part * self.interval
+            self.left = max(0.0, self.left - part)
+            units -= part
+            if self.left <= 1e-9 and self._queued:
+                self.due, self.left = self._queued.popleft()
         return at
 
-    def ask(self, units: float) -> float:
+    def ask(self, units: float, lag_s: float = 0.0) -> float:
         """How many units the next grant asks for, to have ``units`` at least: grows while the
-        task uses its grants up, shrinks when it leaves some."""
-        self.size = max(1.0, self.size / 2) if self.left >= 1 else min(self.cap, self.size * 2)
+        task uses its grants up, shrinks when some of them went unused. A grant covers at
+        most :data:`HORIZON_S` of the budget's time, or more when the coordinator's answers
+        take ``lag_s``: the task asks again once what it holds covers less than that, so each
+        grant must cover one answer's time."""
+        cap = max(self.cap, self.per_s * (HORIZON_S + lag_s))
+        if self._dropped:
+            self.size = max(1.0, self.size / 2)
+        else:  # doubling once an answer's time: as fast as a prompt task's grants grow
+            self.size = min(cap, self.size * 2 ** max(1.0, lag_s / LATE_S))
+        self._dropped = False
         return max(units, math.floor(self.size))
 
-    def fill(self, units: float, due: float) -> None:
-        self.left, self.due = units, due
+    def fill(self, units: float, due: float, now: float | None = None) -> None:
+        """Add a grant of ``units``, the first due at ``due``: it becomes the current one if
+        nothing is left, else it is queued behind the others by time. Units whose time passed
+        already at ``now`` (the answer came late) are dropped, without counting as unused."""
+        if units > 0:
+            if self.left <= 1e-9 and not self._queued:
+                self.left, self.due = units, due
+            else:
+                self._queued.append((due, units))
+                self._queued = deque(sorted(self._queued))
+        if now is not None:
+            self.drop_late(now, unused=False)

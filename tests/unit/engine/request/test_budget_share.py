@@ -152,13 +152,51 @@ def test_units_whose_time_passed_are_dropped_never_used_late() -> None:
 def test_grants_grow_while_used_up_and_shrink_when_units_are_left() -> None:
     slots = Reservation(100.0)  # cap 5 units
     assert [slots.ask(1.0) for _ in range(4)] == [2.0, 4.0, 5.0, 5.0]
-    slots.fill(3.0, 0.0)  # some left over: halve
+    slots.fill(3.0, 0.0)
+    slots.drop_late(1.0)  # some went unused: halve
     assert slots.ask(1.0) == 2  # size 2.5, asked whole
     assert slots.size == 2.5
+    assert slots.ask(1.0) == 5  # used up again: grows
+    slots.fill(1.0, 0.0)
+    slots.drop_late(1.0)
     assert slots.ask(4.0) == 4.0  # never less than what is needed now
-    assert slots.size == 1.25
-    assert slots.ask(1.0) == 1  # and the size never below one
-    assert slots.size == 1.0
+    assert slots.size == 2.5
+    for _ in range(3):
+        slots.fill(1.0, 0.0)
+        slots.drop_late(1.0)
+        slots.ask(1.0)
+    assert slots.size == 1.0  # and the size never below one
+
+
+def test_units_lost_while_the_answer_travelled_do_not_shrink_the_grants() -> None:
+    slots = Reservation(100.0)  # one every 10 ms
+    assert slots.ask(1.0) == 2.0
+    slots.fill(10.0, due=1.0, now=1.055)  # the answer came late: 1.0 to 1.03 are gone
+    assert slots.left == 6.0 and slots.due == pytest.approx(1.04)
+    assert slots.ask(1.0) == 4.0  # not counted as unused: still growing
+
+
+def test_grants_asked_ahead_queue_behind_the_current_one_in_time_order() -> None:
+    slots = Reservation(100.0)
+    slots.fill(2.0, due=1.0)
+    slots.fill(3.0, due=1.5)  # asked ahead, while two were left
+    assert slots.has(5.0) and not slots.has(5.5)
+    assert slots.until() == pytest.approx(1.53)
+    assert [slots.take(1.0) for _ in range(5)] == pytest.approx([1.0, 1.01, 1.5, 1.51, 1.52])
+    assert slots.left == 0.0 and not slots.has(1.0)
+    slots.fill(2.0, due=2.0)
+    slots.fill(2.0, due=3.0)
+    slots.drop_late(2.5)  # the first grant passed unused: the next one is current
+    assert (slots.left, slots.due) == (2.0, 3.0)
+    assert slots.ask(1.0) == 1.0  # some went unused: halved (from 1)
+
+
+def test_a_late_answered_task_asks_for_grants_covering_its_answers_time() -> None:
+    slots = Reservation(1000.0)  # 50 slots a grant when answers are prompt
+    assert slots.cap == 50.0
+    assert [slots.ask(1.0) for _ in range(3)] == [2.0, 4.0, 8.0]  # doubling per answer
+    # answers 0.3 s late: a grant covers 0.35 s, and grows as fast in time as a prompt one
+    assert slots.ask(1.0, lag_s=0.3) == 350.0
 
 
 def test_a_wakeup_without_a_wake_ends_at_its_time_limit() -> None:
