@@ -11,13 +11,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
 from lookup_source.bench import children
 from lookup_source.bench.children import ends_with_this_process, parent_death_launcher
 from lookup_source.bench.native_site import native_service_available
+from tests.helpers import waited_for
 
 needs_launcher = pytest.mark.skipif(
     parent_death_launcher() is None, reason="no setpriv with --pdeathsig (Linux, util-linux 2.33+)"
@@ -36,9 +36,7 @@ def alive(pid: int) -> bool:
 
 def ended_within(pids: list[int], seconds: float) -> list[int]:
     """Those of ``pids`` still running after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
-        time.sleep(0.05)
+    waited_for(lambda: not any(alive(pid) for pid in pids), seconds, every_s=0.05)
     return [pid for pid in pids if alive(pid)]
 
 
