@@ -253,6 +253,7 @@ class MemoryBudgetCoordinator(BudgetCoordinator):
             requests_delay_s=reserve("rate", limits.rate, ask.requests),
             cost_delay_s=reserve("cost", limits.cost_rate, ask.cost),
             held=kept + granted,
+            clock_s=now,
         )
 
 

@@ -79,14 +79,17 @@ class BudgetGrant:
     contended: bool = False
     """Whether another holder was refused leases lately."""
     requests_delay_s: float = 0.0
-    """When the first reserved request slot is due, from the time of the answer; the next ones
-    follow every ``1 / rate`` seconds."""
+    """When the first reserved request slot is due, after the coordinator's ``clock_s``; the
+    next ones follow every ``1 / rate`` seconds."""
     cost_delay_s: float = 0.0
     """When the first reserved cost unit is due; the next ones every ``1 / cost_rate``."""
     held: int = -1
     """The leases the holder holds now (what it kept and was granted): less than ``hold``
     when the budget did not know it any more (its leases lapsed) and fewer were free. -1: not
     said (``hold`` + ``leases``)."""
+    clock_s: float | None = None
+    """The coordinator's clock when it reserved (seconds, from any start it keeps): the task
+    places the units on its own clock by it. None: not given (they are placed from the call)."""
 
 
 class BudgetConflictError(ConfigurationError):

@@ -78,7 +78,8 @@ class BudgetSettings:
         "Most requests per second across everything that shares the budget, retries and "
         "hedges included (0 = no limit); paced evenly, a slot used within 20 ms of its time "
         "or dropped, so no one-second window holds 2% more than this and one request (set it "
-        "2% under a quota counted strictly), however late the coordinator's answers come.",
+        "2% under a quota counted strictly), also when the coordinator's answers come late "
+        "(the README's budget section: what a task whose every call is late costs).",
         unit="requests/s",
         default_doc="0",
     )

@@ -127,7 +127,7 @@ local function reserve(key, per_s, units)
 end
 local requests_us = reserve(KEYS[4], rate, requests)
 local cost_us = reserve(KEYS[5], cost_rate, cost)
-return {granted, fair, contended, requests_us, cost_us, kept + granted}
+return {granted, fair, contended, requests_us, cost_us, kept + granted, string.format('%.3f', now)}
 """
 
 
@@ -198,7 +198,7 @@ class RedisBudgetCoordinator(BudgetCoordinator):
             if conflict is None:
                 raise
             raise conflict from None
-        granted, fair, contended, requests_us, cost_us, held = (int(value) for value in reply)
+        granted, fair, contended, requests_us, cost_us, held = (int(v) for v in reply[:6])
         return BudgetGrant(
             leases=granted,
             fair_share=fair,
@@ -206,6 +206,7 @@ class RedisBudgetCoordinator(BudgetCoordinator):
             requests_delay_s=requests_us / 1e6,
             cost_delay_s=cost_us / 1e6,
             held=held,
+            clock_s=float(reply[6]) / 1000.0,  # the server's time (ms) the delays count from
         )
 
 

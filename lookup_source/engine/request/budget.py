@@ -14,9 +14,10 @@ one *holder* and spends grants locally, so most requests cost no round trip:
 - **request slots and cost units** (``budget.rate``, ``budget.cost-per-minute``): reserved
   from the coordinator in grants that grow while the task uses them up (doubling, up to what
   the budget allows in 50 ms) and shrink when it leaves some unused; each slot is due at its
-  own time, one every ``1 / rate`` seconds, from the task's call, and a slot not taken within
-  20 ms of its time is dropped, never used late — so no window holds more than the budget
-  and one request, however late the answers come (:mod:`.budget_meters`).
+  own time, one every ``1 / rate`` seconds, placed by the coordinator's clock, and a slot not
+  taken within 20 ms of its time is dropped, never used late — so no window holds more than
+  the budget and one request, also when answers come late (:mod:`.budget_meters`: a late
+  task's grants cover its answers' time, asked ahead).
 
 Without a coordinator, or while it does not answer (an error, or no answer within
 ``budget.timeout.ms``), each task keeps an even share of the budget over ``budget.tasks``
@@ -282,15 +283,15 @@ class TaskBudget:
                     self._ask(BudgetAsk(self.holder, hold, want, requests, cost_units, ahead_s)),
                     self.timeout_s,
                 )
+                now = loop.time()  # a ValueError for a grant no coordinator gives: not trusted
+                self._meters.answered(grant, requests, cost_units, asked, now)
             except asyncio.CancelledError:
                 raise
             except BudgetConflictError:
                 raise  # the lookup's own mistake: fail the task, naming it
-            except BaseException as exc:
+            except Exception as exc:
                 self._fall_back(exc)
                 return
-            now = loop.time()
-            self._meters.answered(grant, requests, cost_units, asked, now)
             self._live_until = now + self.limits.lease_s
             if self.limits.max_in_flight:
                 self._held = grant.held if grant.held >= 0 else hold + grant.leases

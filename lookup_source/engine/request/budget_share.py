@@ -6,6 +6,7 @@ coordinator's paced meters (:class:`Reservation`), and the one wake-up of its wa
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import math
 import os
@@ -112,80 +113,96 @@ class StaticShare:
 
 
 class Reservation:
-    """Units reserved from a paced meter: ``left`` of them in the current grant, the next due
-    at ``due`` (loop time), one every ``interval`` seconds — and the grants asked ahead of
-    need, queued behind it in time order (:meth:`fill`)."""
+    """Units reserved from a paced meter, one every ``interval`` seconds: the grants held, in
+    time order (``left`` units in all, the next due at ``due``, loop time), and the units
+    taken lately (what the task uses)."""
 
     def __init__(self, per_s: float) -> None:
         self.per_s = per_s
         self.interval = 1.0 / per_s
-        self.left = 0.0
-        self.due = 0.0
         self.size = 1.0
         """How many units the next grant asks for (adapted to what the task uses)."""
         self.cap = max(1.0, per_s * HORIZON_S)
-        self._queued: deque[tuple[float, float]] = deque()  # (due, units) after this grant
+        self._grants: list[list[float]] = []  # [due, units], by due
+        self._next = 0.0  # where the next unit would be, with no grant held
         self._dropped = False  # units reserved for this task went unused since its last ask
+        self._taken: deque[tuple[float, float]] = deque()  # (when, units), the last second
+
+    @property
+    def left(self) -> float:
+        return sum(units for _, units in self._grants)
+
+    @property
+    def due(self) -> float:
+        return self._grants[0][0] if self._grants else self._next
 
     def drop_late(self, now: float, *, unused: bool = True) -> None:
         """Drop the units whose time passed more than :data:`LATE_S` ago (``unused``: the
         task could have taken them, so its grants shrink)."""
-        while True:
-            if self.left and self.due < now - LATE_S:
-                late = math.ceil((now - LATE_S - self.due) / self.interval)
-                lost = min(self.left, float(late))
-                self.left -= lost
-                self.due += lost * self.interval
-                self._dropped = self._dropped or unused
-            if self.left > 1e-9 or not self._queued:
+        grants = self._grants
+        while grants and grants[0][0] < now - LATE_S:
+            grant = grants[0]
+            late = min(grant[1], float(math.ceil((now - LATE_S - grant[0]) / self.interval)))
+            grant[0] += late * self.interval
+            grant[1] -= late
+            self._dropped = self._dropped or unused
+            if grant[1] > 1e-9:
                 return
-            self.due, self.left = self._queued.popleft()
+            self._next = grant[0]
+            grants.pop(0)
 
     def has(self, units: float) -> bool:
-        return self.left + sum(queued for _, queued in self._queued) + 1e-9 >= units
+        return self.left + 1e-9 >= units
 
     def until(self) -> float:
         """When the last unit reserved is due (``due`` when none is left)."""
-        if self._queued:
-            due, units = self._queued[-1]
-            return due + units * self.interval
-        return self.due + self.left * self.interval
+        return max((due + units * self.interval for due, units in self._grants), default=self.due)
 
     def take(self, units: float) -> float:
-        """Take ``units``; when they are due (loop time): the first one's time."""
+        """Take ``units`` (from the earliest grants); when they are due (loop time): the first
+        one's time."""
         at = self.due
-        while units > 1e-9:
-            part = min(units, self.left) if self._queued else units
-            self.due += part * self.interval
-            self.left = max(0.0, self.left - part)
+        self._taken.append((at, units))
+        grants = self._grants
+        while units > 1e-9 and grants:
+            grant = grants[0]
+            part = min(units, grant[1])
+            grant[0] += part * self.interval
+            grant[1] -= part
             units -= part
-            if self.left <= 1e-9 and self._queued:
-                self.due, self.left = self._queued.popleft()
+            if grant[1] <= 1e-9:
+                self._next = grant[0]
+                grants.pop(0)
+        self._next += units * self.interval  # beyond what is held: never below zero
         return at
+
+    def taken_since(self, since: float) -> float:
+        """The units taken (due) since ``since``, within the last second."""
+        taken = self._taken
+        while taken and (taken[0][0] < since - 1.0 or len(taken) > 100_000):
+            taken.popleft()
+        return sum(units for at, units in taken if at >= since)
 
     def ask(self, units: float, lag_s: float = 0.0) -> float:
         """How many units the next grant asks for, to have ``units`` at least: grows while the
         task uses its grants up, shrinks when some of them went unused. A grant covers at
         most :data:`HORIZON_S` of the budget's time, or more when the coordinator's answers
         take ``lag_s``: the task asks again once what it holds covers less than that, so each
-        grant must cover one answer's time."""
+        grant must cover one answer's time; and it grows as fast in time as a prompt task's
+        (at most 16-fold an answer)."""
         cap = max(self.cap, self.per_s * (HORIZON_S + lag_s))
         if self._dropped:
             self.size = max(1.0, self.size / 2)
-        else:  # doubling once an answer's time: as fast as a prompt task's grants grow
-            self.size = min(cap, self.size * 2 ** max(1.0, lag_s / LATE_S))
+        else:
+            self.size = min(cap, self.size * 2 ** min(4.0, max(1.0, lag_s / LATE_S)))
         self._dropped = False
         return max(units, math.floor(self.size))
 
     def fill(self, units: float, due: float, now: float | None = None) -> None:
-        """Add a grant of ``units``, the first due at ``due``: it becomes the current one if
-        nothing is left, else it is queued behind the others by time. Units whose time passed
-        already at ``now`` (the answer came late) are dropped, without counting as unused."""
+        """Add a grant of ``units``, the first due at ``due``, in time order. Units whose time
+        passed already at ``now`` (the answer came late) are dropped, without counting as
+        unused."""
         if units > 0:
-            if self.left <= 1e-9 and not self._queued:
-                self.left, self.due = units, due
-            else:
-                self._queued.append((due, units))
-                self._queued = deque(sorted(self._queued))
+            bisect.insort(self._grants, [due, units])
         if now is not None:
             self.drop_late(now, unused=False)

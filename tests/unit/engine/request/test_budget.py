@@ -312,6 +312,40 @@ def test_a_failing_coordinator_falls_back_then_resumes(caplog: pytest.LogCapture
     assert "redis is down" in caplog.records[0].getMessage()
 
 
+@pytest.mark.parametrize("delay", [float("nan"), -1.0, 1e6])
+def test_a_grant_no_coordinator_gives_is_a_fallback_never_a_flood(
+    delay: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A coordinator (or a value written into its Redis) answering a delay not a number,
+    below zero or past a minute: the task keeps its static share, as for a coordinator that
+    fails — it neither sends unpaced (NaN), asks again at once forever (below zero) nor
+    sleeps for ever (huge)."""
+    caplog.set_level(logging.WARNING, logger="lookup_source")
+
+    class Hostile(MemoryBudgetCoordinator):
+        async def ask(self, budget: str, limits: BudgetLimits, ask: Any) -> Any:
+            grant = await super().ask(budget, limits, ask)
+            return dataclasses.replace(grant, requests_delay_s=delay)
+
+    coordinator = Hostile()
+    limits = BudgetLimits(rate=10.0)
+    metrics = LookupMetrics(tasks=1)
+    budget = TaskBudget("b", limits, StaticShare(limits, 2), metrics, coordinator=coordinator)
+    sent: list[float] = []
+
+    async def scenario() -> None:
+        for _ in range(20):
+            await budget.admit()
+            sent.append(asyncio.get_running_loop().time())
+        await budget.aclose()
+
+    virtual_time.run(scenario())
+    assert most_in_window(sent, 1.0) <= 5 + 1  # the static share: 10 over 2 tasks
+    assert sent[-1] <= 5.0  # paced, not stuck
+    assert coordinator.calls <= 3 and metrics.budget_fallbacks >= 1
+    assert "the coordinator's requests delay is" in caplog.records[0].getMessage()
+
+
 def test_a_workers_tasks_log_a_budgets_fallback_once(caplog: pytest.LogCaptureFixture) -> None:
     """What was logged is kept beside the coordinator by the worker (no process-wide set):
     the tasks that share it log a fallback once; a worker of its own logs it again."""
@@ -372,28 +406,37 @@ def test_a_killed_holders_leases_return_after_the_lease_time() -> None:
     assert 3.0 <= waited <= 3.0 + budget_module.RETRY_MAX_S * 1.5 + 0.01, waited
 
 
-@pytest.mark.parametrize("late_s", [0.3, 0.03])
-def test_slots_answered_late_never_crowd_the_others_slots(late_s: float) -> None:
-    """A grant's slots are due ``requests_delay_s`` after the coordinator reserved them. A task
-    whose loop takes the answer late (a busy machine: the worker waits for a core; a far
+@pytest.mark.parametrize(
+    ("out_s", "back_s"),
+    [(0.0, 0.3), (0.0, 0.03), (0.3, 0.0), (0.15, 0.15)],
+    ids=["late-back", "a-little-late-back", "late-out", "late-both-ways"],
+)
+def test_slots_answered_late_never_crowd_the_others_slots(out_s: float, back_s: float) -> None:
+    """A grant's slots are due ``requests_delay_s`` after the coordinator's clock. A task whose
+    loop takes the answer late (a busy machine: the worker waits for a core; a far
     coordinator) used to place them from the answer, later than reserved: they overlapped the
     slots reserved for the other holders next, and a second held more than the rate (CI's
     cluster budget: 10 refused by a service counting 315 a second for a budget of 300). They
-    are placed from the ask now; the late task asks for slots due once its answer can be
-    there, and for its next grant before it runs out: none is lost in transit, and the budget
-    is used (3,000 requests at 1,000 a second end in about 3 s, both holders sending)."""
+    are placed by the coordinator's clock now, whose offset the task's quick calls bound (here
+    its first), however late its later calls are, either way; the late task asks for slots due
+    once its answer can be there, and for its next grant before it runs out: none is lost in
+    transit, and the budget is used (3,000 requests at 1,000 a second in about 3 s)."""
     rate = 1000.0  # grants of up to 50 slots (50 ms of the rate) when answers are prompt
     settings = BudgetSettings(url=None, max_in_flight=0, rate=rate, tasks=2)
     coordinator = MemoryBudgetCoordinator()
     sent: dict[str, list[float]] = {"prompt": [], "late": []}
+    calls = []
 
     class LateAnswers(MemoryBudgetCoordinator):
-        """The shared coordinator, whose answers reach this holder ``late_s`` after it
-        reserved."""
+        """The shared coordinator, whose calls reach it ``out_s`` late and whose answers
+        reach this holder ``back_s`` late — all but the first."""
 
         async def ask(self, budget: str, limits: BudgetLimits, ask: Any) -> Any:
+            calls.append(ask)
+            late = len(calls) > 1
+            await asyncio.sleep(out_s if late else 0.0)
             grant = await coordinator.ask(budget, limits, ask)
-            await asyncio.sleep(late_s)
+            await asyncio.sleep(back_s if late else 0.0)
             return grant
 
     def stamped(who: str) -> type[FakeClient]:
@@ -427,7 +470,7 @@ def test_slots_answered_late_never_crowd_the_others_slots(late_s: float) -> None
     every = sorted(sent["prompt"] + sent["late"])
     assert len(sent["prompt"]) == len(sent["late"]) == 1500
     assert most_in_window(every, 1.0) <= rate * 1.02 + 1, most_in_window(every, 1.0)
-    assert ended <= 3.0 * 1.25 + late_s, ended  # the budget used, not lost in transit
+    assert ended <= 3.0 * 1.5 + out_s + back_s, ended  # the budget used, none lost in transit
     # while both send, the late one gets a fair part of the budget
     both_sending = min(sent["prompt"][-1], sent["late"][-1])
     late_part = sum(1 for at in sent["late"] if at <= both_sending)

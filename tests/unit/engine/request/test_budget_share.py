@@ -195,8 +195,25 @@ def test_a_late_answered_task_asks_for_grants_covering_its_answers_time() -> Non
     slots = Reservation(1000.0)  # 50 slots a grant when answers are prompt
     assert slots.cap == 50.0
     assert [slots.ask(1.0) for _ in range(3)] == [2.0, 4.0, 8.0]  # doubling per answer
-    # answers 0.3 s late: a grant covers 0.35 s, and grows as fast in time as a prompt one
+    # answers 0.3 s late: a grant covers up to 0.35 s, and grows faster (16-fold an answer,
+    # at most: a prompt task's grants double in about a millisecond)
+    assert slots.ask(1.0, lag_s=0.3) == 128.0
     assert slots.ask(1.0, lag_s=0.3) == 350.0
+    assert slots.ask(1.0, lag_s=30.0) == 16 * 350.0  # never an overflow
+
+
+def test_the_units_taken_lately_are_what_the_task_uses() -> None:
+    slots = Reservation(100.0)
+    slots.fill(10.0, due=1.0)
+    for _ in range(4):
+        slots.take(1.0)  # due at 1.00, 1.01, 1.02, 1.03
+    assert slots.taken_since(1.015) == 2.0
+    assert slots.taken_since(0.0) == 4.0
+    slots.fill(5.0, due=0.5)  # a grant due earlier than the one held: taken first
+    assert slots.take(1.0) == 0.5 and slots.due == pytest.approx(0.51)
+    assert slots.until() == pytest.approx(1.10)
+    slots.drop_late(1.2)  # every grant late: all dropped, the next unit would come after
+    assert slots.left == 0.0 and slots.due == pytest.approx(1.10)
 
 
 def test_a_wakeup_without_a_wake_ends_at_its_time_limit() -> None:
