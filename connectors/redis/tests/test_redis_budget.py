@@ -12,6 +12,7 @@ over-admission.
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
 import uuid
 from collections.abc import Iterator
@@ -578,6 +579,9 @@ def test_slots_asked_ahead_start_after_the_answers_time_and_never_overlap(
             garbage = await store.ask(
                 budget_name, limits, BudgetAsk("odd", requests=1, ahead_s=float("nan"))
             )
+            # the server's clock the delays count from (here the same host's wall clock)
+            assert first.clock_s is not None and abs(first.clock_s - time.time()) < 5.0
+            assert second.clock_s is not None and second.clock_s >= first.clock_s
             return [
                 first.requests_delay_s,
                 second.requests_delay_s,
