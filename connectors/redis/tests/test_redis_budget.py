@@ -12,8 +12,8 @@ over-admission.
 from __future__ import annotations
 
 import asyncio
-import time
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
