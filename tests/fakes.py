@@ -194,6 +194,7 @@ class MemoryBudgetCoordinator(BudgetCoordinator):
         self.expiry: dict[str, float] = {}
         self.wanting: dict[str, float] = {}
         self.next_slot = {"rate": 0.0, "cost": 0.0}
+        self.gaps: dict[str, tuple[float, float]] = {}  # the time an ask ahead passed over
         self.limits: tuple[int, float, float] | None = None
         self.calls = 0
         self.failing: BaseException | None = None
@@ -242,8 +243,18 @@ class MemoryBudgetCoordinator(BudgetCoordinator):
         def reserve(kind: str, per_s: float, units: float) -> float:
             if per_s <= 0 or units <= 0:
                 return 0.0
-            start = max(self.next_slot[kind], now + max(0.0, ask.ahead_s))
-            self.next_slot[kind] = start + units / per_s
+            span, earliest = units / per_s, now + max(0.0, ask.ahead_s)
+            gap_from, gap_to = self.gaps.get(kind, (0.0, 0.0))
+            gap_to = min(gap_to, self.next_slot[kind])  # never past the next free slot
+            start = max(gap_from, now, earliest)
+            if start + span <= gap_to:  # it fits in the time an ask ahead left free
+                self.gaps[kind] = (start + span, gap_to)
+                return start - now
+            free = self.next_slot[kind]
+            start = max(free, earliest)
+            self.next_slot[kind] = start + span
+            if start > max(free, now):  # asked ahead: the time before it stays free
+                self.gaps[kind] = (max(free, now), start)
             return start - now
 
         return BudgetGrant(

@@ -63,8 +63,8 @@ class BudgetAsk:
     """Cost units to reserve (``cost_rate``)."""
     ahead_s: float = 0.0
     """The reserved slots and units start no earlier than this long after the call: the time
-    its answer takes to reach the holder, so that none is due before it can be used (a
-    budget's next free slot nearer than that moves on to it: the slots between go unused)."""
+    its answer takes to reach the holder, so that none is due before it can be used (the
+    budget's time before them, if free, goes to the next asks that fit in it)."""
 
 
 @dataclass(frozen=True)

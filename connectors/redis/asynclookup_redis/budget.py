@@ -15,6 +15,8 @@ nobody uses the budget:
   a reservation of ``n`` takes the ``n`` slots from there (or from the time the holder's
   answer takes to reach it, ``ahead``, if that is later), one every ``1 / rate`` seconds, so
   the same slot is never given twice; one call reserves at most a minute of budget;
+- ``...:rate-gap`` and ``...:cost-gap``: the time an ask ahead passed over (``from to``, ms):
+  a later reservation that fits in it is taken there, so that time is not lost;
 - ``...:limits``: the budget's limits, set by its first caller: a call with other limits is
   refused (:class:`BudgetConflictError`, naming them), so no lookup can widen a budget others
   rely on.
@@ -118,15 +120,38 @@ if max > 0 then
   end
   for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
-local function reserve(key, per_s, units)
+local function reserve(key, gap_key, per_s, units)
   if per_s <= 0 or units <= 0 then return 0 end
-  local start = math.max(num(redis.call('GET', key)), now + ahead_ms)
-  local after = start + units * 1000 / per_s
-  redis.call('SET', key, string.format('%.3f', after), 'PX', math.ceil(after - now) + 60000)
+  local span, earliest = units * 1000 / per_s, now + ahead_ms
+  local free = num(redis.call('GET', key))
+  local gap_from, gap_to = 0, 0
+  local gap = redis.call('GET', gap_key)
+  if gap then  -- never past the next free slot, whatever is stored
+    local a, b = string.match(gap, '^(%S+) (%S+)$')
+    gap_from, gap_to = math.max(num(a), now), math.min(num(b), free)
+  end
+  local from = math.max(gap_from, earliest)
+  local start
+  if from + span <= gap_to then  -- it fits in the time an ask ahead left free: taken there
+    start, gap_from = from, from + span
+  else
+    start = math.max(free, earliest)
+    local after = start + units * 1000 / per_s
+    redis.call('SET', key, string.format('%.3f', after), 'PX', math.ceil(after - now) + 60000)
+    if start > math.max(free, now) then  -- asked ahead: the time before it stays free
+      gap_from, gap_to = math.max(free, now), start
+    end
+  end
+  if gap_to > gap_from then
+    redis.call('SET', gap_key, string.format('%.3f %.3f', gap_from, gap_to), 'PX',
+      math.ceil(gap_to - now) + 1)
+  elseif gap then
+    redis.call('DEL', gap_key)
+  end
   return math.floor((start - now) * 1000)
 end
-local requests_us = reserve(KEYS[4], rate, requests)
-local cost_us = reserve(KEYS[5], cost_rate, cost)
+local requests_us = reserve(KEYS[4], KEYS[7], rate, requests)
+local cost_us = reserve(KEYS[5], KEYS[8], cost_rate, cost)
 return {granted, fair, contended, requests_us, cost_us, kept + granted, string.format('%.3f', now)}
 """
 
@@ -135,7 +160,7 @@ MOST_MS = 60_000
 """The most budget time one call may reserve (a request costing more than a minute of
 ``budget.cost-per-minute`` never fits)."""
 
-PARTS = ("leases", "expiry", "wanting", "rate", "cost", "limits")
+PARTS = ("leases", "expiry", "wanting", "rate", "cost", "limits", "rate-gap", "cost-gap")
 
 
 def budget_keys(name: str) -> list[str]:

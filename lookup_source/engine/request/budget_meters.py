@@ -4,8 +4,8 @@ grant's units fall in the task's time, and when to ask ahead of need.
 
 A grant's units are due at the times the coordinator reserved them, on its own clock; the
 task places them on its clock through the offset between the two (:class:`ClockOffset`),
-known to within the quickest recent round trip: a late answer — late on its way out (a busy
-loop, a pool) or back (a worker reading it late) — neither moves its units into those reserved
+known to within half the quickest recent round trip: a late answer — late on its way out (a
+busy loop) or back (a worker reading it late) — neither moves its units into those reserved
 for other holders nor makes them late. A coordinator that does not give its clock has its
 units placed from the call (exact when the lateness is on the way back).
 
@@ -39,14 +39,12 @@ class ClockOffset:
     """The coordinator's clock less the task's, as the calls bound it: a call asked at
     ``asked`` and answered at ``answered`` (task time) read ``clock`` between the two, so the
     offset lies in ``[clock - answered, clock - asked]``; the calls of the last
-    :data:`WINDOW_S` narrow it to the quickest one's round trip."""
+    :data:`WINDOW_S` narrow it to the quickest one's round trip, whose middle it takes (a
+    network's way out and back take about as long; what makes a call slower is mostly an
+    answer read late, by a worker busy or held by Spark)."""
 
     WINDOW_S = 10.0
     """Calls older than this no longer bound it (the two clocks drift apart, a little)."""
-
-    PRECISE_S = 0.04
-    """Bounds this close: the offset is their middle. Wider (every call was slow), it is the
-    upper bound, as if every call was late on its way back only."""
 
     def __init__(self) -> None:
         self._calls: deque[tuple[float, float, float]] = deque()  # (answered, low, high)
@@ -62,9 +60,11 @@ class ClockOffset:
 
     def local(self, clock: float) -> float:
         """The task's time of the coordinator's ``clock`` (after at least one :meth:`add`)."""
-        low = max(low for _, low, _ in self._calls)
-        high = min(high for _, _, high in self._calls)
-        return clock - ((low + high) / 2 if high - low <= self.PRECISE_S else high)
+        calls = self._calls
+        low = max(low for _, low, _ in calls)
+        high = min(high for _, _, high in calls)
+        quickest = min(high - low for _, low, high in calls)
+        return clock - min(high, max(low, high - quickest / 2))
 
 
 class Meters:

@@ -407,20 +407,29 @@ def test_a_killed_holders_leases_return_after_the_lease_time() -> None:
 
 
 @pytest.mark.parametrize(
-    ("out_s", "back_s"),
-    [(0.0, 0.3), (0.0, 0.03), (0.3, 0.0), (0.15, 0.15)],
-    ids=["late-back", "a-little-late-back", "late-out", "late-both-ways"],
+    ("out_s", "back_s", "first_quick"),
+    [
+        (0.0, 0.3, True),
+        (0.0, 0.03, True),
+        (0.3, 0.0, True),
+        (0.15, 0.15, True),
+        (0.15, 0.15, False),
+    ],
+    ids=["late-back", "a-little-late-back", "late-out", "late-both-ways", "far-coordinator"],
 )
-def test_slots_answered_late_never_crowd_the_others_slots(out_s: float, back_s: float) -> None:
+def test_slots_answered_late_never_crowd_the_others_slots(
+    out_s: float, back_s: float, first_quick: bool
+) -> None:
     """A grant's slots are due ``requests_delay_s`` after the coordinator's clock. A task whose
     loop takes the answer late (a busy machine: the worker waits for a core; a far
     coordinator) used to place them from the answer, later than reserved: they overlapped the
     slots reserved for the other holders next, and a second held more than the rate (CI's
     cluster budget: 10 refused by a service counting 315 a second for a budget of 300). They
     are placed by the coordinator's clock now, whose offset the task's quick calls bound (here
-    its first), however late its later calls are, either way; the late task asks for slots due
-    once its answer can be there, and for its next grant before it runs out: none is lost in
-    transit, and the budget is used (3,000 requests at 1,000 a second in about 3 s)."""
+    its first), however late its later calls are, either way — or, with no quick call, as the
+    middle of the quickest (a far coordinator: as long out as back); the late task asks for
+    slots due once its answer can be there, and for its next grant before it runs out: none is
+    lost in transit, and the budget is used (3,000 requests at 1,000 a second in about 3 s)."""
     rate = 1000.0  # grants of up to 50 slots (50 ms of the rate) when answers are prompt
     settings = BudgetSettings(url=None, max_in_flight=0, rate=rate, tasks=2)
     coordinator = MemoryBudgetCoordinator()
@@ -433,7 +442,7 @@ def test_slots_answered_late_never_crowd_the_others_slots(out_s: float, back_s: 
 
         async def ask(self, budget: str, limits: BudgetLimits, ask: Any) -> Any:
             calls.append(ask)
-            late = len(calls) > 1
+            late = len(calls) > 1 or not first_quick
             await asyncio.sleep(out_s if late else 0.0)
             grant = await coordinator.ask(budget, limits, ask)
             await asyncio.sleep(back_s if late else 0.0)

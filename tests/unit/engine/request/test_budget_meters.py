@@ -45,11 +45,13 @@ def test_the_coordinators_clock_places_a_grant_however_late_the_call_was_either_
         meters.short(answered + 1.0, 0.0)  # the rest dropped
 
 
-def test_the_clock_offset_is_bounded_by_the_quickest_call_and_follows_a_step() -> None:
+def test_the_clock_offset_is_the_middle_of_the_quickest_calls_bounds_and_follows_a_step() -> None:
     offset = ClockOffset()
     offset.add(clock=50.2, asked=0.0, answered=0.4)  # slow: the offset is in [49.8, 50.2]
-    assert offset.local(50.2) == pytest.approx(0.0)  # too wide: as if late on the way back
+    assert offset.local(50.2) == pytest.approx(0.2)  # its middle (as far out as back)
     offset.add(clock=51.005, asked=1.0, answered=1.01)  # quick: in [49.995, 50.005]
+    assert offset.local(60.0) == pytest.approx(10.0)
+    offset.add(clock=52.006, asked=2.0, answered=2.3)  # read late: it narrows nothing
     assert offset.local(60.0) == pytest.approx(10.0)
     offset.add(clock=90.0, asked=2.0, answered=2.01)  # the coordinator's clock stepped on
     assert offset.local(90.0) == pytest.approx(2.005)
