@@ -23,8 +23,9 @@ nobody uses the budget:
 
 A holder keeps at most the leases the budget knows it has; one the budget does not know (its
 leases lapsed while its worker stood still, or Redis restarted and every count is gone) keeps
-only what is free, and is told how many it holds. Whatever is stored is read as a number or 0
-(a value written by someone else cannot widen the budget). A standalone Redis or a Sentinel
+only what is free, and is told how many it holds. Whatever is stored is read as a number or 0,
+never an error (a value written by someone else can restart the pacing from now, as deleting
+the keys would; a gap never reaches past the next free slot). A standalone Redis or a Sentinel
 primary; not a Redis Cluster (its client is not a cluster client). One pool of at most 4
 connections per worker.
 """

@@ -53,6 +53,7 @@ from lookup_source.connector_api import (
     BudgetGrant,
     BudgetLimits,
 )
+from lookup_source.engine.loop import time_paused
 from lookup_source.engine.metrics import LookupMetrics
 from lookup_source.engine.request.budget_meters import Meters
 from lookup_source.engine.request.budget_share import (
@@ -277,14 +278,14 @@ class TaskBudget:
             hold = max(self._busy, min(cap, need)) if self.limits.max_in_flight else 0
             want = max(0, need - hold) if asking else 0
             ahead_s = self._meters.ahead_s() if requests or cost_units else 0.0
-            asked = loop.time()
+            asked, paused = loop.time(), time_paused()
             try:
                 grant = await asyncio.wait_for(
                     self._ask(BudgetAsk(self.holder, hold, want, requests, cost_units, ahead_s)),
                     self.timeout_s,
                 )
-                now = loop.time()  # a ValueError for a grant no coordinator gives: not trusted
-                self._meters.answered(grant, requests, cost_units, asked, now)
+                now, held = loop.time(), time_paused() - paused  # held: Spark held the loop
+                self._meters.answered(grant, requests, cost_units, asked, now, held)
             except asyncio.CancelledError:
                 raise
             except BudgetConflictError:

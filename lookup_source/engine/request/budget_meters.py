@@ -4,10 +4,12 @@ grant's units fall in the task's time, and when to ask ahead of need.
 
 A grant's units are due at the times the coordinator reserved them, on its own clock; the
 task places them on its clock through the offset between the two (:class:`ClockOffset`),
-known to within half the quickest recent round trip: a late answer — late on its way out (a
-busy loop) or back (a worker reading it late) — neither moves its units into those reserved
-for other holders nor makes them late. A coordinator that does not give its clock has its
-units placed from the call (exact when the lateness is on the way back).
+known to within half of what its recent calls leave open (at most the quickest one's round
+trip): an answer late on its way out (a busy loop) or back (a worker reading it late, a loop
+Spark held) moves no unit into those reserved for other holders, as long as some call of the
+last 10 s was quick, or the lateness was the loop held by Spark, or as long out as back. A
+coordinator that does not give its clock has its units placed from the call (exact when the
+lateness is on the way back).
 
 When the answers take longer than :data:`LATE_S` (``lag``: the median of the last few, at
 most :data:`AHEAD_MAX_S`), the task asks for units due once its answer can be there
@@ -38,10 +40,12 @@ MOST_DELAY_S = 60.0
 class ClockOffset:
     """The coordinator's clock less the task's, as the calls bound it: a call asked at
     ``asked`` and answered at ``answered`` (task time) read ``clock`` between the two, so the
-    offset lies in ``[clock - answered, clock - asked]``; the calls of the last
-    :data:`WINDOW_S` narrow it to the quickest one's round trip, whose middle it takes (a
-    network's way out and back take about as long; what makes a call slower is mostly an
-    answer read late, by a worker busy or held by Spark)."""
+    offset lies in ``[clock - answered, clock - asked]`` (``answered`` less the time Spark held
+    the task's loop: the answer waited for it); the calls of the last :data:`WINDOW_S`
+    narrow it, at least to the quickest one's round trip, and it takes the middle of what is
+    left (a network's way out and back take about as long). Its error is at most half that:
+    a task whose every call of 10 s is late one way more than the other by ``d`` places its
+    units up to ``d / 2`` off."""
 
     WINDOW_S = 10.0
     """Calls older than this no longer bound it (the two clocks drift apart, a little)."""
@@ -60,11 +64,9 @@ class ClockOffset:
 
     def local(self, clock: float) -> float:
         """The task's time of the coordinator's ``clock`` (after at least one :meth:`add`)."""
-        calls = self._calls
-        low = max(low for _, low, _ in calls)
-        high = min(high for _, _, high in calls)
-        quickest = min(high - low for _, low, high in calls)
-        return clock - min(high, max(low, high - quickest / 2))
+        low = max(low for _, low, _ in self._calls)
+        high = min(high for _, _, high in self._calls)
+        return clock - (low + high) / 2
 
 
 class Meters:
@@ -124,11 +126,19 @@ class Meters:
         return self.lag if self.lag > LATE_S else 0.0
 
     def answered(
-        self, grant: BudgetGrant, requests: int, units: float, asked: float, now: float
+        self,
+        grant: BudgetGrant,
+        requests: int,
+        units: float,
+        asked: float,
+        now: float,
+        held: float = 0.0,
     ) -> None:
         """Take a grant of ``requests`` slots and ``units`` cost units, asked at ``asked`` and
-        answered at ``now`` (task time); a ValueError, naming it, for a grant no coordinator
-        gives (a delay not a number, below zero or beyond a minute; a clock not a number)."""
+        answered at ``now`` (task time), the task's loop held by Spark ``held`` of it (the
+        answer waited, so that much of its lateness was on its way back); a ValueError,
+        naming it, for a grant no coordinator gives (a delay not a number, below zero or
+        beyond a minute; a clock not a number)."""
         for name, delay in (("requests", grant.requests_delay_s), ("cost", grant.cost_delay_s)):
             if not 0.0 <= delay <= MOST_DELAY_S:  # NaN too
                 raise ValueError(f"the coordinator's {name} delay is {delay!r} s")
@@ -139,7 +149,7 @@ class Meters:
         self.lag = min(AHEAD_MAX_S, statistics.median(self._lags))
         start = asked  # the coordinator's time, as far as the task can tell
         if clock is not None:
-            self._offset.add(clock, asked, now)
+            self._offset.add(clock, asked, max(asked, now - max(0.0, held)))
             start = self._offset.local(clock)
         if requests and self.slots is not None:
             self.slots.fill(requests, start + grant.requests_delay_s, now)

@@ -102,3 +102,15 @@ def test_a_grant_no_coordinator_gives_is_refused_naming_it(grant: BudgetGrant) -
     with pytest.raises(ValueError, match="the coordinator's"):
         meters.answered(grant, 1, 1.0, 0.0, 0.001)
     assert meters.short(0.0, 1.0) == (True, True)  # nothing taken from it
+
+
+def test_an_answer_that_waited_for_spark_to_run_the_loop_is_placed_exactly() -> None:
+    """Every call's answer read 0.3 s late because Spark held the task's loop (no call quick):
+    the time held is known to be on the way back, so the offset is still exact."""
+    meters = Meters(BudgetLimits(rate=100.0))
+    for at in (0.0, 1.0, 2.0):
+        requests, _ = meters.asks(at + 0.3, slot=True, cost=0.0, ahead=False)
+        grant = BudgetGrant(requests_delay_s=0.5, clock_s=at + 7.0)  # 7 s ahead of the task
+        meters.answered(grant, requests, 0.0, at, at + 0.3, held=0.3)
+        assert meters.take(0.0) == pytest.approx(at + 0.5)  # as reserved, not 0.15 off
+        meters.short(at + 0.9, 0.0)  # the rest dropped
