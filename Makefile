@@ -129,7 +129,7 @@ spark-versions: $(addprefix spark-,$(SPARK_VERSIONS))
 # the SQL join suites (the extension's rule and the differential test) on one minor: its
 # differential test writes SQL_DIFF_QUERIES queries of a seed of the minor's own (the newest,
 # in `make test`, 48 of the default seed), so each minor tries other shapes
-SQL_DIFF_QUERIES ?= 16
+SQL_DIFF_QUERIES ?= 24
 sql-%: .venvs/pyspark-%/.installed
 	@echo "== SQL join suites on $$(.venvs/pyspark-$*/bin/python -c 'import pyspark; print("PySpark", pyspark.__version__)')"
 	ASYNCLOOKUP_SQL_DIFF_QUERIES=$${ASYNCLOOKUP_SQL_DIFF_QUERIES:-$(SQL_DIFF_QUERIES)} \
