@@ -137,7 +137,7 @@ local function reserve(key, gap_key, per_s, units)
     start, gap_from = from, from + span
   else
     start = math.max(free, earliest)
-    local after = start + units * 1000 / per_s
+    local after = start + span
     redis.call('SET', key, string.format('%.3f', after), 'PX', math.ceil(after - now) + 60000)
     if start > math.max(free, now) then  -- asked ahead: the time before it stays free
       gap_from, gap_to = math.max(free, now), start

@@ -373,13 +373,13 @@ class TaskBudget:
         return False
 
     def _ask_ahead(self, cost: float) -> None:
-        """When the coordinator's answers come late, ask for the next grant before this one
-        runs out, in the background (:meth:`Meters.running_out`)."""
+        """Answers late: ask the next grant, in the background, before this one runs out."""
+        if self._ahead is not None or self._closed:  # one at a time; the sum below only then
+            return
         slot, units = self._meters.running_out(asyncio.get_running_loop().time(), cost)
-        if (slot or units) and self._ahead is None and not self._closed:
-            self._ahead = asyncio.ensure_future(
-                self._sync(slot=slot, cost=cost * units, ahead=True)
-            )
+        if slot or units:
+            call = self._sync(slot=slot, cost=cost * units, ahead=True)
+            self._ahead = asyncio.ensure_future(call)
             self._ahead.add_done_callback(self._asked_ahead)
 
     def _asked_ahead(self, call: asyncio.Task[None]) -> None:

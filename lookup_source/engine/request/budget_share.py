@@ -154,10 +154,6 @@ class Reservation:
     def has(self, units: float) -> bool:
         return self.left + 1e-9 >= units
 
-    def until(self) -> float:
-        """When the last unit reserved is due (``due`` when none is left)."""
-        return max((due + units * self.interval for due, units in self._grants), default=self.due)
-
     def take(self, units: float) -> float:
         """Take ``units`` (from the earliest grants); when they are due (loop time): the first
         one's time."""
