@@ -23,6 +23,11 @@ pattern must not build keys of a gigabyte."""
 
 def key_text(value: Any) -> str:
     """How one key value is written into a template: dates in ISO form, booleans lower case."""
+    kind = type(value)
+    if kind is str:  # the common keys first, by their exact type (bool is an int's subclass)
+        return value
+    if kind is int:
+        return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="surrogateescape")
     if isinstance(value, bool):

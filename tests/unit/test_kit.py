@@ -111,6 +111,28 @@ def test_a_key_template_gives_its_scan_pattern() -> None:
     assert match is not None and match.groups() == ("acme", "7:x")
 
 
+def test_a_key_is_written_into_a_template_by_its_value_not_its_class() -> None:
+    import datetime
+    import enum
+
+    from lookup_source.connector_api import key_text
+
+    class Tier(str, enum.Enum):  # a subclass of str: not taken for a plain text
+        GOLD = "gold"
+
+    class Count(int):
+        pass
+
+    written = [
+        key_text(v)
+        for v in (7, -3, "a b", True, False, b"k\xff", Count(5), datetime.date(2026, 1, 2))
+    ]
+    assert written == ["7", "-3", "a b", "true", "false", "k\udcff", "5", "2026-01-02"]
+    assert key_text(Tier.GOLD) == str(Tier.GOLD)
+    template = KeyTemplate("url", "/u/{key}", ("id",))
+    assert [template.render(k) for k in (42, "x", True)] == ["/u/42", "/u/x", "/u/true"]
+
+
 def test_translated_errors_name_a_certificate_problem_first() -> None:
     def classify(error: Exception) -> Any:
         return TransientError  # whatever the library says: a certificate problem is permanent
