@@ -253,7 +253,7 @@ class LookupEngine:
         request = Request(job, positions, _keys=keys)
         self._slots.occupy()
         self._in_flight_keys.add(request, request.keys)
-        task = asyncio.ensure_future(self._run(request))
+        task = asyncio.get_running_loop().create_task(self._run(request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

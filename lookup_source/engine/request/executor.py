@@ -264,26 +264,29 @@ class RequestExecutor:
         part = answer_of(result, len(asked), lambda: asked, self._fields)
         return part.placed(rows, size, python_keys)
 
-    async def _attempt(
+    def _attempt(
         self,
         asked: AskedKeys,
         rows: np.ndarray | None,
         limit_s: float,
         admission: Admission | None = None,
-    ) -> Any:
+    ) -> Awaitable[Any]:
         """One call to the client for the keys (or the given rows of them), for at most
         ``limit_s`` seconds (hedged once, with ``hedging``), holding ``admission``'s lease
-        until the call really ends."""
-
-        def call() -> Awaitable[Any]:
-            made = self._call(asked, rows)
-            return admission.holding(made) if admission is not None else made
-
+        until the call really ends: what to await (no coroutine of its own on the path)."""
         if self._hedging is not None:
-            return await self._hedged(lambda: self._call(asked, rows), call, limit_s, asked, rows)
+
+            def call() -> Awaitable[Any]:
+                made = self._call(asked, rows)
+                return admission.holding(made) if admission is not None else made
+
+            return self._hedged(lambda: self._call(asked, rows), call, limit_s, asked, rows)
+        made = self._call(asked, rows)
+        if admission is not None:
+            made = admission.holding(made)
         if self._cheap_deadline:
-            return await self.timer.within(call(), limit_s)
-        return await self.timer.abandoning(call(), limit_s, self.abandoned)
+            return self.timer.within(made, limit_s)
+        return self.timer.abandoning(made, limit_s, self.abandoned)
 
     def _call(self, asked: AskedKeys, rows: np.ndarray | None) -> Awaitable[Any]:
         """The client's lookup of the keys (or the given rows of them), not yet awaited."""
