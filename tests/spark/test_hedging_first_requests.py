@@ -37,6 +37,8 @@ SCHEMA = "user_id long, name string"
 KEYS = 4000
 PARTITIONS = 2
 SLOW_S = 3.0
+HELD = 3
+"""How many replies of users' rows the proxy holds for SLOW_S, in each job."""
 RUNS = itertools.count()
 
 
@@ -171,7 +173,7 @@ def test_a_stores_first_slow_answers_are_hedged(
         times = {}
         metrics = {}
         for mode, extra in (("unhedged", {}), ("hedged", {"hedge.after.ms": "200"})):
-            proxy.hold_replies(_rows_of_users, count=3, seconds=SLOW_S)
+            proxy.hold_replies(_rows_of_users, count=HELD, seconds=SLOW_S)
             before, open_before = proxy.connections, proxy.open_connections
             times[mode], metrics[mode] = timed_job(spark, {**options, **extra})
             opened = proxy.connections - before
@@ -186,10 +188,13 @@ def test_a_stores_first_slow_answers_are_hedged(
             )
     finally:
         proxy.close()
-    # each loser was cancelled mid-request: its connection dropped, never reused mid-reply
-    assert closed >= metrics["hedged"].hedges_won
     hedged = metrics["hedged"]
-    assert metrics["unhedged"].latency_max_ms >= SLOW_S * 1000 and hedged.hedges_won >= 3
+    assert metrics["unhedged"].latency_max_ms >= SLOW_S * 1000 and hedged.hedges_won >= HELD
+    # each request whose reply was held lost to its hedge mid-reply (none waited for its slow
+    # answer, below): its connection was dropped, never reused mid-reply. On a busy machine
+    # ordinary requests past 200 ms are hedged too, and a loser whose answer had already come
+    # when its hedge won is not in doubt: its connection may stay (seen: 13 won, 10 closed)
+    assert closed >= HELD
     assert hedged.latency_max_ms < SLOW_S * 1000  # none waited for its slow answer
     within_budget(hedged, 0.05)
     # the job itself ended sooner (not by a fixed share: beside another Spark job, a job's

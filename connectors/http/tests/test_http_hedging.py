@@ -93,16 +93,17 @@ def test_per_key_get_hedged_past_a_fixed_delay(service: TailService) -> None:
     assert plain.hedges == 0 and plain.latency_max_ms >= 500
     service.asked.clear()
     service.requests = 0
-    rows, hedged, hedged_s = lookup({**get, "hedge.after.ms": "50"})
+    # a budget that lets every request be hedged: a busy machine holds ordinary requests past
+    # 50 ms too, and with the default budget (0.05: 50 saved) they spent it before some slow
+    # ones came (seen beside another Spark job); the budget's bound has tests of its own
+    rows, hedged, hedged_s = lookup({**get, "hedge.after.ms": "50", "hedge.budget": "1"})
     check(rows)
-    assert all(service.asked[k] >= 2 for k in SLOW)  # each slow first request hedged
-    # a loaded machine may hedge an ordinary request past 50 ms too: within the budget; no key
-    # waited for the 500 ms tail: the hedges answered first (a count, not a wall time, which a
-    # busy machine stretches)
-    assert (
-        len(SLOW) <= hedged.hedges <= most_hedges(hedged, 0.05)
-        and hedged.hedges_won >= len(SLOW) - 2
-    )
+    unhedged = sorted(k for k in SLOW if service.asked[k] < 2)
+    assert not unhedged, f"slow first requests not hedged: {unhedged} ({hedged.hedges} hedges)"
+    # no key waited for the 500 ms tail: the hedges answered first (a count, not a wall time,
+    # which a busy machine stretches)
+    assert len(SLOW) <= hedged.hedges <= hedged.requests - hedged.hedges
+    assert hedged.hedges_won >= len(SLOW) - 2
     # a hedge cancelled as it was being sent may not reach the service
     assert 1000 + len(SLOW) <= service.requests <= 1000 + hedged.hedges
     print(f"job: {plain_s:.2f} s without hedging, {hedged_s:.2f} s with")
