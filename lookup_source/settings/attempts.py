@@ -120,8 +120,8 @@ class HedgeSettings:
         "the worker's recent answers (`p95`, `p99`; until 20 answers are known, after "
         f"{HEDGE_FALLBACK_MS} ms, or the delay given beside it: `p95,50`): the same keys are "
         "asked again, the first answer wins, the other request is cancelled. At most one "
-        "hedge per request; a hedge takes a free `capacity` slot (none free: no hedge), waits "
-        "for `rate.limit` and ends within the attempt's `timeout.ms`. Off by default.",
+        "hedge per request; a hedge waits for a free `capacity` slot (before any new request) "
+        "and for `rate.limit`, and ends within the attempt's `timeout.ms`. Off by default.",
         default_doc="(off)",
     )
     budget: float = option(
