@@ -2,7 +2,9 @@
 ``latency_s``, and refuses with 429 what goes beyond ``max_in_flight`` requests at once or
 ``rate`` requests in any one second (0: no such limit). It counts what a budget must keep:
 requests in flight (now and at most), when each request came and what it cost
-(``cost_of(key)``, else 1), and the refusals::
+(``cost_of(key)``, else 1), the refusals, and how late its own loop ran (``late_s``: a request
+is counted when its handler runs, so a loop that ran 50 ms late may count in one second what
+came over 1.05 s)::
 
     with QuotaService(max_in_flight=8, rate=300) as service:
         url = service.base_url + "/users/{key}"
@@ -14,13 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from lookup_source.service import BackgroundHttpServer
+
+TICK_S = 0.005
+"""How often the service looks at how late its loop runs."""
 
 
 class QuotaService(BackgroundHttpServer):
@@ -44,7 +50,10 @@ class QuotaService(BackgroundHttpServer):
         self.refused = 0
         self._recent: deque[float] = deque()
         self.phase = ""
+        self.late_s = 0.0
+        """The most the service's loop ran late since the last reset (a 5 ms ticker's lateness)."""
         app = web.Application()
+        app.cleanup_ctx.append(self._ticking)
         app.router.add_get("/users/{id}", self._one)
         app.router.add_post("/reset", self._reset)
         app.router.add_get("/stats", self._stats)
@@ -59,6 +68,7 @@ class QuotaService(BackgroundHttpServer):
         self.peak_in_flight = 0
         self.arrivals = []
         self.refused = 0
+        self.late_s = 0.0
         self._recent.clear()
 
     def stats(self) -> dict[str, float]:
@@ -70,7 +80,24 @@ class QuotaService(BackgroundHttpServer):
             "most_cost_in_1s": self.most_in_window(1.0, cost=True),
             "refused": self.refused,
             "busy_s": self.busy_s(),
+            "late_s": self.late_s,
         }
+
+    async def _ticking(self, app: web.Application) -> AsyncIterator[None]:
+        """While the service runs: how late its loop wakes a 5 ms ticker (``late_s``)."""
+
+        async def tick() -> None:
+            loop = asyncio.get_running_loop()
+            while True:
+                due = loop.time() + TICK_S
+                await asyncio.sleep(TICK_S)
+                self.late_s = max(self.late_s, loop.time() - due)
+
+        ticker = asyncio.ensure_future(tick())
+        yield
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
 
     async def _reset(self, request: web.Request) -> web.Response:  # POST /reset?phase=...
         query = request.query

