@@ -104,7 +104,7 @@ def ceiling(
         for process in processes:
             process.join()
     requests = sum(len(k) for k in keys_per_task)
-    decode = " + json.loads" if ctx.store.kind == "redis" else ""
+    decode = "" if ctx.store.kind == "postgres" else " + msgspec decode"
     which = f" ({http_client}, {loop})" if ctx.store.kind == "http" and not ctx.store.batch else ""
     return ctx.result(
         f"raw async client alone{which}{decode}, {len(processes)} processes",

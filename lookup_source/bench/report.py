@@ -41,9 +41,7 @@ def targets(results: list[Result]) -> list[tuple[str, str, float | None, bool | 
         loop = _find(group, "sync batched loop")
         sql = _find(group, "asynclookup SQL table function")
         if scenario == "redis":
-            check(
-                scenario, "≥ 1.5x the raw redis-py MGET + json.loads client", _ratio(ours, raw), 1.5
-            )
+            check(scenario, "≥ 1.5x the raw redis-py MGET + msgspec client", _ratio(ours, raw), 1.5)
             check(scenario, "≥ 2x the synchronous MGET loop", _ratio(ours, loop), 2.0)
         if scenario.startswith("redis,"):
             check(scenario, "≥ 3x the synchronous MGET loop", _ratio(ours, loop), 3.0)
