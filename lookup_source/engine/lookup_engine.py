@@ -136,8 +136,7 @@ class LookupEngine:
         )
         self._numbers = itertools.count()
         self._in_flight_keys: InFlightKeys[Request] = InFlightKeys()
-        self._tasks: dict[asyncio.Future[Answer], Request] = {}
-        """The requests in flight, by the task that runs each."""
+        self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # -- public API ----------------------------------------------------------------------------
@@ -251,48 +250,37 @@ class LookupEngine:
     def _start_request(
         self, job: BatchEntry, positions: np.ndarray, keys: pa.RecordBatch | None = None
     ) -> None:
-        """Start a request for the distinct keys of ``job`` at ``positions``: a task running the
-        executor's coroutine, and nothing around it (:meth:`_request_ended` hears its end)."""
         request = Request(job, positions, _keys=keys)
         self._slots.occupy()
         self._in_flight_keys.add(request, request.keys)
-        task = asyncio.get_running_loop().create_task(self._requests.run(request))
-        self._tasks[task] = request
-        task.add_done_callback(self._request_ended)
+        task = asyncio.get_running_loop().create_task(self._run(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    def _request_ended(self, task: asyncio.Future[Answer]) -> None:
-        """A request's task ended: its answer, or its failure, reaches its batches, then its
-        slot is free and each batch it served has one part less to wait for."""
-        request = self._tasks.pop(task)
+    async def _run(self, request: Request) -> None:
         try:
-            if task.cancelled():
-                if not self._closed:
-                    # a cancellation the engine never asked for (a client's, leaked): the keys
-                    # fail, as any error of the request does; never completed without an answer
-                    stray = FinalFailure(ConnectorError(STRAY_CANCELLATION), 1)
-                    self._request_failed(request, stray)
-            elif (error := task.exception()) is None:
-                self._answered(request, task.result())
-            elif isinstance(error, FinalFailure):
-                self._request_failed(request, error)
-            else:  # a bug in a connector's result must not hang the task
-                self._fail(error)
-        except Exception as exc:
+            try:
+                answer = await self._requests.run(request)
+            except FinalFailure as failure:
+                self._request_failed(request, failure)
+            except asyncio.CancelledError:
+                if self._closed:
+                    raise
+                # a cancellation the engine never asked for (a client's, leaked): the keys
+                # fail, as any error of the request does; never completed without an answer
+                self._request_failed(request, FinalFailure(ConnectorError(STRAY_CANCELLATION), 1))
+            else:
+                self._answered(request, answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in a connector's result must not hang the task
             self._fail(exc)
         finally:
-            self._settle(request)
-
-    def _settle(self, request: Request) -> None:
-        """``request`` ended: its slot is free, and each batch it served hears it."""
-        try:
             self._slots.release()
             self._in_flight_keys.discard(request)
             self._queue.request_done(request.targets)
             for job in request.jobs():
                 job.settle()
-        except Exception as exc:  # never left to the loop's handler: the task fails
-            self._fail(exc)
-        finally:
             request.subscribers = []  # done: what it delivered owes it nothing (no cycle)
 
     def _answered(self, request: Request, answer: Answer) -> None:

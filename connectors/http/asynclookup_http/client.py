@@ -37,7 +37,7 @@ from asynclookup_http import native_transport as native
 from asynclookup_http.aiohttp_transport import AiohttpTransport, classify, context_of
 from asynclookup_http.answers import BatchAnswers, json_key, record
 from asynclookup_http.body import ACCEPT_ENCODING
-from asynclookup_http.exchange import check_status, exchange, followed
+from asynclookup_http.exchange import check_status, exchange
 from asynclookup_http.options import (
     BATCH_KEYS_FIELD,
     BATCH_POST_SIZE,
@@ -274,25 +274,14 @@ class HttpLookupClient(LookupClient):
                     "reach another resource"
                 )
                 continue
-            # the transport asked directly (no frame of exchange's on each GET); a redirect
-            # is followed as exchange() follows it
-            answer = await transport.fetch("GET", url, None, None, self._max_bytes)
-            status = answer.status
-            if 300 <= status < 400:
-                answer = await followed(
-                    transport,
-                    "GET",
-                    url,
-                    answer,
-                    follow=self._same_origin,
-                    max_bytes=self._max_bytes,
-                )
-                status = answer.status
+            status, body, retry_after = await exchange(
+                transport, "GET", url, follow=self._same_origin, max_bytes=self._max_bytes
+            )
             if status == 404:
                 continue
             if not 200 <= status < 300:
-                check_status(status, answer.body, answer.retry_after, f"GET {redact_url(url)}")
-            out[key] = record(answer.body, self._path)
+                check_status(status, body, retry_after, f"GET {redact_url(url)}")
+            out[key] = record(body, self._path)
         return out
 
     async def _exchange(

@@ -11,7 +11,7 @@ from yarl import URL
 
 from asynclookup_http.body import parse_retry_after
 from asynclookup_http.options import MAX_REDIRECTS
-from asynclookup_http.transport import Fetched, Transport
+from asynclookup_http.transport import Transport
 from asynclookup_http.urls import same_origin
 from lookup_source.connector_api import (
     OverloadedError,
@@ -38,34 +38,12 @@ async def exchange(
     """One request (``url`` encoded): its status, its body (bounded, decoded) and its
     Retry-After; a redirect followed only when ``follow`` (``http.redirects=same-origin``)
     allows it."""
-    answer = await transport.fetch(method, url, body, headers, max_bytes)
-    if 300 <= answer.status < 400:
-        answer = await followed(
-            transport, method, url, answer, body, headers, follow=follow, max_bytes=max_bytes
-        )
-    return answer.status, answer.body, answer.retry_after
-
-
-async def followed(
-    transport: Transport,
-    method: str,
-    url: str,
-    answer: Fetched,
-    body: bytes | None = None,
-    headers: Any = None,
-    *,
-    follow: bool,
-    max_bytes: int,
-) -> Fetched:
-    """The answer a redirect (``answer`` to ``url``) leads to, at most
-    :data:`~asynclookup_http.options.MAX_REDIRECTS` of them, or the PermanentError that says
-    why it is not followed. A caller on the hot path calls ``transport.fetch`` itself and this
-    only for a 3xx answer (no frame of its own on every request)."""
-    for _ in range(MAX_REDIRECTS):
-        url = redirected(method, url, answer.status, answer.location, follow)
+    for _ in range(MAX_REDIRECTS + 1):
         answer = await transport.fetch(method, url, body, headers, max_bytes)
-        if not 300 <= answer.status < 400:
-            return answer
+        if 300 <= answer.status < 400:
+            url = redirected(method, url, answer.status, answer.location, follow)
+            continue
+        return answer.status, answer.body, answer.retry_after
     raise PermanentError(f"more than {MAX_REDIRECTS} redirects from {method} {redact_url(url)}")
 
 

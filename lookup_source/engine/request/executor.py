@@ -53,13 +53,10 @@ class Feedback:
         self._in_flight = in_flight
         self._hedging = hedging
 
-    def sent(self) -> float:
-        """An attempt is sent: what :meth:`paused` says now (one call on every request)."""
+    def sent(self) -> None:
         self._metrics.requests += 1
-        if self._hedging is None:
-            return 0.0
-        self._hedging.budget.earn()
-        return time_paused()
+        if self._hedging is not None:
+            self._hedging.budget.earn()
 
     def paused(self) -> float:
         """The time the task's loop has not run so far, when hedging listens (0.0 else): its
@@ -121,12 +118,6 @@ class RequestExecutor:
         self._policy = policy
         self._deadline = deadline
         self._pacing = pacing
-        self._unpaced = pacing.waits_for_nothing
-        self._retry_on_miss = policy.retry_on_miss
-        endless = deadline(0.0)
-        self._endless = endless if endless.total_s == 0 else None
-        """Without ``deadline.ms``, every request's deadline (made once): its attempts each
-        take ``timeout.ms``, whenever they start."""
         self._feedback = feedback
         self._metrics = metrics
         self._fields = fields
@@ -182,18 +173,18 @@ class RequestExecutor:
         answers: list[Answer] = []
         rows: np.ndarray | None = None  # None: every key of the request
         attempt = 0
-        endless = self._endless
-        deadline = endless or self._deadline(loop.time())
+        deadline = self._deadline(loop.time())
         while True:
             attempt += 1
-            admission = None if self._unpaced else await self._pacing.admit(asked, rows)
-            limit_s = deadline.timeout_s if endless else deadline.limit_s(loop.time())
+            pacing = self._pacing
+            admission = None if pacing.waits_for_nothing else await pacing.admit(asked, rows)
+            limit_s = deadline.limit_s(loop.time())
             if limit_s <= 0:  # the rate limiter or the budget held it past the deadline
                 if admission is not None:
                     admission.release()
                 raise FinalFailure(deadline.error(attempt - 1), attempt - 1)
-            paused = feedback.sent()
-            started = loop.time()
+            feedback.sent()
+            started, paused = loop.time(), feedback.paused()
             try:
                 result = await self._attempt(asked, rows, limit_s, admission)
             except (asyncio.TimeoutError, TimeoutError) as exc:
@@ -208,7 +199,7 @@ class RequestExecutor:
                 feedback.answered(started, loop.time(), paused)
                 settled = self._settled(self._checked(result), asked, rows)
                 answer = self._answer(settled, asked.size, asked.python_keys, rows)
-                if rows is None and not self._retry_on_miss:  # the common case: one answer
+                if not policy.retry_on_miss and rows is None:  # the common case: one answer
                     return answer
                 answers.append(answer)
                 rows, delay = self._still_missing(answers, attempt, deadline, loop.time())
