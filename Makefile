@@ -22,7 +22,8 @@ SPARK_NEWEST := $(lastword $(SPARK_VERSIONS))
 # each of them too (the newest runs every suite, the oldest has no SQL extension)
 SQL_SPARK_VERSIONS ?= 4.1 4.2
 SQL_SUITES ?= tests/spark/test_sql_joins.py tests/spark/test_sql_join_differential.py \
-	tests/spark/test_sql_extension_setup.py tests/unit/test_sql_contract.py
+	tests/spark/test_sql_join_spark_rows.py tests/spark/test_sql_extension_setup.py \
+	tests/unit/test_sql_contract.py
 # the Python of each environment (OLDEST_PYTHON: the oldest PySpark with the oldest Python)
 OLDEST_PYTHON ?= $(PYTHON)
 # what the environment of each PySpark runs: every suite but packaging (unit, connector, spark,

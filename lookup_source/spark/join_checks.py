@@ -133,6 +133,11 @@ def refusal(plan: LookupPlan) -> str | None:
     client_class = plan.options.connector_class()
     if not client_class.can_scan(config):
         return None  # Spark's join cannot read the table at all: lookups are the answer
+    if plan.options.on_error != "fail":
+        return (
+            f"the table has on.error={plan.options.on_error}: Spark's scan of it gives nulls "
+            "where a value does not fit its column, where a JOIN's lookups fail: Spark's join"
+        )
 
     def ask() -> str | None:
         exact = keys_match_exactly(client_class, config)
@@ -144,7 +149,8 @@ def refusal(plan: LookupPlan) -> str | None:
 def not_in_refusal(plan: LookupPlan) -> str | None:
     """Why a SQL ``NOT IN (SELECT key FROM table)`` must stay Spark's, or None: unless the store
     says its table holds no null key and some row (``LookupClient.table_facts``), the answer
-    depends on what only a scan of it would tell."""
+    depends on what only a scan of it would tell. Asked at each query's analysis (what the
+    table holds can change at any time), never kept."""
     config = for_sql_join(plan).connector_config()
     client_class = plan.options.connector_class()
 
@@ -161,7 +167,8 @@ def not_in_refusal(plan: LookupPlan) -> str | None:
             "store cannot tell: Spark's plan"
         )
 
-    return _kept_answer("not-in", client_class, config, ask, "about its table")
+    # asked at each query's analysis, never kept: what the table holds now decides the answer
+    return _asked(ask, "about its table")
 
 
 def _kept_answer(
@@ -181,15 +188,22 @@ def _kept_answer(
         kept = _CHECKED.get(identity)
     if kept is not None and now - kept[0] < _KEPT_S:
         return kept[1]
-    try:
-        with read_on_driver(CHECKING):
-            why = ask()
-    except Exception as error:  # cannot tell: keep Spark's join
-        why = f"the store could not be asked {about}: {type(error).__name__}"
-        log.info("asynclookup: %s (%s)", why, error)
+    why = _asked(ask, about)
     with _LOCK:
         _CHECKED[identity] = (now, why)
     return why
+
+
+def _asked(ask: Callable[[], str | None], about: str) -> str | None:
+    """``ask()``'s answer, asked of the store on the driver now; a store that cannot be asked
+    keeps Spark's join."""
+    try:
+        with read_on_driver(CHECKING):
+            return ask()
+    except Exception as error:  # cannot tell: keep Spark's join
+        why = f"the store could not be asked {about}: {type(error).__name__}"
+        log.info("asynclookup: %s (%s)", why, error)
+        return why
 
 
 def untravelled(schema: StructType) -> str | None:

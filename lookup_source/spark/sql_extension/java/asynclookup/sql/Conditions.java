@@ -9,6 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeSet;
 import org.apache.spark.sql.catalyst.expressions.Cast;
+import org.apache.spark.sql.catalyst.expressions.EqualNullSafe;
 import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.EvalMode$;
 import org.apache.spark.sql.catalyst.expressions.ExprId;
@@ -114,7 +115,41 @@ final class Conditions {
         (PairConditions.takes(c, table, inputSet) ? result.onPairs : result.onValues).add(c);
       }
     }
+    result.raiseWhereSparkWould(inputSet);
     return result;
+  }
+
+  /**
+   * Throws {@link NotRewritten} when a condition on the table's values may raise an error on
+   * other rows than Spark's join evaluates it on. An equality of the two sides is one of Spark's
+   * join keys, evaluated on every row of each side, where the rewrite evaluates it on the pairs
+   * whose keys matched; the other conditions Spark evaluates on the pairs whose join keys all
+   * matched, as the rewrite does when the table's keys are the only ones.
+   */
+  private void raiseWhereSparkWould(AttributeSet inputSet) {
+    List<Expression> onTable = new ArrayList<>(onValues);
+    onTable.addAll(onPairs);
+    boolean moreJoinKeys = false;
+    for (Expression c : onTable) {
+      if ((c instanceof EqualTo || c instanceof EqualNullSafe)
+          && Expressions.referencesAny(c, inputSet)) {
+        moreJoinKeys = true;
+        if (!RaiseFree.neverRaises(c)) {
+          throw new NotRewritten(
+              "an equality of the input and the table's values may raise an error (Spark"
+                  + " evaluates each side of it on every row, as a join key): "
+                  + c.sql());
+        }
+      }
+    }
+    for (Expression c : onTable) {
+      if (moreJoinKeys && !RaiseFree.neverRaises(c)) {
+        throw new NotRewritten(
+            "a condition on the table's values may raise an error, which Spark evaluates only"
+                + " on the pairs its other join keys match: "
+                + c.sql());
+      }
+    }
   }
 
   /** {@code inputSide = tableSide}: a key column of the table equated with the input. */

@@ -3,8 +3,10 @@ package asynclookup.sql;
 import java.util.List;
 import org.apache.spark.sql.catalyst.analysis.UnresolvedTableValuedFunction;
 import org.apache.spark.sql.catalyst.expressions.FunctionTableSubqueryArgumentExpression;
+import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.parser.ParserInterface;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.types.DataTypes;
 
 /**
  * The call {@code <function>(TABLE(<input>), '<keys>', '<how>', '<matched column>', '<mode>',
@@ -27,14 +29,16 @@ final class LookupCall {
       String mode,
       String conditions,
       String facts) {
+    // The arguments' texts are put in after parsing, as literals: no SQL escaping to get right
+    // under each parser setting (spark.sql.parser.escapedStringLiterals reads a backslash as
+    // itself); the parser sees placeholders with nothing to escape.
+    List<String> arguments =
+        List.of(String.join(",", keyColumns), how, matchedColumn, mode, conditions, facts);
     StringBuilder sql = new StringBuilder("SELECT * FROM ");
-    sql.append(quoted(function)).append("(TABLE(").append(quoted(Names.PREFIX + "rows"));
-    sql.append("), ").append(literal(String.join(",", keyColumns)));
-    sql.append(", ").append(literal(how));
-    sql.append(", ").append(literal(matchedColumn));
-    sql.append(", ").append(literal(mode));
-    sql.append(", ").append(literal(conditions));
-    sql.append(", ").append(literal(facts));
+    sql.append(quoted(function)).append("(TABLE(").append(quoted(Names.PREFIX + "rows")).append(")");
+    for (int i = 0; i < arguments.size(); i++) {
+      sql.append(", '").append(placeholder(i)).append("'");
+    }
     sql.append(")");
     LogicalPlan call;
     try {
@@ -46,6 +50,7 @@ final class LookupCall {
       throw new NotRewritten("this Spark parses a table function call otherwise");
     }
     boolean[] placed = {false};
+    boolean[] filled = new boolean[arguments.size()];
     LogicalPlan withInput =
             call.transformExpressions(
                 Scala.everywhere(
@@ -54,10 +59,24 @@ final class LookupCall {
                         placed[0] = true;
                         return ((FunctionTableSubqueryArgumentExpression) e).withNewPlan(input);
                       }
+                      if (e instanceof Literal && ((Literal) e).value() != null) {
+                        String text = ((Literal) e).value().toString();
+                        for (int i = 0; i < arguments.size(); i++) {
+                          if (text.equals(placeholder(i))) {
+                            filled[i] = true;
+                            return Literal.create(arguments.get(i), DataTypes.StringType);
+                          }
+                        }
+                      }
                       return e;
                     }));
     if (!placed[0]) {
       throw new NotRewritten("this Spark parses TABLE(...) otherwise");
+    }
+    for (boolean argument : filled) {
+      if (!argument) {
+        throw new NotRewritten("this Spark parses a table function's arguments otherwise");
+      }
     }
     return withInput;
   }
@@ -79,7 +98,7 @@ final class LookupCall {
     return "`" + name.replace("`", "``") + "`";
   }
 
-  private static String literal(String text) {
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'";
+  private static String placeholder(int i) {
+    return Names.PREFIX + "argument_" + i;
   }
 }

@@ -105,7 +105,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     try {
       return rewriteAll(plan);
-    } catch (RuntimeException | LinkageError | AssertionError error) { // never break a query
+    } catch (Exception | LinkageError | AssertionError error) { // never break a query
       AsyncLookupSqlExtensions.LOG.warn(
           "asynclookup: the plan is left to Spark: the rule failed: {}", error.toString());
       return plan;
@@ -116,13 +116,19 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     Map<String, Integer> named = namesInUse(plan);
     Map<Long, CTERelationDef> ctes = new HashMap<>();
     collectCtes(plan, ctes);
+    // what the nodes above a join do decides what the rewrite may take (RaisingRows): judged
+    // once the whole plan is resolved (the analyzer passes it again until nothing changes)
+    boolean judged = plan.resolved();
+    if (judged) {
+      RaisingRows.mark(plan);
+    }
     return plan.resolveOperatorsUp(
         Scala.everywhere(
             p -> {
               if (p.getTagValue(REPLACED).isDefined()) {
                 return refused(p);
               }
-              if (!p.resolved() || p.getTagValue(LEFT_ALONE).isDefined()) {
+              if (!judged || !p.resolved() || p.getTagValue(LEFT_ALONE).isDefined()) {
                 return p;
               }
               if (p instanceof Join) {
@@ -172,11 +178,12 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     try {
       JoinShape shape = JoinShape.ofJoin(join, where, ctes);
       table = shape.side.describe();
+      RaisingRows.checkAbove(original);
       hiddenColumnsUnused(join, named);
-      return rewritten(shape, original, table);
+      return rewritten(shape, original, original, table);
     } catch (NotRewritten why) {
       return leaveAlone(original, table, why.getMessage());
-    } catch (RuntimeException | LinkageError | AssertionError error) { // never break a query
+    } catch (Exception | LinkageError | AssertionError error) { // never break a query
       return failed(original, table, error);
     }
   }
@@ -202,6 +209,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       LogicalPlan input = plain.isEmpty() ? child : new Filter(Expressions.and(plain), child);
       JoinShape shape = JoinShape.ofSubquery(conjuncts.get(at), input, ctes);
       table = shape.side.describe();
+      RaisingRows.checkAbove(filter);
       hiddenColumnsUnused(child, named);
       // what the rewrite replaces: this conjunct and the plain ones (the other subqueries stay
       // above it, for the rule's next pass), put back as it was if the function refuses
@@ -209,24 +217,27 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       replaced.add(conjuncts.get(at));
       LogicalPlan original =
           subqueries.isEmpty() ? filter : new Filter(Expressions.and(replaced), child);
-      LogicalPlan plan = rewritten(shape, original, table);
+      LogicalPlan plan = rewritten(shape, original, filter, table);
       return subqueries.isEmpty() ? plan : new Filter(Expressions.and(subqueries), plan);
     } catch (NotRewritten why) {
       return leaveAlone(filter, table, why.getMessage());
-    } catch (RuntimeException | LinkageError | AssertionError error) { // never break a query
+    } catch (Exception | LinkageError | AssertionError error) { // never break a query
       return failed(filter, table, error);
     }
   }
 
   /** The plan that answers {@code shape} by lookups; tagged with what it replaces. */
-  private LogicalPlan rewritten(JoinShape shape, LogicalPlan original, String table) {
+  private LogicalPlan rewritten(
+      JoinShape shape, LogicalPlan original, LogicalPlan written, String table) {
     if (Expressions.isCorrelated(shape.condition) || hasOuterReference(shape.input)) {
       throw new NotRewritten("the join reads the outer query of a correlated subquery");
     }
     if (recursive(shape.input)) {
       throw new NotRewritten("the input reads a recursive common table expression's own rows");
     }
+    CachedSide.check(session, shape.sidePlan, shape.side.table.relation);
     Conditions conditions = Conditions.of(shape.condition, shape.side, shape.input.outputSet());
+    RaisingRows.checkInput(written, shape.input, shape.condition, conditions.keys);
     String function = TableFunctions.functionFor(session, shape.side.table);
     // the table function judges the table's strategy by Spark's estimate of the input's rows
     String id = UUID.randomUUID().toString().replace("-", "");
@@ -234,7 +245,8 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     boolean direct = direct(shape, conditions);
     LogicalPlan plan =
         direct
-            ? DirectLookupPlan.of(session, shape, conditions, function, facts)
+            ? DirectLookupPlan.of(
+                session, shape, conditions, function, facts, RaisingRows.needed(written))
             : KeysFirstPlan.of(session, shape, conditions, function, facts);
     String how = direct ? "as lookups" : "as Spark's join against the lookups of its keys";
     plan.setTagValue(

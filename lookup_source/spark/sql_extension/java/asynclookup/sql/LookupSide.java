@@ -121,11 +121,17 @@ final class LookupSide {
     if (!LookupTable.isLookupRelation(p)) {
       throw new NotRewritten("not an asynclookup table");
     }
-    LookupTable table = LookupTable.of((DataSourceV2Relation) p);
+    // The table's columns under ids of their own, which nothing else in the query has: a
+    // common table expression's first reference shares its definition's ids, and the input
+    // may carry them too (the same CTE joined twice: its first join, rewritten, is the input)
+    DataSourceV2Relation scanned = (DataSourceV2Relation) p;
+    DataSourceV2Relation fresh = (DataSourceV2Relation) scanned.newInstance();
+    LookupTable table = LookupTable.of(fresh);
     Map<ExprId, Expression> outputs = new HashMap<>();
-    List<Attribute> below = Scala.list(p.output());
-    for (Attribute a : below) {
-      outputs.put(a.exprId(), a);
+    List<Attribute> below = Scala.list(scanned.output());
+    List<Attribute> renamed = Scala.list(fresh.output());
+    for (int i = 0; i < below.size(); i++) {
+      outputs.put(below.get(i).exprId(), renamed.get(i));
     }
     List<Expression> filters = new ArrayList<>();
     for (int i = path.size() - 1; i >= 0; i--) { // from the relation up

@@ -1,0 +1,271 @@
+"""A rewritten SQL JOIN reads the rows and raises the errors Spark's own join would, where
+Spark's optimizer or its cache decides them, against a real Postgres: a common table expression
+joined twice, a lookup table Spark caches, a ``NOT IN`` whose table changes, literals under
+``spark.sql.parser.escapedStringLiterals``, a table with ``on.error=null``, and expressions
+that may raise where Spark would evaluate them on other rows (a ``WHERE`` above the join, an
+equality of the input and the table's values, a column no one reads, a ``LIMIT``, a
+``DISTINCT``, an ``OR``). Each query runs with the rewrite on and off (Spark's scan and join,
+the reference): the same rows, or both raising."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from lookup_source import register_lookup_table
+from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
+from lookup_source.spark.sql_extension import ENABLED
+from lookup_source.spark.versions import SQL_JOINS
+from tests.helpers import needs, run_postgres
+
+pytestmark = needs(SQL_JOINS)
+
+# id, key (nulls, misses, repeats), amt (0 only where the key matches nothing), key of a pair
+INPUT = [
+    (1, 1, 1, 2),
+    (2, 2, 2, 1),
+    (3, 3, 3, 3),
+    (4, 999, 0, 0),
+    (5, None, 0, 9),
+    (6, 1, 1, 2),
+    (7, 2, 2, 1),
+]
+
+
+@pytest.fixture(scope="module")
+def t(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
+    """The tables' names: ``dim`` (k 0..10, v 'i<k>', n = k % 4: zero on 0, 4, 8), ``texts``
+    (values with backslashes and quotes), ``ints`` (a bigint beyond ``int``), ``nin`` (no null
+    key yet), ``kept`` (to be cached), and the input ``ev``."""
+    suffix = uuid.uuid4().hex[:8]
+    pg = {s: f"sjr_{s}_{suffix}" for s in ("dim", "texts", "ints", "nin", "kept")}
+    run_postgres(
+        postgres_srv.url,
+        f"CREATE TABLE {pg['dim']} (k int PRIMARY KEY, v text, n int)",
+        f"INSERT INTO {pg['dim']} SELECT g, 'i' || g, g % 4 FROM generate_series(0, 10) g",
+        f"CREATE TABLE {pg['texts']} (k int PRIMARY KEY, v text)",
+        f"INSERT INTO {pg['texts']} VALUES (1, E'a\\\\b'), (2, E'a\\\\\\\\b'), (3, 'it''s')",
+        f"CREATE TABLE {pg['ints']} (k int PRIMARY KEY, big bigint)",
+        f"INSERT INTO {pg['ints']} VALUES (1, 1099511627776), (2, 5)",
+        f"CREATE TABLE {pg['nin']} (k int, v text)",
+        f"INSERT INTO {pg['nin']} VALUES (1, 'one'), (3, 'three')",
+        f"CREATE TABLE {pg['kept']} (k int PRIMARY KEY, v text)",
+        f"INSERT INTO {pg['kept']} VALUES (1, 'before'), (2, 'two')",
+    )
+    base = {"connector": "postgres", "url": postgres_srv.url}
+    names = {s: f"sjr_{s}_{suffix}" for s in pg}
+    for short in ("dim", "texts", "kept"):
+        register_lookup_table(spark, names[short], options={**base, "postgres.table": pg[short]})
+    register_lookup_table(
+        spark,
+        names["ints"],
+        schema="k int, big int",  # 1099511627776 does not fit: the scan gives null
+        options={**base, "postgres.table": pg["ints"], "key.column": "k", "on.error": "null"},
+    )
+    register_lookup_table(
+        spark,
+        names["nin"],
+        schema="k int, v string",
+        options={**base, "postgres.table": pg["nin"], "key.column": "k"},
+    )
+    names["ev"] = f"sjr_ev_{suffix}"
+    spark.createDataFrame(INPUT, "id long, ki int, amt int, kp int").createOrReplaceTempView(
+        names["ev"]
+    )
+    names["pg_nin"], names["pg_kept"] = pg["nin"], pg["kept"]
+    yield names
+    run_postgres(postgres_srv.url, *(f"DROP TABLE {table}" for table in pg.values()))
+
+
+@contextmanager
+def rewrite(spark: Any, on: bool) -> Iterator[None]:
+    spark.conf.set(ENABLED, "true" if on else "false")
+    try:
+        yield
+    finally:
+        spark.conf.unset(ENABLED)
+
+
+def outcome(spark: Any, sql: str) -> Counter[tuple[Any, ...]] | str:
+    """The rows of ``sql``, or the error class it raised."""
+    try:
+        return Counter(tuple(r) for r in spark.sql(sql).collect())
+    except Exception as error:  # Spark's own errors, whatever their class
+        condition = getattr(error, "getCondition", lambda: None)() or type(error).__name__
+        return f"raised {condition}"
+
+
+def both_ways(spark: Any, sql: str, *, rewritten: bool) -> Counter[tuple[Any, ...]] | str:
+    """``sql``'s outcome with the rewrite on, checked equal to Spark's own (the rewrite off);
+    whether the rule took it, checked against ``rewritten``."""
+    with rewrite(spark, True):
+        clear_decisions(spark)
+        on = outcome(spark, sql)
+        decisions = jvm_decisions(spark)
+        if not isinstance(on, str):
+            assert ("ArrowEvalPythonUDTF" in plan_text(spark.sql(sql), "simple")) == rewritten
+    assert any(d[0] == ("lookup" if rewritten else "spark") for d in decisions), decisions
+    with rewrite(spark, False):
+        off = outcome(spark, sql)
+    assert on == off, (sql, on, off)
+    return on
+
+
+def reason(spark: Any, sql: str) -> str:
+    with rewrite(spark, True):
+        clear_decisions(spark)
+        spark.sql(sql).schema  # noqa: B018 - analysis only
+        return " | ".join(d[3] for d in jvm_decisions(spark))
+
+
+def test_a_common_table_expression_joined_twice_keeps_each_joins_values(
+    spark: Any, t: dict[str, str]
+) -> None:
+    # the CTE's first reference shares its definition's column ids with the table: the second
+    # join's input (the first, rewritten) carries them; each join's values must stay its own
+    sql = (
+        f"WITH d AS (SELECT k, v FROM {t['dim']} WHERE k > 1) "
+        f"SELECT e.id, a.v, b.v FROM {t['ev']} e JOIN d a ON e.ki = a.k "
+        f"LEFT JOIN d b ON e.kp = b.k"
+    )
+    got = both_ways(spark, sql, rewritten=True)
+    assert got == Counter({(2, "i2", None): 1, (3, "i3", "i3"): 1, (7, "i2", None): 1})
+
+
+def test_a_lookup_table_spark_caches_is_read_from_the_cache(
+    spark: Any, postgres_srv: Any, t: dict[str, str]
+) -> None:
+    sql = f"SELECT e.id, d.v FROM {t['ev']} e JOIN {t['kept']} d ON e.ki = d.k"
+    spark.sql(f"CACHE TABLE {t['kept']}")
+    try:
+        run_postgres(postgres_srv.url, f"UPDATE {t['pg_kept']} SET v = 'after' WHERE k = 1")
+        got = both_ways(spark, sql, rewritten=False)
+        assert got == Counter({(1, "before"): 1, (6, "before"): 1, (2, "two"): 1, (7, "two"): 1})
+        assert "caches the lookup table" in reason(spark, sql)
+    finally:
+        spark.sql(f"UNCACHE TABLE {t['kept']}")
+    # uncached: the lookups again, reading the store
+    assert both_ways(spark, sql, rewritten=True)[(1, "after")] == 1
+
+
+def test_not_in_asks_the_table_at_each_query(
+    spark: Any, postgres_srv: Any, t: dict[str, str]
+) -> None:
+    sql = f"SELECT e.id FROM {t['ev']} e WHERE e.ki NOT IN (SELECT k FROM {t['nin']})"
+    assert both_ways(spark, sql, rewritten=True) == Counter({(2,): 1, (4,): 1, (7,): 1})
+    run_postgres(postgres_srv.url, f"INSERT INTO {t['pg_nin']} VALUES (NULL, 'no key')")
+    try:  # a null key now: NOT IN keeps no row, at once (nothing kept from the last query)
+        assert both_ways(spark, sql, rewritten=False) == Counter()
+    finally:
+        run_postgres(postgres_srv.url, f"DELETE FROM {t['pg_nin']} WHERE k IS NULL")
+
+
+@pytest.mark.parametrize("escaped", [False, True])
+def test_literals_reach_the_table_function_as_written(
+    spark: Any, t: dict[str, str], escaped: bool
+) -> None:
+    # with escapedStringLiterals a backslash is itself; without, '\\' is one
+    backslash = "\\" if escaped else "\\\\"
+    sql = (
+        f"SELECT e.id, d.v FROM {t['ev']} e LEFT JOIN {t['texts']} d "
+        f"ON e.ki = d.k AND d.v = 'a{backslash}b'"  # judged by the table function, on pairs
+    )
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", str(escaped).lower())
+    try:
+        got = both_ways(spark, sql, rewritten=True)
+    finally:
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
+    assert got[(1, "a\\b")] == 1 and got[(2, None)] == 1 and got[(3, None)] == 1
+
+
+def test_a_table_whose_scan_gives_nulls_stays_spark(spark: Any, t: dict[str, str]) -> None:
+    sql = f"SELECT e.id, d.big FROM {t['ev']} e LEFT JOIN {t['ints']} d ON e.ki = d.k"
+    got = both_ways(spark, sql, rewritten=False)
+    assert got[(1, None)] == 1 and got[(2, 5)] == 1
+    assert "on.error=null" in reason(spark, sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "rewritten", "why"),
+    [
+        (  # Spark pushes the WHERE into the table's scan: 100 DIV 0 on the rows of n = 0
+            "SELECT e.id, d.v FROM {ev} e JOIN {dim} d ON e.ki = d.k WHERE 100 DIV d.n > 1",
+            False,
+            "a condition above the join may raise",
+        ),
+        (  # a join key of Spark's, computed on every row of the table
+            "SELECT e.id, d.v FROM {ev} e JOIN {dim} d ON e.ki = d.k AND e.amt = 100 DIV d.n",
+            False,
+            "an equality of the input and the table's values may raise",
+        ),
+        (  # a column no one reads: Spark prunes it, the rewrite does not hand it over
+            "SELECT e.id, d.v FROM (SELECT id, ki, 100 DIV amt AS q FROM {ev}) e "
+            "JOIN {dim} d ON e.ki = d.k",
+            True,
+            "",
+        ),
+        (  # Spark pushes the LIMIT into the LEFT JOIN's input: the key never sees amt = 0
+            "SELECT e.id, d.v FROM (SELECT * FROM VALUES (1, 1), (2, 0) AS i(id, amt)) e "
+            "LEFT JOIN {dim} d ON 100 DIV e.amt = d.k LIMIT 1",
+            False,
+            "a LIMIT above the join",
+        ),
+        (  # Spark removes the outer join under the DISTINCT: the key is never computed
+            "SELECT DISTINCT e.id FROM {ev} e LEFT JOIN {dim} d ON 100 DIV e.amt = d.k",
+            False,
+            "a DISTINCT or an aggregate above the join",
+        ),
+        (  # Spark pushes the disjunction's input part below the join
+            "SELECT e.id, d.v FROM {ev} e JOIN {dim} d ON 100 DIV e.amt = d.k "
+            "AND ((e.amt <> 0 AND d.n > 0) OR (e.amt > 1 AND d.n = 0))",
+            False,
+            "a disjunction in the join's condition",
+        ),
+        (  # raises both ways: the key on every input row
+            "SELECT e.id, d.v FROM {ev} e LEFT JOIN {dim} d ON 100 DIV e.amt = d.k",
+            True,
+            "",
+        ),
+    ],
+)
+def test_what_may_raise_where_spark_decides_which_rows(
+    spark: Any, t: dict[str, str], sql: str, rewritten: bool, why: str
+) -> None:
+    query = sql.format(**t)
+    ansi = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "true")
+    try:
+        both_ways(spark, query, rewritten=rewritten)
+        if why:
+            assert why in reason(spark, query)
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", ansi)
+
+
+def test_columns_read_by_place_or_by_a_distinct_are_handed_over(
+    spark: Any, t: dict[str, str]
+) -> None:
+    # a UNION reads its second input's columns by place, a DISTINCT every column: no column
+    # of a join below them is one no one reads
+    def frames() -> tuple[Any, Any]:
+        events, dim = spark.table(t["ev"]), spark.table(t["dim"])
+        joined = events.join(dim, events.ki == dim.k)
+        return joined.union(joined).select("id", "v"), joined.distinct().select("v")
+
+    with rewrite(spark, True):
+        union, distinct = frames()
+        on = [Counter(tuple(r) for r in f.collect()) for f in (union, distinct)]
+        assert all("ArrowEvalPythonUDTF" in plan_text(f, "simple") for f in (union, distinct))
+    with rewrite(spark, False):
+        off = [Counter(tuple(r) for r in f.collect()) for f in frames()]
+    assert on == off
+    assert (
+        on[0][(1, "i1")] == 2
+        and on[0][(3, "i3")] == 2
+        and on[1] == Counter({("i1",): 2, ("i2",): 2, ("i3",): 1})
+    )
