@@ -203,11 +203,35 @@ def test_a_table_whose_scan_gives_nulls_stays_spark(spark: Any, t: dict[str, str
             False,
             "an equality of the input and the table's values may raise",
         ),
-        (  # a column no one reads: Spark prunes it, the rewrite does not hand it over
+        (  # a column no one reads: Spark prunes it, so never computes it
             "SELECT e.id, d.v FROM (SELECT id, ki, 100 DIV amt AS q FROM {ev}) e "
+            "JOIN {dim} d ON e.ki = d.k",
+            False,
+            "a column no one reads",
+        ),
+        (  # the same through a subquery (analyzed before the query above it is resolved)
+            "SELECT e.id FROM (SELECT id, ki, 100 DIV amt AS q FROM {ev}) e "
+            "WHERE NOT EXISTS (SELECT 1 FROM {dim} d WHERE d.k = e.ki)",
+            False,
+            "a column no one reads",
+        ),
+        (  # the same column read: Spark computes it on every input row too
+            "SELECT e.id, e.q, d.v FROM (SELECT id, ki, 100 DIV amt AS q FROM {ev}) e "
             "JOIN {dim} d ON e.ki = d.k",
             True,
             "",
+        ),
+        (  # another join's condition: Spark pushes its one-side part into the table's scan
+            "SELECT e.id, d.v FROM {ev} e JOIN {dim} d ON e.ki = d.k "
+            "JOIN {ev} o ON e.id = o.id AND 100 DIV d.n > 1",
+            False,
+            "a condition above the join may raise",
+        ),
+        (  # Spark turns INTERSECT into an aggregate over a semi join, then drops the LEFT JOIN
+            "SELECT e.id FROM {ev} e LEFT JOIN {dim} d ON 100 DIV e.amt = d.k "
+            "INTERSECT SELECT id FROM {ev}",
+            False,
+            "INTERSECT",
         ),
         (  # Spark pushes the LIMIT into the LEFT JOIN's input: the key never sees amt = 0
             "SELECT e.id, d.v FROM (SELECT * FROM VALUES (1, 1), (2, 0) AS i(id, amt)) e "
@@ -218,7 +242,7 @@ def test_a_table_whose_scan_gives_nulls_stays_spark(spark: Any, t: dict[str, str
         (  # Spark removes the outer join under the DISTINCT: the key is never computed
             "SELECT DISTINCT e.id FROM {ev} e LEFT JOIN {dim} d ON 100 DIV e.amt = d.k",
             False,
-            "a DISTINCT or an aggregate above the join",
+            "a DISTINCT, an aggregate, INTERSECT or EXCEPT above the join",
         ),
         (  # Spark pushes the disjunction's input part below the join
             "SELECT e.id, d.v FROM {ev} e JOIN {dim} d ON 100 DIV e.amt = d.k "
@@ -269,3 +293,38 @@ def test_columns_read_by_place_or_by_a_distinct_are_handed_over(
         and on[0][(3, "i3")] == 2
         and on[1] == Counter({("i1",): 2, ("i2",): 2, ("i3",): 1})
     )
+
+
+def test_a_dataframe_built_on_a_rewritten_query_reads_every_column(
+    spark: Any, t: dict[str, str]
+) -> None:
+    # Spark resolves a column the query did not select through the join below it
+    sql = f"SELECT e.id, d.v FROM {t['ev']} e JOIN {t['dim']} d ON e.ki = d.k"
+    got = []
+    for on in (True, False):
+        with rewrite(spark, on):
+            frame = spark.sql(sql)
+            got.append(Counter(tuple(r) for r in frame.where("amt > 1").collect()))
+            if on:
+                assert "ArrowEvalPythonUDTF" in plan_text(frame, "simple")
+    assert got[0] == got[1] == Counter({(2, "i2"): 1, (3, "i3"): 1, (7, "i2"): 1})
+
+
+def test_an_insert_of_a_join_is_the_lookup(spark: Any, t: dict[str, str]) -> None:
+    target = f"{t['ev']}_out"
+    spark.sql(f"CREATE TABLE {target} (id BIGINT, v STRING) USING parquet")
+    try:
+        sql = (
+            f"INSERT INTO {target} SELECT e.id, d.v FROM {t['ev']} e "
+            f"JOIN {t['dim']} d ON e.ki = d.k"
+        )
+        with rewrite(spark, True):
+            clear_decisions(spark)
+            spark.sql(sql)
+            assert [d[0] for d in jvm_decisions(spark)] == ["lookup"]
+        got = Counter(tuple(r) for r in spark.table(target).collect())
+        assert got == Counter(
+            {(1, "i1"): 1, (6, "i1"): 1, (2, "i2"): 1, (7, "i2"): 1, (3, "i3"): 1}
+        )
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {target}")

@@ -2,10 +2,8 @@ package asynclookup.sql;
 
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeSet;
@@ -54,56 +52,21 @@ final class DirectLookupPlan {
   private DirectLookupPlan() {}
 
   static LogicalPlan of(
-      SparkSession session,
-      JoinShape shape,
-      Conditions conditions,
-      String function,
-      String facts,
-      Set<Long> read) {
+      SparkSession session, JoinShape shape, Conditions conditions, String function, String facts) {
     LookupTable table = shape.side.table;
-    Set<Long> carried = carried(shape, conditions, read);
     boolean withValues = shape.kind.withValues();
     LogicalPlan call =
         LookupCall.of(
             session.sessionState().sqlParser(),
             function,
-            tableArgument(shape, conditions, carried),
+            tableArgument(shape, conditions),
             keyColumns(table),
             shape.kind.how,
             withValues ? Names.MATCHED : "",
             MODE,
             conditions.onPairs.isEmpty() ? "" : PairConditions.json(conditions.onPairs, inputs(shape)),
             facts);
-    return output(shape, conditions, call, carried);
-  }
-
-  /**
-   * The ids of the input columns the table function is handed: those the query reads (above
-   * the join or in it: {@code read}, null when not known: all) and those the conditions and
-   * keys read. Spark prunes a column no one reads, and so never computes it (it may raise).
-   */
-  private static Set<Long> carried(JoinShape shape, Conditions conditions, Set<Long> read) {
-    Set<Long> carried = new HashSet<>();
-    for (Attribute a : Scala.list(shape.input.output())) {
-      if (read == null || read.contains(a.exprId().id())) {
-        carried.add(a.exprId().id());
-      }
-    }
-    List<Expression> reading = new ArrayList<>(conditions.onInput);
-    reading.addAll(conditions.onPairs);
-    reading.addAll(conditions.onValues);
-    for (Expression key : conditions.keys) {
-      reading.add(key);
-    }
-    if (shape.notInValue != null) {
-      reading.add(shape.notInValue);
-    }
-    for (Expression e : reading) {
-      for (Attribute a : Scala.list(e.references().toSeq())) {
-        carried.add(a.exprId().id());
-      }
-    }
-    return carried;
+    return output(shape, conditions, call);
   }
 
   /** The input's attributes by id, as {@code TABLE(...)} names them. */
@@ -119,8 +82,7 @@ final class DirectLookupPlan {
   /** TABLE(...): the input (a copy with new ids) and its keys, without the rows an inner or
    * semi join's conditions on the input drop; in a LEFT or anti join, a row failing them gets
    * no key. */
-  private static LogicalPlan tableArgument(
-      JoinShape shape, Conditions conditions, Set<Long> carried) {
+  private static LogicalPlan tableArgument(JoinShape shape, Conditions conditions) {
     LookupTable table = shape.side.table;
     FreshIds fresh = FreshIds.of(shape.input);
     Map<ExprId, Expression> toCopy = new HashMap<>(fresh.renamed);
@@ -136,9 +98,6 @@ final class DirectLookupPlan {
     List<Attribute> columns = Scala.list(shape.input.output());
     List<NamedExpression> named = new ArrayList<>();
     for (int i = 0; i < columns.size(); i++) {
-      if (!carried.contains(columns.get(i).exprId().id())) {
-        continue; // (no one reads it: Spark prunes it)
-      }
       Attribute copy = fresh.renamed.get(columns.get(i).exprId());
       named.add(Expressions.alias(copy, Names.input(i), NamedExpression.newExprId()));
     }
@@ -174,8 +133,7 @@ final class DirectLookupPlan {
 
   /** The call's columns under ids of our own; the conditions on values; then the join's
    * attributes under theirs (a table column of a row without a match is null). */
-  private static LogicalPlan output(
-      JoinShape shape, Conditions conditions, LogicalPlan call, Set<Long> carried) {
+  private static LogicalPlan output(JoinShape shape, Conditions conditions, LogicalPlan call) {
     LookupSide side = shape.side;
     LookupTable table = side.table;
     Map<ExprId, Expression> toCall = new HashMap<>();
@@ -183,11 +141,7 @@ final class DirectLookupPlan {
     List<Attribute> columns = Scala.list(shape.input.output());
     for (int i = 0; i < columns.size(); i++) {
       Attribute a = columns.get(i);
-      toCall.put(
-          a.exprId(),
-          carried.contains(a.exprId().id())
-              ? column(named, Names.input(i), a.dataType(), a.nullable())
-              : Literal.create(null, a.dataType())); // (read by no one)
+      toCall.put(a.exprId(), column(named, Names.input(i), a.dataType(), a.nullable()));
     }
     Expression matched = null;
     if (shape.kind.withValues()) {

@@ -105,7 +105,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     try {
       return rewriteAll(plan);
-    } catch (Exception | LinkageError | AssertionError error) { // never break a query
+    } catch (Exception | LinkageError | AssertionError | StackOverflowError error) { // never break a query
       AsyncLookupSqlExtensions.LOG.warn(
           "asynclookup: the plan is left to Spark: the rule failed: {}", error.toString());
       return plan;
@@ -116,32 +116,35 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     Map<String, Integer> named = namesInUse(plan);
     Map<Long, CTERelationDef> ctes = new HashMap<>();
     collectCtes(plan, ctes);
-    // what the nodes above a join do decides what the rewrite may take (RaisingRows): judged
-    // once the whole plan is resolved (the analyzer passes it again until nothing changes)
-    boolean judged = plan.resolved();
-    if (judged) {
-      RaisingRows.mark(plan);
-    }
+    // what the nodes above a join do decides what the rewrite may take (RaisingRows)
+    RaisingRows rows = readsLookupTable(plan) ? RaisingRows.of(plan) : null;
     return plan.resolveOperatorsUp(
         Scala.everywhere(
             p -> {
               if (p.getTagValue(REPLACED).isDefined()) {
                 return refused(p);
               }
-              if (!judged || !p.resolved() || p.getTagValue(LEFT_ALONE).isDefined()) {
-                return p;
+              if (rows == null
+                  || !p.resolved()
+                  || p.getTagValue(LEFT_ALONE).isDefined()
+                  || !rows.judges(p)) {
+                return p; // (a node this pass cannot judge: the analyzer's next pass does)
               }
               if (p instanceof Join) {
-                return onJoin((Join) p, null, p, named, ctes);
+                return onJoin((Join) p, null, p, named, ctes, rows);
               }
               if (p instanceof Filter) {
-                return onFilter((Filter) p, named, ctes);
+                return onFilter((Filter) p, named, ctes, rows);
               }
               return p;
             }));
   }
 
-  private LogicalPlan onFilter(Filter filter, Map<String, Integer> named, Map<Long, CTERelationDef> ctes) {
+  private LogicalPlan onFilter(
+      Filter filter,
+      Map<String, Integer> named,
+      Map<Long, CTERelationDef> ctes,
+      RaisingRows rows) {
     LogicalPlan child = filter.child();
     if (child instanceof Join
         && ((Join) child).condition().isEmpty()
@@ -149,13 +152,13 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
         && filter.condition().deterministic()
         && !hasSubquery(filter.condition())
         && isLookupJoin((Join) child, ctes)) { // a comma join: its WHERE is its condition
-      return onJoin((Join) child, filter.condition(), filter, named, ctes);
+      return onJoin((Join) child, filter.condition(), filter, named, ctes, rows);
     }
     List<Expression> conjuncts = Expressions.conjuncts(filter.condition());
     for (int i = 0; i < conjuncts.size(); i++) {
       LogicalPlan sub = JoinShape.subqueryPlan(conjuncts.get(i));
       if (sub != null && LookupSide.looksLikeOne(sub, ctes)) {
-        return onSubquery(filter, conjuncts, i, named, ctes);
+        return onSubquery(filter, conjuncts, i, named, ctes, rows);
       }
     }
     return filter;
@@ -170,7 +173,8 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       Expression where,
       LogicalPlan original,
       Map<String, Integer> named,
-      Map<Long, CTERelationDef> ctes) {
+      Map<Long, CTERelationDef> ctes,
+      RaisingRows rows) {
     if (!isLookupJoin(join, ctes) || join.getTagValue(LEFT_ALONE).isDefined() && where == null) {
       return original;
     }
@@ -178,9 +182,9 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     try {
       JoinShape shape = JoinShape.ofJoin(join, where, ctes);
       table = shape.side.describe();
-      RaisingRows.checkAbove(original);
+      rows.checkAbove(original);
       hiddenColumnsUnused(join, named);
-      return rewritten(shape, original, original, table);
+      return rewritten(shape, original, original, table, rows);
     } catch (NotRewritten why) {
       return leaveAlone(original, table, why.getMessage());
     } catch (Exception | LinkageError | AssertionError error) { // never break a query
@@ -195,7 +199,8 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       List<Expression> conjuncts,
       int at,
       Map<String, Integer> named,
-      Map<Long, CTERelationDef> ctes) {
+      Map<Long, CTERelationDef> ctes,
+      RaisingRows rows) {
     String table = "an asynclookup table";
     try {
       List<Expression> plain = new ArrayList<>();
@@ -209,7 +214,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       LogicalPlan input = plain.isEmpty() ? child : new Filter(Expressions.and(plain), child);
       JoinShape shape = JoinShape.ofSubquery(conjuncts.get(at), input, ctes);
       table = shape.side.describe();
-      RaisingRows.checkAbove(filter);
+      rows.checkAbove(filter);
       hiddenColumnsUnused(child, named);
       // what the rewrite replaces: this conjunct and the plain ones (the other subqueries stay
       // above it, for the rule's next pass), put back as it was if the function refuses
@@ -217,7 +222,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       replaced.add(conjuncts.get(at));
       LogicalPlan original =
           subqueries.isEmpty() ? filter : new Filter(Expressions.and(replaced), child);
-      LogicalPlan plan = rewritten(shape, original, filter, table);
+      LogicalPlan plan = rewritten(shape, original, filter, table, rows);
       return subqueries.isEmpty() ? plan : new Filter(Expressions.and(subqueries), plan);
     } catch (NotRewritten why) {
       return leaveAlone(filter, table, why.getMessage());
@@ -228,7 +233,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
 
   /** The plan that answers {@code shape} by lookups; tagged with what it replaces. */
   private LogicalPlan rewritten(
-      JoinShape shape, LogicalPlan original, LogicalPlan written, String table) {
+      JoinShape shape, LogicalPlan original, LogicalPlan written, String table, RaisingRows rows) {
     if (Expressions.isCorrelated(shape.condition) || hasOuterReference(shape.input)) {
       throw new NotRewritten("the join reads the outer query of a correlated subquery");
     }
@@ -237,7 +242,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     CachedSide.check(session, shape.sidePlan, shape.side.table.relation);
     Conditions conditions = Conditions.of(shape.condition, shape.side, shape.input.outputSet());
-    RaisingRows.checkInput(written, shape.input, shape.condition, conditions.keys);
+    rows.checkInput(written, shape.input, shape.condition, conditions.keys);
     String function = TableFunctions.functionFor(session, shape.side.table);
     // the table function judges the table's strategy by Spark's estimate of the input's rows
     String id = UUID.randomUUID().toString().replace("-", "");
@@ -245,8 +250,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     boolean direct = direct(shape, conditions);
     LogicalPlan plan =
         direct
-            ? DirectLookupPlan.of(
-                session, shape, conditions, function, facts, RaisingRows.needed(written))
+            ? DirectLookupPlan.of(session, shape, conditions, function, facts)
             : KeysFirstPlan.of(session, shape, conditions, function, facts);
     String how = direct ? "as lookups" : "as Spark's join against the lookups of its keys";
     plan.setTagValue(
@@ -470,6 +474,30 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     }
     for (LogicalPlan child : Scala.list(plan.children())) {
       if (recursive(child)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Whether {@code plan} reads an asynclookup relation, in a subquery too. */
+  private static boolean readsLookupTable(LogicalPlan plan) {
+    if (LookupTable.isLookupRelation(plan)) {
+      return true;
+    }
+    for (Expression e : Scala.list(plan.expressions())) {
+      if (e.find(
+              Scala.fn(
+                  n ->
+                      (Object)
+                          (n instanceof SubqueryExpression
+                              && readsLookupTable(((SubqueryExpression) n).plan()))))
+          .isDefined()) {
+        return true;
+      }
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      if (readsLookupTable(child)) {
         return true;
       }
     }

@@ -1,117 +1,56 @@
 package asynclookup.sql;
 
 import java.util.HashSet;
+import java.util.IdentityHashMap;
+import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.Or;
 import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
-import org.apache.spark.sql.catalyst.plans.logical.Deduplicate;
-import org.apache.spark.sql.catalyst.plans.logical.Distinct;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
-import org.apache.spark.sql.catalyst.plans.logical.GlobalLimit;
-import org.apache.spark.sql.catalyst.plans.logical.LocalLimit;
+import org.apache.spark.sql.catalyst.plans.logical.Join;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
-import org.apache.spark.sql.catalyst.trees.TreeNodeTag;
-import scala.Option;
 
 /**
  * Expressions that may raise an error ({@link RaiseFree}) where Spark's optimizer decides on
  * which rows, or whether at all, they run, so that a rewrite would raise where Spark's join does
- * not, or answer where it raises:
+ * not, or answer where it raises. Such a join stays Spark's:
  *
  * <ul>
- *   <li>a {@code WHERE} above the join: Spark pushes its conditions below the join, into the
- *       table's scan (every row of the table) or the input (every input row), where the rewrite
- *       keeps them above the lookups (the rows that matched): such a join stays Spark's;
- *   <li>an input column no one reads: Spark prunes it, so the rewrite hands the table function
- *       only the input columns the query reads ({@link #needed});
- *   <li>the input's columns and filters, and the join's keys, on rows Spark may never read: a
- *       {@code LIMIT} pushed into a LEFT JOIN's input, an outer join removed under a {@code
- *       DISTINCT} or an aggregate, a disjunction of the ON condition pushed into the input.
- *       Such a join stays Spark's when any of them may raise.
+ *   <li>under a {@code WHERE}, or another join's condition, that may raise: Spark pushes its
+ *       conditions below the join, into the table's scan (every row of the table) or the input
+ *       (every input row), where the rewrite keeps them above the lookups (the rows that
+ *       matched);
+ *   <li>when the input computes a column no one reads that may raise: Spark prunes it, so never
+ *       computes it, where the rewrite hands every input column to the table function;
+ *   <li>when a key, or what the input computes, may raise and Spark may read fewer of the
+ *       input's rows: a {@code LIMIT} pushed into a LEFT JOIN's input, an outer join removed
+ *       under a {@code DISTINCT}, an aggregate, {@code INTERSECT} or {@code EXCEPT}, a
+ *       disjunction of the ON condition pushed into the input.
  * </ul>
  *
- * What the rewrite itself made (a join below, rewritten) is not looked into: its input was
- * judged when it was rewritten.
+ * What the nodes above each node do is read once per pass of the rule ({@link #of}), for the
+ * nodes of that pass's plan (by identity: nothing is written on the plan, which other queries
+ * may share); a node the pass did not see (a copy made above a join rewritten in the same pass)
+ * is judged in the analyzer's next pass. What the rewrite itself made (a join below, rewritten)
+ * is not looked into: its input was judged when it was rewritten. Operators a DataFrame adds
+ * after its query was analyzed ({@code spark.sql(...).limit(1)}) are not seen.
  */
 final class RaisingRows {
-  private RaisingRows() {}
-
-  /** On a node: why a condition above it may raise. */
-  static final TreeNodeTag<String> ABOVE = new TreeNodeTag<>("asynclookup.raisingAbove");
-  /** On a node: the ids of the attributes the nodes above it read (and the query's output;
-   * every column of a node read otherwise than by its expressions, see {@link #NARROWING}). */
-  static final TreeNodeTag<Set<Long>> READ_ABOVE = new TreeNodeTag<>("asynclookup.readAbove");
-  /** On a node: an operator above it by which Spark may read fewer of its rows. */
-  static final TreeNodeTag<String> FEWER_ROWS = new TreeNodeTag<>("asynclookup.fewerRows");
-
-  /** Tags each node of {@code plan} with what the nodes above it do (see the tags). */
-  static void mark(LogicalPlan plan) {
-    Set<Long> output = new HashSet<>();
-    for (Attribute a : Scala.list(plan.output())) {
-      output.add(a.exprId().id());
-    }
-    mark(plan, null, output, null);
-  }
-
-  private static void mark(LogicalPlan plan, String above, Set<Long> read, String fewer) {
-    set(plan, ABOVE, above);
-    set(plan, FEWER_ROWS, fewer);
-    plan.setTagValue(READ_ABOVE, read);
-    String below = above;
-    if (below == null && plan instanceof Filter) {
-      for (Expression c : Expressions.conjuncts(((Filter) plan).condition())) {
-        if (!RaiseFree.neverRaises(c)) {
-          below =
-              "a condition above the join may raise an error, which Spark may evaluate below"
-                  + " the join, on rows the lookups never fetch: "
-                  + c.sql();
-          break;
-        }
-      }
-    }
-    String fewerBelow = fewer;
-    if (fewerBelow == null) {
-      if (plan instanceof GlobalLimit || plan instanceof LocalLimit) {
-        fewerBelow = "a LIMIT";
-      } else if (plan instanceof Aggregate
-          || plan instanceof Distinct
-          || plan instanceof Deduplicate) {
-        fewerBelow = "a DISTINCT or an aggregate";
-      } else if (plan.getClass().getSimpleName().equals("Offset")) {
-        fewerBelow = "an OFFSET";
-      }
-    }
-    Set<Long> readBelow = new HashSet<>(read);
-    for (Attribute a : Scala.list(plan.references().toSeq())) {
-      readBelow.add(a.exprId().id());
-    }
-    if (!NARROWING.contains(plan.getClass().getSimpleName())) {
-      // a node that reads its children's columns otherwise than by its expressions (a UNION by
-      // place, a DISTINCT every column, a CTE's definition through its references): all read
-      for (LogicalPlan child : Scala.list(plan.children())) {
-        for (Attribute a : Scala.list(child.output())) {
-          readBelow.add(a.exprId().id());
-        }
-      }
-    }
-    for (LogicalPlan child : Scala.list(plan.children())) {
-      mark(child, below, readBelow, fewerBelow);
-    }
-  }
+  /** A node's {@link #above} while a node above it is not resolved yet: judged later. */
+  private static final String PENDING = "";
 
   /**
    * The operators whose answer depends on their children's columns only through their own
    * expressions, the rest passed up under the same ids (or dropped): below them, a column no
-   * one reads is one their expressions and the nodes above them do not read.
+   * one reads is one their expressions and the nodes above them do not read. Above any other
+   * (a UNION reads by place, a DISTINCT every column), every column counts as read.
    */
   private static final Set<String> NARROWING =
       Set.of(
-          "Project",
-          "Aggregate",
           "Filter",
           "Sort",
           "GlobalLimit",
@@ -125,45 +64,182 @@ final class RaisingRows {
           "Repartition",
           "RepartitionByExpression");
 
-  private static void set(LogicalPlan plan, TreeNodeTag<String> tag, String value) {
-    if (value != null) {
-      plan.setTagValue(tag, value);
-    } else {
-      plan.unsetTagValue(tag);
+  /**
+   * Statements around a query that stay unresolved while the analyzer resolves the query (an
+   * {@code INSERT}'s target is resolved after): below them, every column counts as read.
+   */
+  private static final Set<String> WRAPPERS =
+      Set.of(
+          "InsertIntoStatement",
+          "InsertIntoDir",
+          "CreateTableAsSelect",
+          "ReplaceTableAsSelect",
+          "CreateTableAsSelectStatement",
+          "ReplaceTableAsSelectStatement",
+          "CreateViewCommand",
+          "CreateView",
+          "AppendData",
+          "OverwriteByExpression",
+          "OverwritePartitionsDynamic");
+
+  private static final class Mark {
+    /** Why a condition above may raise (PENDING: not known yet), or null. */
+    final String above;
+    /** The ids of the node's columns the nodes above read; null: all (not known). */
+    final Set<Long> read;
+    /** An operator above by which Spark may read fewer of the node's rows, or null. */
+    final String fewer;
+
+    Mark(String above, Set<Long> read, String fewer) {
+      this.above = above;
+      this.read = read;
+      this.fewer = fewer;
     }
+  }
+
+  private final Map<LogicalPlan, Mark> marks = new IdentityHashMap<>();
+
+  private RaisingRows() {}
+
+  /** What the nodes above each node of {@code plan} do. */
+  static RaisingRows of(LogicalPlan plan) {
+    RaisingRows rows = new RaisingRows();
+    Set<Long> output = null;
+    if (plan.resolved()) {
+      output = new HashSet<>();
+      for (Attribute a : Scala.list(plan.output())) {
+        output.add(a.exprId().id());
+      }
+    }
+    rows.mark(plan, new Mark(null, output, null));
+    return rows;
+  }
+
+  private void mark(LogicalPlan plan, Mark mark) {
+    marks.put(plan, mark);
+    boolean resolved = plan.resolved();
+    String above = mark.above != null ? mark.above : raisingCondition(plan, resolved);
+    if (!resolved && above == null && !WRAPPERS.contains(plan.getClass().getSimpleName())) {
+      above = PENDING; // what it reads is not known yet: judged once it is resolved
+    }
+    String fewer = mark.fewer != null ? mark.fewer : fewerRows(plan);
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      mark(child, new Mark(above, resolved ? readBelow(plan, mark.read) : null, fewer));
+    }
+  }
+
+  /** Why {@code plan}'s own condition may raise below it, or null. */
+  private static String raisingCondition(LogicalPlan plan, boolean resolved) {
+    Expression condition = null;
+    if (plan instanceof Filter) {
+      condition = ((Filter) plan).condition();
+    } else if (plan instanceof Join && ((Join) plan).condition().isDefined()) {
+      condition = ((Join) plan).condition().get();
+    }
+    if (condition == null) {
+      return null;
+    }
+    if (!resolved) {
+      return PENDING;
+    }
+    for (Expression c : Expressions.conjuncts(condition)) {
+      if (!RaiseFree.neverRaises(c)) {
+        return "a condition above the join may raise an error, which Spark may evaluate below"
+            + " the join, on rows the lookups never fetch: "
+            + c.sql();
+      }
+    }
+    return null;
+  }
+
+  private static String fewerRows(LogicalPlan plan) {
+    switch (plan.getClass().getSimpleName()) {
+      case "GlobalLimit":
+      case "LocalLimit":
+      case "Offset":
+        return "a LIMIT";
+      case "Aggregate":
+      case "Distinct":
+      case "Deduplicate":
+      case "Intersect":
+      case "Except":
+        return "a DISTINCT, an aggregate, INTERSECT or EXCEPT";
+      default:
+        return null;
+    }
+  }
+
+  /** The ids of the children's columns that {@code plan} and the nodes above it read. */
+  private static Set<Long> readBelow(LogicalPlan plan, Set<Long> read) {
+    Set<Long> below = new HashSet<>();
+    if (read == null) {
+      return null;
+    }
+    if (plan instanceof Project || plan instanceof Aggregate) {
+      // what its read columns are made of (an aggregate's groups always)
+      for (Expression e : Scala.list(plan.expressions())) {
+        boolean item = e instanceof NamedExpression;
+        boolean isRead = item && read.contains(((NamedExpression) e).exprId().id());
+        boolean grouping =
+            plan instanceof Aggregate
+                && Scala.list(((Aggregate) plan).groupingExpressions()).contains(e);
+        if (!item || isRead || grouping) {
+          addReferences(e, below);
+        }
+      }
+      return below;
+    }
+    below.addAll(read);
+    addReferences(plan.references(), below);
+    if (!NARROWING.contains(plan.getClass().getSimpleName())) {
+      for (LogicalPlan child : Scala.list(plan.children())) {
+        for (Attribute a : Scala.list(child.output())) {
+          below.add(a.exprId().id());
+        }
+      }
+    }
+    return below;
+  }
+
+  private static void addReferences(Expression e, Set<Long> into) {
+    addReferences(e.references(), into);
+  }
+
+  private static void addReferences(
+      org.apache.spark.sql.catalyst.expressions.AttributeSet references, Set<Long> into) {
+    for (Attribute a : Scala.list(references.toSeq())) {
+      into.add(a.exprId().id());
+    }
+  }
+
+  /** Whether this pass can judge {@code node} (else: the analyzer's next pass). */
+  boolean judges(LogicalPlan node) {
+    Mark mark = marks.get(node);
+    return mark != null && !PENDING.equals(mark.above);
   }
 
   /** Throws {@link NotRewritten} when {@code node} (the join, or the WHERE that writes it)
    * is under a condition that may raise. */
-  static void checkAbove(LogicalPlan node) {
-    Option<String> why = node.getTagValue(ABOVE);
-    if (why.isDefined()) {
-      throw new NotRewritten(why.get());
+  void checkAbove(LogicalPlan node) {
+    Mark mark = marks.get(node);
+    if (mark != null && mark.above != null) {
+      throw new NotRewritten(mark.above);
     }
   }
 
-  /**
-   * The ids of the input columns the query reads, above {@code node} (the join, or the WHERE
-   * that writes it) or in it; null when not known (every column is then needed).
-   */
-  static Set<Long> needed(LogicalPlan node) {
-    Option<Set<Long>> read = node.getTagValue(READ_ABOVE);
-    if (read.isEmpty()) {
-      return null;
+  /** Throws {@link NotRewritten} when the input computes a column no one reads that may raise,
+   * or Spark may read fewer input rows than the rewrite and a key, or what the input computes
+   * that the query reads, may raise. */
+  void checkInput(LogicalPlan node, LogicalPlan input, Expression condition, Expression[] keys) {
+    String unread = unreadRaising(input);
+    if (unread != null) {
+      throw new NotRewritten(
+          "the input computes a column no one reads that may raise an error (Spark prunes it,"
+              + " so never computes it): "
+              + unread);
     }
-    Set<Long> needed = new HashSet<>(read.get());
-    for (Attribute a : Scala.list(node.references().toSeq())) {
-      needed.add(a.exprId().id());
-    }
-    return needed;
-  }
-
-  /** Throws {@link NotRewritten} when Spark may read fewer input rows than the rewrite (see
-   * the class doc) and a key, or what the input computes that the query reads, may raise. */
-  static void checkInput(
-      LogicalPlan node, LogicalPlan input, Expression condition, Expression[] keys) {
-    Option<String> fewer = node.getTagValue(FEWER_ROWS);
-    String because = fewer.isDefined() ? fewer.get() + " above the join" : null;
+    Mark mark = marks.get(node);
+    String because = mark != null && mark.fewer != null ? mark.fewer + " above the join" : null;
     if (because == null) {
       for (Expression c : Expressions.conjuncts(condition)) {
         if (c instanceof Or) {
@@ -183,7 +259,7 @@ final class RaisingRows {
       }
     }
     if (raises == null) {
-      raises = inInput(input);
+      raises = readRaising(input);
     }
     if (raises != null) {
       throw new NotRewritten(
@@ -194,29 +270,40 @@ final class RaisingRows {
     }
   }
 
-  private static String inInput(LogicalPlan plan) {
+  /** A column of a projection or aggregate in {@code plan} that no one reads and may raise. */
+  private String unreadRaising(LogicalPlan plan) {
+    return inInput(plan, false);
+  }
+
+  /** What {@code plan} computes that is read (or filters by) and may raise. */
+  private String readRaising(LogicalPlan plan) {
+    return inInput(plan, true);
+  }
+
+  private String inInput(LogicalPlan plan, boolean read) {
     if (plan.getTagValue(LookupJoinRule.REPLACED).isDefined()) {
       return null;
     }
+    Mark mark = marks.get(plan);
     if (plan instanceof Project || plan instanceof Aggregate) {
-      Option<Set<Long>> read = plan.getTagValue(READ_ABOVE);
       for (Expression e : Scala.list(plan.expressions())) {
         boolean isRead =
-            read.isEmpty()
+            mark == null
+                || mark.read == null
                 || !(e instanceof NamedExpression)
-                || read.get().contains(((NamedExpression) e).exprId().id());
-        if (isRead && !RaiseFree.neverRaises(e)) {
+                || mark.read.contains(((NamedExpression) e).exprId().id());
+        if (isRead == read && !RaiseFree.neverRaises(e)) {
           return e.sql();
         }
       }
-    } else if (plan instanceof Filter) {
+    } else if (read && plan instanceof Filter) {
       Expression c = ((Filter) plan).condition();
       if (!RaiseFree.neverRaises(c)) {
         return c.sql();
       }
     }
     for (LogicalPlan child : Scala.list(plan.children())) {
-      String why = inInput(child);
+      String why = inInput(child, read);
       if (why != null) {
         return why;
       }
