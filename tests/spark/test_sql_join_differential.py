@@ -157,12 +157,13 @@ def world(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
         )
 
     register("int4", pgt["int4"], None)  # inferred: k int
-    # options a JOIN's answer must not depend on: on.error=null, a low lookup.max-matches
+    # an option a JOIN's answer must not depend on: a low lookup.max-matches (a table with
+    # on.error=null stays Spark's: test_sql_join_spark_rows)
     register(
         "dup_opts",
         pgt["dup"],
         "k long, v string, n int",
-        **{"key.column": "k", "on.error": "null", "lookup.max-matches": "1"},
+        **{"key.column": "k", "lookup.max-matches": "1"},
     )
     register("int4_text", pgt["int4"], "k string, v string, n int")  # integers read as text
     register("empty", pgt["nil"], None)
@@ -292,7 +293,7 @@ FIXED = [
     # an input that may give other rows when read twice
     "SELECT e.id, d.v FROM (SELECT * FROM {ev} ORDER BY id LIMIT 7) e LEFT JOIN {ver} d "
     "ON e.kl = d.k AND upper(d.v) LIKE 'VER1%'",
-    # table options a JOIN's answer must not depend on (on.error=null, lookup.max-matches=1)
+    # a table option a JOIN's answer must not depend on (lookup.max-matches=1)
     "SELECT e.id, d.v FROM {ev} e LEFT JOIN {dup_opts} d ON e.kl = d.k",
     "SELECT e.id FROM {ev} e WHERE NOT EXISTS (SELECT 1 FROM {dup_opts} d WHERE d.k = e.kl)",
     # integers read as strings: '5' cannot be sent as an integer
