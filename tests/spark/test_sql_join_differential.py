@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -277,7 +278,11 @@ def outcome(spark: Any, sql: str, on: bool) -> tuple[Any, bool]:
         return (Counter(tuple(row) for row in frame.collect()), schema), looked_up
     except Exception as error:
         condition = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)
-        return ("raised", condition() if callable(condition) else type(error).__name__), False
+        found = condition() if callable(condition) else None
+        if not found:  # a Java error PySpark did not convert (a stage failure): its cause's class
+            named = re.search(r"\[([A-Z][A-Z_]+(?:\.[A-Z_]+)*)\]", str(error))
+            found = named.group(1) if named else type(error).__name__
+        return ("raised", found), False
     finally:
         spark.conf.unset(ENABLED)
 
