@@ -12,16 +12,15 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from lookup_source import register_lookup_table
 from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
-from lookup_source.spark.sql_extension import ENABLED
 from lookup_source.spark.versions import SQL_JOINS
 from tests.helpers import needs, run_postgres
+from tests.spark.sql_rewrite import decided, rewrite
 
 pytestmark = needs(SQL_JOINS)
 
@@ -82,15 +81,6 @@ def t(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     run_postgres(postgres_srv.url, *(f"DROP TABLE {table}" for table in pg.values()))
 
 
-@contextmanager
-def rewrite(spark: Any, on: bool) -> Iterator[None]:
-    spark.conf.set(ENABLED, "true" if on else "false")
-    try:
-        yield
-    finally:
-        spark.conf.unset(ENABLED)
-
-
 def outcome(spark: Any, sql: str) -> Counter[tuple[Any, ...]] | str:
     """The rows of ``sql``, or the error class it raised."""
     try:
@@ -118,9 +108,7 @@ def both_ways(spark: Any, sql: str, *, rewritten: bool) -> Counter[tuple[Any, ..
 
 def reason(spark: Any, sql: str) -> str:
     with rewrite(spark, True):
-        clear_decisions(spark)
-        spark.sql(sql).schema  # noqa: B018 - analysis only
-        return " | ".join(d[3] for d in jvm_decisions(spark))
+        return " | ".join(d[3] for d in decided(spark, sql))
 
 
 def test_a_common_table_expression_joined_twice_keeps_each_joins_values(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -18,9 +17,9 @@ from pyspark.sql import functions as F
 from lookup_source import lookup_metrics, register_data_source, register_lookup_table
 from lookup_source.service import BackgroundHttpServer
 from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
-from lookup_source.spark.sql_extension import ENABLED
 from lookup_source.spark.versions import SQL_JOINS
 from tests.helpers import needs, run_postgres
+from tests.spark.sql_rewrite import decided, rewrite, rows
 
 pytestmark = needs(SQL_JOINS)
 
@@ -90,26 +89,6 @@ def tables(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     run_postgres(
         postgres_srv.url, f"DROP TABLE {users}", f"DROP TABLE {orders}", f"DROP TABLE {accounts}"
     )
-
-
-@contextmanager
-def rewrite(spark: Any, on: bool) -> Iterator[None]:
-    spark.conf.set(ENABLED, "true" if on else "false")
-    try:
-        yield
-    finally:
-        spark.conf.unset(ENABLED)
-
-
-def rows(frame: Any) -> Counter[tuple[Any, ...]]:
-    return Counter(tuple(r) for r in frame.collect())
-
-
-def decided(spark: Any, sql: str) -> list[tuple[str, str, str, str]]:
-    """The extension's decisions while ``sql`` is analyzed (the rewrite on)."""
-    clear_decisions(spark)
-    spark.sql(sql).schema  # noqa: B018 - analysis only
-    return jvm_decisions(spark)
 
 
 def same_both_ways(
