@@ -343,7 +343,9 @@ class LookupClient:
         """Whether the table holds a row with a null key, and any row at all: a SQL ``NOT IN
         (SELECT key FROM table)`` runs as lookups only when the answer is no null key and some
         row (then it keeps exactly the input rows whose value is not null and not a key).
-        Asked once on the driver. The default: it cannot tell (``NOT IN`` stays Spark's)."""
+        Asked on the driver when such a query is analyzed, and by each task that runs it (what
+        it keeps follows the table then). The default: it cannot tell (``NOT IN`` stays
+        Spark's)."""
         return TableFacts()
 
     async def keys_sent_exactly(self) -> bool:

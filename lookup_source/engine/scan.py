@@ -112,7 +112,7 @@ def keys_match_exactly(client_class: type[LookupClient], config: ConnectorConfig
 
 def table_facts(client_class: type[LookupClient], config: ConnectorConfig) -> TableFacts:
     """What the store says of its whole table (``LookupClient.table_facts``), asked on the
-    driver."""
+    driver or by a task."""
     if client_class.table_facts is LookupClient.table_facts:
         return TableFacts()
     with TaskLoop() as loop, loop.opened(client_class(config)) as client:

@@ -7,8 +7,12 @@ SQL_JOIN = "sql-join"
 """The mode the SQL extension calls a lookup table function in."""
 
 NOT_IN = "not-in"
-"""What the SQL extension calls a ``NOT IN`` with: an anti join of the input rows whose value is
-not null (it filters the others out), if the table holds no null key and some row."""
+"""What the SQL extension calls a ``NOT IN`` with: an anti join whose answer depends on what the
+table holds when it runs (:mod:`.not_in`)."""
+
+NOT_IN_NULL = "__asynclookup_not_in_null"
+"""The boolean column of a ``NOT IN``'s input that says whether the row's value is null (its key
+may be null for a value the table's key cannot hold, which is a miss)."""
 
 VETO = "__asynclookup_veto"
 """The one column of a refusal."""

@@ -18,11 +18,13 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, PartitioningColumn
 
+from lookup_source.connector_api.client import TableFacts
 from lookup_source.engine.intake.ranges import pushed_ranges
 from lookup_source.engine.output.match_conditions import parse_match_conditions
 from lookup_source.engine.runner import ClientFactory, LookupTask
 from lookup_source.engine.spec import DEFAULT_OUTPUT_ROWS, HOW_ALIASES, HOWS
 from lookup_source.errors import SchemaError
+from lookup_source.spark import not_in as not_in_input
 from lookup_source.spark.declared_output import DeclaredOutput
 from lookup_source.spark.join_checks import (
     RuleFacts,
@@ -52,6 +54,8 @@ class LookupAnalyzeResult(AnalyzeResult):
     sql_join: bool = False
     conditions: str = ""
     """Conditions on each pair of a row and a match, as JSON (:mod:`.match_conditions`)."""
+    not_in: bool = False
+    """A SQL ``NOT IN`` the extension rewrote: its rows depend on the table when it runs."""
 
 
 def _constant(argument: AnalyzeArgument | None, what: str, default: str | None = None) -> str:
@@ -93,6 +97,7 @@ def _analyze(
         result = _analyzed(plan, buckets, table, keys, how, matched, conditions)
         why = why or untravelled(result.input_schema or StructType()) or refusal(plan)
         if why is None and not_in:
+            not_in_input.checked_input(list((result.input_schema or StructType()).names))
             why = not_in_refusal(plan)
     except Exception as error:  # never fail the query: leave the join to Spark
         why = describe_failure(error)
@@ -100,6 +105,7 @@ def _analyze(
         return LookupAnalyzeResult(schema=veto(why))
     result.schema = decided(result.schema, result.on[0], decision, told.rewrite)
     result.sql_join = True
+    result.not_in = not_in
     return result
 
 
@@ -235,6 +241,9 @@ class _LookupRuns:
             matched_column=analyze_result.matched,
         )
         self.conditions = analyze_result.conditions
+        self.not_in = analyze_result.not_in
+        self.table_facts: TableFacts | None = None
+        """A NOT IN's: what the store says its table holds, asked at this task's first batch."""
         self.output = DeclaredOutput(analyze_result.schema)
         """Each batch handed back cast to the schema PySpark declared for it."""
         self.input_schema = pa.schema([])
@@ -267,6 +276,12 @@ class _LookupRuns:
                     on_metrics=metrics.add if metrics is not None else None,
                 )
             self.input_schema = table.schema
+            if self.not_in:
+                if self.table_facts is None:
+                    lookup = self.lookup
+                    client_class = lookup.plan.options.connector_class()
+                    self.table_facts = not_in_input.asked(client_class, self.config, lookup.name)
+                table = not_in_input.kept(table, self.table_facts)
             yield from self.output.conform(self.task.submit(table), table.schema)
         except Exception:
             self.failed = True

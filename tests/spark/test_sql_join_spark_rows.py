@@ -20,7 +20,7 @@ from lookup_source import register_lookup_table
 from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
 from lookup_source.spark.versions import SQL_JOINS
 from tests.helpers import needs, run_postgres
-from tests.spark.sql_rewrite import decided, rewrite
+from tests.spark.sql_rewrite import decided, rewrite, rows
 
 pytestmark = needs(SQL_JOINS)
 
@@ -151,6 +151,96 @@ def test_not_in_asks_the_table_at_each_query(
         assert both_ways(spark, sql, rewritten=False) == Counter()
     finally:
         run_postgres(postgres_srv.url, f"DELETE FROM {t['pg_nin']} WHERE k IS NULL")
+
+
+def test_not_in_keeps_spark_s_rows_when_its_table_changes_after_analysis(
+    spark: Any, postgres_srv: Any, t: dict[str, str]
+) -> None:
+    # one rewritten frame, analyzed while the table holds no null key and some rows, run again
+    # as the table changes (as a stream runs each micro-batch from its analyzed plan): the table
+    # function asks the store at each run, and keeps what Spark's join of the table now keeps
+    sql = f"SELECT e.id FROM {t['ev']} e WHERE e.ki NOT IN (SELECT k FROM {t['nin']})"
+    pg = t["pg_nin"]
+    with rewrite(spark, True):
+        frame = spark.sql(sql)
+        assert "ArrowEvalPythonUDTF" in plan_text(frame, "simple")
+
+    def spark_s() -> Counter[tuple[Any, ...]]:
+        with rewrite(spark, False):
+            return rows(spark.sql(sql))
+
+    assert rows(frame) == spark_s() == Counter({(2,): 1, (4,): 1, (7,): 1})
+    run_postgres(postgres_srv.url, f"INSERT INTO {pg} VALUES (NULL, 'no key')")
+    try:  # a null key: no row is NOT IN it
+        assert rows(frame) == spark_s() == Counter()
+    finally:
+        run_postgres(postgres_srv.url, f"DELETE FROM {pg} WHERE k IS NULL")
+    run_postgres(postgres_srv.url, f"DELETE FROM {pg}")
+    try:  # no row: every row is NOT IN it, a null value too (id 5)
+        assert rows(frame) == spark_s() == Counter({(i,): 1 for i in range(1, 8)})
+    finally:
+        run_postgres(postgres_srv.url, f"INSERT INTO {pg} VALUES (1, 'one'), (3, 'three')")
+    assert rows(frame) == Counter({(2,): 1, (4,): 1, (7,): 1})
+
+
+@pytest.mark.parametrize("kind", ["TEMPORARY VIEW", "GLOBAL TEMPORARY VIEW"])
+def test_a_view_of_a_join_is_rewritten_where_it_is_read(
+    spark: Any, t: dict[str, str], kind: str
+) -> None:
+    # Spark analyzes a SQL view's text again at each read, seeing only the temporary views and
+    # functions its definition read: the definition is left as Spark analyzed it, the read is
+    # rewritten (its table function let in), and the switch is the session's, not the view's
+    view = f"{t['ev']}_v{len(kind)}"
+    name = f"global_temp.{view}" if kind.startswith("GLOBAL") else view
+    spark.sql(
+        f"CREATE {kind} {view} AS SELECT e.id, d.v FROM {t['ev']} e "
+        f"LEFT JOIN {t['dim']} d ON e.ki = d.k"
+    )
+    try:
+        got = both_ways(spark, f"SELECT * FROM {name}", rewritten=True)
+        assert got == Counter(
+            {
+                (1, "i1"): 1,
+                (6, "i1"): 1,
+                (2, "i2"): 1,
+                (7, "i2"): 1,
+                (3, "i3"): 1,
+                (4, None): 1,
+                (5, None): 1,
+            }
+        )
+        with rewrite(spark, False):
+            assert "ArrowEvalPythonUDTF" not in plan_text(
+                spark.sql(f"SELECT * FROM {name}"), "simple"
+            )
+    finally:
+        spark.sql(f"DROP VIEW IF EXISTS {name}")
+
+
+def test_a_cached_join_is_read_from_the_cache(
+    spark: Any, postgres_srv: Any, t: dict[str, str]
+) -> None:
+    # a query analyzed twice is one plan (the rewrite's id and its table function's answer are
+    # the same each time): Spark's cache finds it, as it finds its own join
+    sql = f"SELECT e.id, d.v FROM {t['ev']} e JOIN {t['kept']} d ON e.ki = d.k"
+    cached = f"{t['ev']}_cached"
+    pg = t["pg_kept"]
+    with rewrite(spark, True):
+        spark.sql(f"CACHE TABLE {cached} AS {sql}")
+        frame = spark.sql(sql)
+        frame.cache()
+        try:
+            before = rows(frame)
+            assert before[(2, "two")] == 1 and rows(spark.table(cached)) == before
+            run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'changed' WHERE k = 2")
+            for read in (spark.sql(sql), spark.table(cached)):
+                assert "InMemoryRelation" in plan_text(read, "simple")
+                assert rows(read) == before
+        finally:
+            frame.unpersist()
+            spark.sql(f"UNCACHE TABLE IF EXISTS {cached}")
+            spark.sql(f"DROP VIEW IF EXISTS {cached}")
+            run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'two' WHERE k = 2")
 
 
 @pytest.mark.parametrize("escaped", [False, True])
@@ -298,14 +388,16 @@ def test_a_dataframe_built_on_a_rewritten_query_reads_every_column(
     assert got[0] == got[1] == Counter({(2, "i2"): 1, (3, "i3"): 1, (7, "i2"): 1})
 
 
-def test_an_insert_of_a_join_is_the_lookup(spark: Any, t: dict[str, str]) -> None:
+@pytest.mark.parametrize("statement", ["INSERT INTO", "CREATE TABLE AS"])
+def test_a_write_of_a_join_is_the_lookup(spark: Any, t: dict[str, str], statement: str) -> None:
     target = f"{t['ev']}_out"
-    spark.sql(f"CREATE TABLE {target} (id BIGINT, v STRING) USING parquet")
+    query = f"SELECT e.id, d.v FROM {t['ev']} e JOIN {t['dim']} d ON e.ki = d.k"
+    if statement == "INSERT INTO":
+        spark.sql(f"CREATE TABLE {target} (id BIGINT, v STRING) USING parquet")
+        sql = f"INSERT INTO {target} {query}"
+    else:
+        sql = f"CREATE TABLE {target} USING parquet AS {query}"
     try:
-        sql = (
-            f"INSERT INTO {target} SELECT e.id, d.v FROM {t['ev']} e "
-            f"JOIN {t['dim']} d ON e.ki = d.k"
-        )
         with rewrite(spark, True):
             clear_decisions(spark)
             spark.sql(sql)

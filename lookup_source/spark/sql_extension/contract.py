@@ -36,6 +36,7 @@ from lookup_source.spark.join_markers import (
     FACT_TABLE_KEYS,
     KEY_METADATA,
     NOT_IN,
+    NOT_IN_NULL,
     SQL_JOIN,
     VETO,
     VETO_REASON,
@@ -77,6 +78,7 @@ CONTRACT: dict[str, str | int] = {
 }
 CONTRACT |= {f"HOW_{how.upper()}": how for how in HOWS}
 CONTRACT["HOW_NOT_IN"] = NOT_IN
+CONTRACT["NOT_IN_NULL_COLUMN"] = NOT_IN_NULL
 CONTRACT |= {f"OP_{op.upper()}": op for op in OPERATORS}
 CONTRACT |= {f"OPERAND_{kind.upper()}": kind for kind in OPERANDS}
 CONTRACT |= {f"FIELD_{field.upper()}": field for field in FIELDS}

@@ -34,6 +34,7 @@ final class Contract {
   static final String HOW_SEMI = "semi";
   static final String HOW_ANTI = "anti";
   static final String HOW_NOT_IN = "not-in";
+  static final String NOT_IN_NULL_COLUMN = "__asynclookup_not_in_null";
   static final String OP_EQ = "eq";
   static final String OP_NE = "ne";
   static final String OP_LT = "lt";

@@ -11,7 +11,6 @@ import org.apache.spark.sql.catalyst.expressions.Coalesce;
 import org.apache.spark.sql.catalyst.expressions.ExprId;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.If;
-import org.apache.spark.sql.catalyst.expressions.IsNotNull;
 import org.apache.spark.sql.catalyst.expressions.IsNull;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
@@ -92,9 +91,6 @@ final class DirectLookupPlan {
     if (filters && onInput != null) {
       rows = new Filter(Expressions.substitute(onInput, toCopy), rows);
     }
-    if (shape.kind == JoinShape.Kind.NOT_IN) { // a null value is not NOT IN a table with rows
-      rows = new Filter(new IsNotNull(Expressions.substitute(shape.notInValue, toCopy)), rows);
-    }
     List<Attribute> columns = Scala.list(shape.input.output());
     List<NamedExpression> named = new ArrayList<>();
     for (int i = 0; i < columns.size(); i++) {
@@ -107,6 +103,11 @@ final class DirectLookupPlan {
         key = withoutKeyUnless(key, Expressions.substitute(onInput, toCopy), table, k);
       }
       named.add(Expressions.alias(key, Names.key(k), NamedExpression.newExprId()));
+    }
+    if (shape.kind == JoinShape.Kind.NOT_IN) { // what it keeps depends on the table when it runs
+      Expression isNull = new IsNull(Expressions.substitute(shape.notInValue, toCopy));
+      named.add(
+          Expressions.alias(isNull, Contract.NOT_IN_NULL_COLUMN, NamedExpression.newExprId()));
     }
     return new Project(Scala.seq(named), rows);
   }

@@ -35,8 +35,8 @@ final class JoinShape {
     LEFT(Contract.HOW_LEFT),
     SEMI(Contract.HOW_SEMI),
     ANTI(Contract.HOW_ANTI),
-    /** {@code NOT IN}: an anti join of the rows whose value is not null, where the table holds
-     * no null key and some row (the table function checks, else refuses). */
+    /** {@code NOT IN}: an anti join whose rows follow the table when it runs (none for a null
+     * key, all for no row, else those whose value is not null: the table function asks). */
     NOT_IN(Contract.HOW_NOT_IN);
 
     /** What the table function is told ({@code how}). */

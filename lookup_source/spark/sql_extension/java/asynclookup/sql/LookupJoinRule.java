@@ -7,7 +7,6 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
-import java.util.UUID;
 import java.util.function.Function;
 import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
@@ -100,8 +99,8 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
 
   @Override
   public LogicalPlan apply(LogicalPlan plan) {
-    if (!Settings.joinsEnabled()) {
-      return plan;
+    if (!Settings.joinsEnabled(session) || Views.defines(plan)) {
+      return plan; // (a view's text is rewritten where it is read: Views)
     }
     try {
       return rewriteAll(plan);
@@ -245,8 +244,18 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     rows.checkInput(written, shape.input, shape.condition, conditions.keys);
     String function = TableFunctions.functionFor(session, shape.side.table);
     // the table function judges the table's strategy by Spark's estimate of the input's rows
-    String id = UUID.randomUUID().toString().replace("-", "");
-    String facts = RuleFacts.json(InputRows.of(shape.input), shape.side.table.keyNames(), id);
+    // the rewrite's id: the same for the same join, so that a query analyzed twice is the same
+    // plan (Spark's cache compares them; AnalyzeResults)
+    long inputRows = InputRows.of(shape.input);
+    String id =
+        AnalyzeResults.id(
+            String.join(
+                "\n",
+                function,
+                shape.kind.how,
+                String.valueOf(original.semanticHash()),
+                RuleFacts.json(inputRows, shape.side.table.keyNames(), "")));
+    String facts = RuleFacts.json(inputRows, shape.side.table.keyNames(), id);
     boolean direct = direct(shape, conditions);
     LogicalPlan plan =
         direct
@@ -288,7 +297,10 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
           reason != null ? reason : "the table function refused the rewrite");
     }
     String decision = decisionOf(rewritten, Contract.DECISION_METADATA + "." + replaced.id);
-    if (replaced.recorded || (decision == null && !rewritten.resolved())) {
+    if (replaced.recorded) {
+      return rewritten.resolved() ? AnalyzeResults.shared(rewritten) : rewritten;
+    }
+    if (decision == null && !rewritten.resolved()) {
       return rewritten; // (its table function has not answered yet)
     }
     replaced.recorded = true;
@@ -306,7 +318,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
         replaced.table,
         replaced.function,
         reason + "; " + replaced.how);
-    return rewritten;
+    return rewritten.resolved() ? AnalyzeResults.shared(rewritten) : rewritten;
   }
 
   private static Attribute vetoOf(LogicalPlan plan) {

@@ -76,8 +76,6 @@ final class RaisingRows {
           "ReplaceTableAsSelect",
           "CreateTableAsSelectStatement",
           "ReplaceTableAsSelectStatement",
-          "CreateViewCommand",
-          "CreateView",
           "AppendData",
           "OverwriteByExpression",
           "OverwritePartitionsDynamic");

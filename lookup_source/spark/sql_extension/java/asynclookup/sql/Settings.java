@@ -1,5 +1,6 @@
 package asynclookup.sql;
 
+import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.internal.SQLConf;
 
 /**
@@ -20,7 +21,17 @@ final class Settings {
   static final String PART_FILTER_PUSHDOWN =
       "spark.asynclookup.sql.extension.filterPushdown.enabled";
 
+  /** The switch as the session has it (a view's text is analyzed under the view's own
+   * configuration, which holds Spark's settings only). */
+  static boolean joinsEnabled(SparkSession session) {
+    return enabled(session.sessionState().conf());
+  }
+
   static boolean joinsEnabled() {
-    return !"false".equalsIgnoreCase(SQLConf.get().getConfString(JOINS_ENABLED, "true").trim());
+    return enabled(SQLConf.get());
+  }
+
+  private static boolean enabled(SQLConf conf) {
+    return !"false".equalsIgnoreCase(conf.getConfString(JOINS_ENABLED, "true").trim());
   }
 }
