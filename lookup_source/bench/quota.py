@@ -27,6 +27,10 @@ from lookup_source.service import BackgroundHttpServer
 
 TICK_S = 0.005
 """How often the service looks at how late its loop runs."""
+LATE_TICK_S = 0.01
+"""A tick at least this late is kept, with when it woke (what explains a refusal)."""
+ON_TIME_S = 0.02
+"""Lateness below this (over a refusal's second) explains no refusal."""
 
 
 class QuotaService(BackgroundHttpServer):
@@ -48,6 +52,10 @@ class QuotaService(BackgroundHttpServer):
         self.peak_in_flight = 0
         self.arrivals: list[tuple[float, float]] = []  # (time.monotonic(), cost), answered ones
         self.refused = 0
+        self.refusals: list[float] = []
+        """When each refusal was made (``time.monotonic()``)."""
+        self.late_ticks: list[tuple[float, float]] = []
+        """Each tick ``LATE_TICK_S`` late or more: when it woke, and how late."""
         self._recent: deque[float] = deque()
         self.phase = ""
         self.late_s = 0.0
@@ -68,6 +76,8 @@ class QuotaService(BackgroundHttpServer):
         self.peak_in_flight = 0
         self.arrivals = []
         self.refused = 0
+        self.refusals = []
+        self.late_ticks = []
         self.late_s = 0.0
         self._recent.clear()
 
@@ -81,7 +91,27 @@ class QuotaService(BackgroundHttpServer):
             "refused": self.refused,
             "busy_s": self.busy_s(),
             "late_s": self.late_s,
+            "unexplained_refusals": self.unexplained_refusals(),
         }
+
+    def unexplained_refusals(self, window_s: float = 1.0) -> int:
+        """The refusals its own lateness does not explain. The service counts a request when
+        its handler runs: a loop late by ``L`` s counts at once what came meanwhile, up to
+        ``L`` s of the rate (+2%, a budget's bound) beyond it in one window. A refusal is
+        explained when the refusals in the window before it are at most that many, ``L``
+        being the lateness of the ticks over that window (and the tick after it, which
+        measures a stall the handler ran in); a loop on time explains none."""
+        unexplained = 0
+        for index, at in enumerate(self.refusals):
+            late = sum(
+                lateness
+                for woke, lateness in self.late_ticks
+                if at - window_s - 0.1 <= woke <= at + 0.1
+            )
+            allowed = 0 if late < ON_TIME_S else int(self.rate * 1.02 * late) + 1
+            within = index + 1 - bisect.bisect_left(self.refusals, at - window_s, hi=index + 1)
+            unexplained += within > allowed
+        return unexplained
 
     async def _ticking(self, app: web.Application) -> AsyncIterator[None]:
         """While the service runs: how late its loop wakes a 5 ms ticker (``late_s``)."""
@@ -91,7 +121,10 @@ class QuotaService(BackgroundHttpServer):
             while True:
                 due = loop.time() + TICK_S
                 await asyncio.sleep(TICK_S)
-                self.late_s = max(self.late_s, loop.time() - due)
+                late = loop.time() - due
+                self.late_s = max(self.late_s, late)
+                if late >= LATE_TICK_S:
+                    self.late_ticks.append((time.monotonic(), late))
 
         ticker = asyncio.ensure_future(tick())
         yield
@@ -121,6 +154,7 @@ class QuotaService(BackgroundHttpServer):
         over_flight = bool(self.max_in_flight) and self.in_flight >= self.max_in_flight
         if over_rate or over_flight:
             self.refused += 1
+            self.refusals.append(now)
             return web.json_response({"error": "quota"}, status=429)
         recent.append(now)
         key = request.match_info["id"]

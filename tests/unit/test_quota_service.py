@@ -34,3 +34,28 @@ def test_it_counts_costs_refuses_past_its_rate_and_measures_its_own_lateness() -
         waited_for(lambda: service.late_s >= 0.25, 10)
         service.reset(phase="next")
         assert service.stats()["late_s"] < 0.25 and service.stats()["requests"] == 0
+
+
+def test_a_refusal_is_explained_only_by_lateness_within_its_own_second() -> None:
+    service = QuotaService(rate=10)  # (not started: its counts are set by hand)
+    service.refusals = [10.0, 10.1, 10.2]
+    assert service.unexplained_refusals() == 3  # a loop on time explains none
+    service.late_ticks = [(5.0, 0.5)]  # late, but seconds before
+    assert service.unexplained_refusals() == 3
+    service.late_ticks = [(10.05, 0.3)]  # 0.3 s late within: 10 x 1.02 x 0.3 + 1 = 4 allowed
+    assert service.unexplained_refusals() == 0
+    service.late_ticks = [(10.05, 0.1)]  # 2 allowed: the third refusal of the second is not
+    assert service.unexplained_refusals() == 1
+    service.late_ticks = [(10.25, 0.015)]  # (the tick after, too little to explain any)
+    assert service.unexplained_refusals() == 3
+
+
+def test_its_stats_count_each_refusal_on_an_idle_loop_as_unexplained() -> None:
+    with QuotaService(rate=2, latency_s=0.0) as service:
+        url = service.base_url + "/users/{}"
+        began = time.monotonic()
+        assert [_get(url.format(key)) for key in (1, 2, 3)] == [200, 200, 429]
+        stats = service.stats()
+        assert stats["refused"] == 1 and began <= service.refusals[0] <= time.monotonic()
+        if not service.late_ticks:  # (a busy machine's late tick may explain it)
+            assert stats["unexplained_refusals"] == 1
