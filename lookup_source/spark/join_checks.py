@@ -147,27 +147,23 @@ def refusal(plan: LookupPlan) -> str | None:
 
 
 def not_in_refusal(plan: LookupPlan) -> str | None:
-    """Why a SQL ``NOT IN (SELECT key FROM table)`` must stay Spark's, or None: unless the store
-    says its table holds no null key and some row (``LookupClient.table_facts``), the answer
-    depends on what only a scan of it would tell. Asked at each query's analysis (what the
-    table holds can change at any time), never kept."""
+    """Why a SQL ``NOT IN (SELECT key FROM table)`` must stay Spark's, or None: its answer
+    depends on whether the table holds a null key, or any row, which the table function asks
+    the store at each run (:mod:`.not_in`); a store that cannot tell keeps Spark's plan. What
+    it says now does not decide the plan (so that a query analyzed again is the same plan, as
+    Spark's cache needs), only whether it can say."""
     config = for_sql_join(plan).connector_config()
     client_class = plan.options.connector_class()
 
     def ask() -> str | None:
         facts = table_facts(client_class, config)
-        if facts.null_key is False and facts.any_row is True:
+        if facts.null_key is not None and facts.any_row is not None:
             return None
-        if facts.null_key:
-            return "NOT IN over a table that holds a null key keeps no row: Spark's plan"
-        if facts.any_row is False:
-            return "NOT IN over a table with no row keeps every row: Spark's plan"
         return (
             "NOT IN needs to know whether the table holds a null key, or any row, which this "
             "store cannot tell: Spark's plan"
         )
 
-    # asked at each query's analysis, never kept: what the table holds now decides the answer
     return _asked(ask, "about its table")
 
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from asynclookup_redis.scan import count_keys, reachable_keys
+from asynclookup_redis.scan import any_key, count_keys, reachable_keys
 from asynclookup_redis.values import RedisValues
 from lookup_source.connector_api import (
     ConnectorConfig,
@@ -321,12 +321,15 @@ class RedisLookupClient(LookupClient):
     # -- scans ---------------------------------------------------------------------------------
 
     async def table_facts(self) -> TableFacts:
-        """A Redis key is never null; some key matches the pattern (an estimate of none over a
-        large database: unknown)."""
+        """A Redis key is never null; whether a key matches the pattern (``SCAN`` until the
+        first one)."""
+        if self._redis is None:
+            raise RuntimeError("RedisLookupClient.table_facts() called before open()")
         async with self._handshake:
             with _REDIS_ERRORS:
-                rows = await self._estimate_rows()
-        return TableFacts(null_key=False, any_row=True if rows else None)
+                return TableFacts(
+                    null_key=False, any_row=await any_key(self._redis, self._template)
+                )
 
     async def estimate_rows(self) -> int | None:
         """The keys matching ``redis.key.pattern`` (:func:`~asynclookup_redis.scan.count_keys`:

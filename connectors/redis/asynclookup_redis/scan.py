@@ -46,6 +46,16 @@ async def count_keys(redis: Any, template: KeyTemplate) -> int:
             return round(total * matched / seen)
 
 
+async def any_key(redis: Any, template: KeyTemplate) -> bool:
+    """Whether a key matches the key ``template``: ``SCAN MATCH`` until the first one (the
+    whole keyspace walked when there is none, as a scan of the table would)."""
+    glob, regex = template.scan_pattern()
+    async for key in redis.scan_iter(match=glob, count=1_000):
+        if regex.fullmatch(key.decode("utf-8", "surrogateescape")) is not None:
+            return True
+    return False
+
+
 def reachable_keys(
     keys: pa.RecordBatch, texts: list[str], config: ConnectorConfig, template: KeyTemplate
 ) -> pa.RecordBatch:

@@ -638,3 +638,22 @@ def test_a_semi_or_anti_join_asks_only_whether_keys_exist(
         list(run_lookups([keys], plan.engine_spec(("k",), how="left"), plan.connector_config()))
     json_plan = LookupPlan.build({**options, "redis.value.format": "json"}, "k long, n int")
     assert json_plan.for_how("semi").value_fields  # a JSON array may hold no match: read it
+
+
+def test_table_facts_say_whether_a_key_matches_the_pattern(
+    redis_srv: RedisServer, redis_db: Any, prefix: str
+) -> None:
+    """A SQL ``NOT IN``'s answer depends on whether the table holds any row: ``SCAN`` until
+    the first key matching the pattern (a key of another pattern is not a row)."""
+    from lookup_source.connector_api.client import TableFacts
+    from lookup_source.engine.scan import table_facts
+
+    plan = LookupPlan.build(
+        {"connector": "redis", "url": redis_srv.url, "redis.key.pattern": f"{prefix}f:{{key}}"},
+        "k long, name string",
+    )
+    config = plan.connector_config()
+    redis_db.set(f"{prefix}other:1", "{}")
+    assert table_facts(RedisLookupClient, config) == TableFacts(null_key=False, any_row=False)
+    redis_db.set(f"{prefix}f:1", json.dumps({"name": "one"}))
+    assert table_facts(RedisLookupClient, config) == TableFacts(null_key=False, any_row=True)

@@ -19,7 +19,7 @@ import scala.runtime.BoxedUnit;
  *
  * <ul>
  *   <li>{@code spark.asynclookup.sql.extension.joinRewrite.enabled}: the analyzer rule {@link
- *       LookupJoinRule};
+ *       LookupJoinRule}, and {@link Views.Definitions}, which notes a view's definition first;
  *   <li>{@code spark.asynclookup.sql.extension.filterPushdown.enabled}: the optimizer rule {@link
  *       FilterLookupInput}, which filters a lookup's input rows before they are looked up.
  * </ul>
@@ -36,6 +36,8 @@ public final class AsyncLookupSqlExtensions
 
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
+    extensions.injectHintResolutionRule( // (before any subquery is analyzed: Views)
+        part("joinRewrite", Settings.PART_JOIN_REWRITE, session -> new Views.Definitions()));
     extensions.injectResolutionRule(
         part("joinRewrite", Settings.PART_JOIN_REWRITE, LookupJoinRule::new));
     extensions.injectOptimizerRule(

@@ -11,6 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.Coalesce;
 import org.apache.spark.sql.catalyst.expressions.ExprId;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.If;
+import org.apache.spark.sql.catalyst.expressions.IsNotNull;
 import org.apache.spark.sql.catalyst.expressions.IsNull;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
@@ -88,6 +89,13 @@ final class DirectLookupPlan {
     LogicalPlan rows = fresh.plan;
     Expression onInput = Expressions.and(conditions.onInput);
     boolean filters = shape.kind == JoinShape.Kind.INNER || shape.kind == JoinShape.Kind.SEMI;
+    if (filters) { // a null key never matches: dropped first, as Spark infers and pushes down
+      List<Expression> notNull = new ArrayList<>(); // (before what the input computes above)
+      for (int k = 0; k < table.keys.size(); k++) {
+        notNull.add(new IsNotNull(Expressions.substitute(conditions.keys[k], toCopy)));
+      }
+      rows = new Filter(Expressions.and(notNull), rows);
+    }
     if (filters && onInput != null) {
       rows = new Filter(Expressions.substitute(onInput, toCopy), rows);
     }

@@ -103,6 +103,9 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       return plan; // (a view's text is rewritten where it is read: Views)
     }
     try {
+      if (Views.defining()) {
+        return plan; // (a subquery of a view's definition)
+      }
       return rewriteAll(plan);
     } catch (Exception | LinkageError | AssertionError | StackOverflowError error) { // never break a query
       AsyncLookupSqlExtensions.LOG.warn(
@@ -116,7 +119,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     Map<Long, CTERelationDef> ctes = new HashMap<>();
     collectCtes(plan, ctes);
     // what the nodes above a join do decides what the rewrite may take (RaisingRows)
-    RaisingRows rows = readsLookupTable(plan) ? RaisingRows.of(plan) : null;
+    RaisingRows rows = readsLookupTable(plan) ? RaisingRows.of(plan, Views.reading()) : null;
     return plan.resolveOperatorsUp(
         Scala.everywhere(
             p -> {
@@ -240,6 +243,11 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       throw new NotRewritten("the input reads a recursive common table expression's own rows");
     }
     CachedSide.check(session, shape.sidePlan, shape.side.table.relation);
+    if (shape.kind == JoinShape.Kind.NOT_IN && !RaiseFree.neverRaises(shape.notInValue)) {
+      throw new NotRewritten(
+          "a NOT IN value that may raise an error (Spark's join computes it only where the table"
+              + " has rows)");
+    }
     Conditions conditions = Conditions.of(shape.condition, shape.side, shape.input.outputSet());
     rows.checkInput(written, shape.input, shape.condition, conditions.keys);
     String function = TableFunctions.functionFor(session, shape.side.table);

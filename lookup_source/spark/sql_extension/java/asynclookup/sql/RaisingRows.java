@@ -95,21 +95,30 @@ final class RaisingRows {
     }
   }
 
+  /** What a query reading a view may do to it, unseen. */
+  private static final String IN_VIEW = "a query reading the view (which may read fewer rows)";
+
   private final Map<LogicalPlan, Mark> marks = new IdentityHashMap<>();
 
   private RaisingRows() {}
 
-  /** What the nodes above each node of {@code plan} do. */
-  static RaisingRows of(LogicalPlan plan) {
+  /**
+   * What the nodes above each node of {@code plan} do. A view's text ({@code inView}) is read by
+   * a query not seen here, which may read fewer of its rows or not all of its columns: a key or
+   * an input column that may raise keeps Spark's join there.
+   */
+  static RaisingRows of(LogicalPlan plan, boolean inView) {
     RaisingRows rows = new RaisingRows();
     Set<Long> output = null;
-    if (plan.resolved()) {
+    if (inView) {
+      output = new HashSet<>(); // (none known to be read)
+    } else if (plan.resolved()) {
       output = new HashSet<>();
       for (Attribute a : Scala.list(plan.output())) {
         output.add(a.exprId().id());
       }
     }
-    rows.mark(plan, new Mark(null, output, null));
+    rows.mark(plan, new Mark(null, output, inView ? IN_VIEW : null));
     return rows;
   }
 
