@@ -343,6 +343,30 @@ def test_a_table_whose_scan_gives_nulls_stays_spark(spark: Any, t: dict[str, str
             False,
             "a condition above the join may raise",
         ),
+        (  # the same through the query's projection, renamed
+            "SELECT * FROM (SELECT e.id, d.n AS dn FROM {ev} e JOIN {dim} d ON e.ki = d.k) "
+            "WHERE 100 DIV dn > 1",
+            False,
+            "a condition above the join may raise",
+        ),
+        (  # on the input's columns above a LEFT JOIN: every input row, both ways
+            "SELECT e.id, d.v FROM {ev} e LEFT JOIN {dim} d ON e.ki = d.k "
+            "WHERE 100 DIV (e.amt + 1) > 30",
+            True,
+            "",
+        ),
+        (  # above an inner join: Spark evaluates it on every input row, the rewrite on matches
+            "SELECT e.id, d.v FROM {ev} e JOIN {dim} d ON e.ki = d.k "
+            "WHERE 100 DIV (e.amt + 1) > 30",
+            False,
+            "on the input's columns may raise",
+        ),
+        (  # on both sides: on the join's rows, both ways
+            "SELECT e.id, d.v FROM {ev} e JOIN {dim} d ON e.ki = d.k "
+            "WHERE 100 DIV (e.amt + d.n + 1) > 10",
+            True,
+            "",
+        ),
         (  # a join key of Spark's, computed on every row of the table
             "SELECT e.id, d.v FROM {ev} e JOIN {dim} d ON e.ki = d.k AND e.amt = 100 DIV d.n",
             False,

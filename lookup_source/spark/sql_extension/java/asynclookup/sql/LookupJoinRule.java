@@ -184,7 +184,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     try {
       JoinShape shape = JoinShape.ofJoin(join, where, ctes);
       table = shape.side.describe();
-      rows.checkAbove(original);
+      rows.checkAbove(original, shape);
       hiddenColumnsUnused(join, named);
       return rewritten(shape, original, original, table, rows);
     } catch (NotRewritten why) {
@@ -216,7 +216,7 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
       LogicalPlan input = plain.isEmpty() ? child : new Filter(Expressions.and(plain), child);
       JoinShape shape = JoinShape.ofSubquery(conjuncts.get(at), input, ctes);
       table = shape.side.describe();
-      rows.checkAbove(filter);
+      rows.checkAbove(filter, shape);
       hiddenColumnsUnused(child, named);
       // what the rewrite replaces: this conjunct and the plain ones (the other subqueries stay
       // above it, for the rule's next pass), put back as it was if the function refuses

@@ -23,7 +23,8 @@ import org.apache.spark.sql.catalyst.plans.logical.Project;
  *   <li>under a {@code WHERE}, or another join's condition, that may raise: Spark pushes its
  *       conditions below the join, into the table's scan (every row of the table) or the input
  *       (every input row), where the rewrite keeps them above the lookups (the rows that
- *       matched);
+ *       matched) — a {@code WHERE} on both sides, or on the input's columns above a LEFT JOIN,
+ *       is evaluated on the same rows both ways ({@link RaisingAbove});
  *   <li>when the input computes a column no one reads that may raise: Spark prunes it, so never
  *       computes it, where the rewrite hands every input column to the table function;
  *   <li>when a key, or what the input computes, may raise and Spark may read fewer of the
@@ -87,13 +88,20 @@ final class RaisingRows {
     final Set<Long> read;
     /** An operator above by which Spark may read fewer of the node's rows, or null. */
     final String fewer;
+    /** The conditions of the WHEREs above that may raise, as the node sees them. */
+    final RaisingAbove raising;
 
-    Mark(String above, Set<Long> read, String fewer) {
+    Mark(String above, Set<Long> read, String fewer, RaisingAbove raising) {
       this.above = above;
       this.read = read;
       this.fewer = fewer;
+      this.raising = raising;
     }
   }
+
+  private static final String CONDITION_ABOVE =
+      "a condition above the join may raise an error, which Spark may evaluate below the join,"
+          + " on rows the lookups never fetch: ";
 
   /** What a query reading a view may do to it, unseen. */
   private static final String IN_VIEW = "a query reading the view (which may read fewer rows)";
@@ -118,7 +126,7 @@ final class RaisingRows {
         output.add(a.exprId().id());
       }
     }
-    rows.mark(plan, new Mark(null, output, inView ? IN_VIEW : null));
+    rows.mark(plan, new Mark(null, output, inView ? IN_VIEW : null, RaisingAbove.NONE));
     return rows;
   }
 
@@ -130,30 +138,33 @@ final class RaisingRows {
       above = PENDING; // what it reads is not known yet: judged once it is resolved
     }
     String fewer = mark.fewer != null ? mark.fewer : fewerRows(plan);
+    RaisingAbove raising =
+        resolved && plan instanceof Filter
+            ? mark.raising.plus((Filter) plan)
+            : mark.raising.through(plan);
+    if (raising == null) { // (pushed down through an operator this rule does not follow)
+      above = above != null ? above : CONDITION_ABOVE + mark.raising.first();
+      raising = RaisingAbove.NONE;
+    }
     for (LogicalPlan child : Scala.list(plan.children())) {
-      mark(child, new Mark(above, resolved ? readBelow(plan, mark.read) : null, fewer));
+      mark(child, new Mark(above, resolved ? readBelow(plan, mark.read) : null, fewer, raising));
     }
   }
 
   /** Why {@code plan}'s own condition may raise below it, or null. */
   private static String raisingCondition(LogicalPlan plan, boolean resolved) {
-    Expression condition = null;
-    if (plan instanceof Filter) {
-      condition = ((Filter) plan).condition();
-    } else if (plan instanceof Join && ((Join) plan).condition().isDefined()) {
-      condition = ((Join) plan).condition().get();
+    if (plan instanceof Filter) { // (judged by what it reads: RaisingAbove)
+      return resolved ? null : PENDING;
     }
-    if (condition == null) {
+    if (!(plan instanceof Join) || ((Join) plan).condition().isEmpty()) {
       return null;
     }
     if (!resolved) {
       return PENDING;
     }
-    for (Expression c : Expressions.conjuncts(condition)) {
+    for (Expression c : Expressions.conjuncts(((Join) plan).condition().get())) {
       if (!RaiseFree.neverRaises(c)) {
-        return "a condition above the join may raise an error, which Spark may evaluate below"
-            + " the join, on rows the lookups never fetch: "
-            + c.sql();
+        return CONDITION_ABOVE + c.sql();
       }
     }
     return null;
@@ -178,10 +189,10 @@ final class RaisingRows {
 
   /** The ids of the children's columns that {@code plan} and the nodes above it read. */
   private static Set<Long> readBelow(LogicalPlan plan, Set<Long> read) {
-    Set<Long> below = new HashSet<>();
     if (read == null) {
       return null;
     }
+    Set<Long> below = new HashSet<>();
     if (plan instanceof Project || plan instanceof Aggregate) {
       // what its read columns are made of (an aggregate's groups always)
       for (Expression e : Scala.list(plan.expressions())) {
@@ -225,12 +236,28 @@ final class RaisingRows {
     return mark != null && !PENDING.equals(mark.above);
   }
 
-  /** Throws {@link NotRewritten} when {@code node} (the join, or the WHERE that writes it)
-   * is under a condition that may raise. */
-  void checkAbove(LogicalPlan node) {
+  /** Throws {@link NotRewritten} when {@code node} (the join {@code shape}, or the WHERE that
+   * writes it) is under a condition that may raise where Spark would evaluate it on other rows
+   * than the rewrite ({@link RaisingAbove#why}). */
+  void checkAbove(LogicalPlan node, JoinShape shape) {
     Mark mark = marks.get(node);
-    if (mark != null && mark.above != null) {
+    if (mark == null) {
+      return;
+    }
+    if (mark.above != null) {
       throw new NotRewritten(mark.above);
+    }
+    Set<Long> table = new HashSet<>();
+    for (Attribute a : shape.side.output) {
+      table.add(a.exprId().id());
+    }
+    Set<Long> input = new HashSet<>();
+    for (Attribute a : Scala.list(shape.input.output())) {
+      input.add(a.exprId().id());
+    }
+    String why = mark.raising.why(table, input, shape.kind == JoinShape.Kind.LEFT);
+    if (why != null) {
+      throw new NotRewritten(why);
     }
   }
 
@@ -238,7 +265,7 @@ final class RaisingRows {
    * or Spark may read fewer input rows than the rewrite and a key, or what the input computes
    * that the query reads, may raise. */
   void checkInput(LogicalPlan node, LogicalPlan input, Expression condition, Expression[] keys) {
-    String unread = unreadRaising(input);
+    String unread = raisingIn(input, false);
     if (unread != null) {
       throw new NotRewritten(
           "the input computes a column no one reads that may raise an error (Spark prunes it,"
@@ -266,7 +293,7 @@ final class RaisingRows {
       }
     }
     if (raises == null) {
-      raises = readRaising(input);
+      raises = raisingIn(input, true);
     }
     if (raises != null) {
       throw new NotRewritten(
@@ -277,17 +304,9 @@ final class RaisingRows {
     }
   }
 
-  /** A column of a projection or aggregate in {@code plan} that no one reads and may raise. */
-  private String unreadRaising(LogicalPlan plan) {
-    return inInput(plan, false);
-  }
-
-  /** What {@code plan} computes that is read (or filters by) and may raise. */
-  private String readRaising(LogicalPlan plan) {
-    return inInput(plan, true);
-  }
-
-  private String inInput(LogicalPlan plan, boolean read) {
+  /** With {@code read}, what {@code plan} computes that is read (or filters by) and may raise;
+   * else a column of a projection or aggregate in it that no one reads and may raise. */
+  private String raisingIn(LogicalPlan plan, boolean read) {
     if (plan.getTagValue(LookupJoinRule.REPLACED).isDefined()) {
       return null;
     }
@@ -310,7 +329,7 @@ final class RaisingRows {
       }
     }
     for (LogicalPlan child : Scala.list(plan.children())) {
-      String why = inInput(child, read);
+      String why = raisingIn(child, read);
       if (why != null) {
         return why;
       }
