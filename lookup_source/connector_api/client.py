@@ -63,6 +63,11 @@ class TableFacts:
     null_key: bool | None = None
     any_row: bool | None = None
 
+    @property
+    def known(self) -> bool:
+        """Whether the store could tell both."""
+        return self.null_key is not None and self.any_row is not None
+
 
 class LookupClient:
     """Base class of connectors. Subclasses implement :meth:`lookup`, and usually
@@ -341,10 +346,10 @@ class LookupClient:
 
     async def table_facts(self) -> TableFacts:
         """Whether the table holds a row with a null key, and any row at all: a SQL ``NOT IN
-        (SELECT key FROM table)`` runs as lookups only when the answer is no null key and some
-        row (then it keeps exactly the input rows whose value is not null and not a key).
-        Asked on the driver when such a query is analyzed, and by each task that runs it (what
-        it keeps follows the table then). The default: it cannot tell (``NOT IN`` stays
+        (SELECT key FROM table)`` runs as lookups only where the store can tell both. Asked on
+        the driver when such a query is analyzed, and by each task that runs it, whose rows
+        follow the answer then: none for a null key, every one for no row, else those whose
+        value is not null and not a key. The default: it cannot tell (``NOT IN`` stays
         Spark's)."""
         return TableFacts()
 

@@ -156,8 +156,7 @@ def not_in_refusal(plan: LookupPlan) -> str | None:
     client_class = plan.options.connector_class()
 
     def ask() -> str | None:
-        facts = table_facts(client_class, config)
-        if facts.null_key is not None and facts.any_row is not None:
+        if table_facts(client_class, config).known:
             return None
         return (
             "NOT IN needs to know whether the table holds a null key, or any row, which this "

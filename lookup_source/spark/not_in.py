@@ -33,7 +33,7 @@ def asked(client_class: type[Any], config: Any, table: str) -> TableFacts:
     """What the store says its table holds now; an error naming ``table`` if it cannot tell
     (the rewrite was made where it could: a store that stops answering fails the query)."""
     facts = table_facts(client_class, config)
-    if facts.null_key is None or facts.any_row is None:
+    if not facts.known:
         raise RuntimeError(
             f"NOT IN over {table}: the store cannot tell now whether its table holds a null key "
             "or any row, which decides the answer"

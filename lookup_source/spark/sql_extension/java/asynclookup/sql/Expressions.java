@@ -1,8 +1,10 @@
 package asynclookup.sql;
 
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import org.apache.spark.sql.catalyst.expressions.Alias;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
@@ -132,6 +134,20 @@ final class Expressions {
   static AttributeReference reference(
       String name, org.apache.spark.sql.types.DataType type, boolean nullable, ExprId id) {
     return new AttributeReference(name, type, nullable, Metadata.empty(), id, Scala.seq());
+  }
+
+  /** The ids of {@code attributes}. */
+  static Set<Long> ids(List<Attribute> attributes) {
+    Set<Long> ids = new HashSet<>();
+    for (Attribute a : attributes) {
+      ids.add(a.exprId().id());
+    }
+    return ids;
+  }
+
+  /** The ids of the attributes {@code e} reads. */
+  static Set<Long> readIds(Expression e) {
+    return ids(Scala.list(e.references().toSeq()));
   }
 
   static boolean sameId(Attribute a, Attribute b) {

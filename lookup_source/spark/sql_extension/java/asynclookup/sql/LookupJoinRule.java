@@ -99,12 +99,9 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
 
   @Override
   public LogicalPlan apply(LogicalPlan plan) {
-    if (!Settings.joinsEnabled(session) || Views.defines(plan)) {
-      return plan; // (a view's text is rewritten where it is read: Views)
-    }
     try {
-      if (Views.defining()) {
-        return plan; // (a subquery of a view's definition)
+      if (!Settings.joinsEnabled(session) || Views.defines(plan) || Views.defining()) {
+        return plan; // (a view's definition, subqueries included: rewritten where it is read)
       }
       return rewriteAll(plan);
     } catch (Exception | LinkageError | AssertionError | StackOverflowError error) { // never break a query

@@ -1,13 +1,12 @@
 package asynclookup.sql;
 
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.HashMap;
 import java.util.Set;
 import org.apache.spark.sql.catalyst.expressions.Alias;
-import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
@@ -51,11 +50,7 @@ final class RaisingAbove {
     List<Condition> more = new ArrayList<>(conditions);
     for (Expression c : Expressions.conjuncts(filter.condition())) {
       if (!RaiseFree.neverRaises(c)) {
-        Set<Long> reads = new HashSet<>();
-        for (Attribute a : Scala.list(c.references().toSeq())) {
-          reads.add(a.exprId().id());
-        }
-        more.add(new Condition(c.sql(), reads));
+        more.add(new Condition(c.sql(), Expressions.readIds(c)));
       }
     }
     return new RaisingAbove(more);
@@ -73,11 +68,7 @@ final class RaisingAbove {
     Map<Long, Set<Long>> made = new HashMap<>();
     for (NamedExpression e : Scala.list(((Project) plan).projectList())) {
       if (e instanceof Alias) {
-        Set<Long> from = new HashSet<>();
-        for (Attribute a : Scala.list(((Alias) e).child().references().toSeq())) {
-          from.add(a.exprId().id());
-        }
-        made.put(e.exprId().id(), from);
+        made.put(e.exprId().id(), Expressions.readIds(((Alias) e).child()));
       }
     }
     List<Condition> renamed = new ArrayList<>();

@@ -4,7 +4,6 @@ import java.util.HashSet;
 import java.util.IdentityHashMap;
 import java.util.Map;
 import java.util.Set;
-import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.Or;
@@ -121,10 +120,7 @@ final class RaisingRows {
     if (inView) {
       output = new HashSet<>(); // (none known to be read)
     } else if (plan.resolved()) {
-      output = new HashSet<>();
-      for (Attribute a : Scala.list(plan.output())) {
-        output.add(a.exprId().id());
-      }
+      output = Expressions.ids(Scala.list(plan.output()));
     }
     rows.mark(plan, new Mark(null, output, inView ? IN_VIEW : null, RaisingAbove.NONE));
     return rows;
@@ -202,32 +198,19 @@ final class RaisingRows {
             plan instanceof Aggregate
                 && Scala.list(((Aggregate) plan).groupingExpressions()).contains(e);
         if (!item || isRead || grouping) {
-          addReferences(e, below);
+          below.addAll(Expressions.readIds(e));
         }
       }
       return below;
     }
     below.addAll(read);
-    addReferences(plan.references(), below);
+    below.addAll(Expressions.ids(Scala.list(plan.references().toSeq())));
     if (!NARROWING.contains(plan.getClass().getSimpleName())) {
       for (LogicalPlan child : Scala.list(plan.children())) {
-        for (Attribute a : Scala.list(child.output())) {
-          below.add(a.exprId().id());
-        }
+        below.addAll(Expressions.ids(Scala.list(child.output())));
       }
     }
     return below;
-  }
-
-  private static void addReferences(Expression e, Set<Long> into) {
-    addReferences(e.references(), into);
-  }
-
-  private static void addReferences(
-      org.apache.spark.sql.catalyst.expressions.AttributeSet references, Set<Long> into) {
-    for (Attribute a : Scala.list(references.toSeq())) {
-      into.add(a.exprId().id());
-    }
   }
 
   /** Whether this pass can judge {@code node} (else: the analyzer's next pass). */
@@ -247,14 +230,8 @@ final class RaisingRows {
     if (mark.above != null) {
       throw new NotRewritten(mark.above);
     }
-    Set<Long> table = new HashSet<>();
-    for (Attribute a : shape.side.output) {
-      table.add(a.exprId().id());
-    }
-    Set<Long> input = new HashSet<>();
-    for (Attribute a : Scala.list(shape.input.output())) {
-      input.add(a.exprId().id());
-    }
+    Set<Long> table = Expressions.ids(shape.side.output);
+    Set<Long> input = Expressions.ids(Scala.list(shape.input.output()));
     String why = mark.raising.why(table, input, shape.kind == JoinShape.Kind.LEFT);
     if (why != null) {
       throw new NotRewritten(why);
