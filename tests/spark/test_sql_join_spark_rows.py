@@ -20,7 +20,13 @@ from lookup_source import register_lookup_table
 from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
 from lookup_source.spark.versions import SQL_JOINS
 from tests.helpers import needs, run_postgres
-from tests.spark.sql_rewrite import decided, rewrite, rows
+from tests.spark.sql_rewrite import (
+    decided,
+    rewrite,
+    rows,
+    same_both_ways,
+    same_outcome_both_ways,
+)
 
 pytestmark = needs(SQL_JOINS)
 
@@ -81,31 +87,6 @@ def t(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     run_postgres(postgres_srv.url, *(f"DROP TABLE {table}" for table in pg.values()))
 
 
-def outcome(spark: Any, sql: str) -> Counter[tuple[Any, ...]] | str:
-    """The rows of ``sql``, or the error class it raised."""
-    try:
-        return Counter(tuple(r) for r in spark.sql(sql).collect())
-    except Exception as error:  # Spark's own errors, whatever their class
-        condition = getattr(error, "getCondition", lambda: None)() or type(error).__name__
-        return f"raised {condition}"
-
-
-def both_ways(spark: Any, sql: str, *, rewritten: bool) -> Counter[tuple[Any, ...]] | str:
-    """``sql``'s outcome with the rewrite on, checked equal to Spark's own (the rewrite off);
-    whether the rule took it, checked against ``rewritten``."""
-    with rewrite(spark, True):
-        clear_decisions(spark)
-        on = outcome(spark, sql)
-        decisions = jvm_decisions(spark)
-        if not isinstance(on, str):
-            assert ("ArrowEvalPythonUDTF" in plan_text(spark.sql(sql), "simple")) == rewritten
-    assert any(d[0] == ("lookup" if rewritten else "spark") for d in decisions), decisions
-    with rewrite(spark, False):
-        off = outcome(spark, sql)
-    assert on == off, (sql, on, off)
-    return on
-
-
 def reason(spark: Any, sql: str) -> str:
     with rewrite(spark, True):
         return " | ".join(d[3] for d in decided(spark, sql))
@@ -121,7 +102,7 @@ def test_a_common_table_expression_joined_twice_keeps_each_joins_values(
         f"SELECT e.id, a.v, b.v FROM {t['ev']} e JOIN d a ON e.ki = a.k "
         f"LEFT JOIN d b ON e.kp = b.k"
     )
-    got = both_ways(spark, sql, rewritten=True)
+    got = same_both_ways(spark, sql, rewritten=True)
     assert got == Counter({(2, "i2", None): 1, (3, "i3", "i3"): 1, (7, "i2", None): 1})
 
 
@@ -132,23 +113,23 @@ def test_a_lookup_table_spark_caches_is_read_from_the_cache(
     spark.sql(f"CACHE TABLE {t['kept']}")
     try:
         run_postgres(postgres_srv.url, f"UPDATE {t['pg_kept']} SET v = 'after' WHERE k = 1")
-        got = both_ways(spark, sql, rewritten=False)
+        got = same_both_ways(spark, sql, rewritten=False)
         assert got == Counter({(1, "before"): 1, (6, "before"): 1, (2, "two"): 1, (7, "two"): 1})
         assert "caches the lookup table" in reason(spark, sql)
     finally:
         spark.sql(f"UNCACHE TABLE {t['kept']}")
     # uncached: the lookups again, reading the store
-    assert both_ways(spark, sql, rewritten=True)[(1, "after")] == 1
+    assert same_both_ways(spark, sql, rewritten=True)[(1, "after")] == 1
 
 
 def test_not_in_asks_the_table_at_each_query(
     spark: Any, postgres_srv: Any, t: dict[str, str]
 ) -> None:
     sql = f"SELECT e.id FROM {t['ev']} e WHERE e.ki NOT IN (SELECT k FROM {t['nin']})"
-    assert both_ways(spark, sql, rewritten=True) == Counter({(2,): 1, (4,): 1, (7,): 1})
+    assert same_both_ways(spark, sql, rewritten=True) == Counter({(2,): 1, (4,): 1, (7,): 1})
     run_postgres(postgres_srv.url, f"INSERT INTO {t['pg_nin']} VALUES (NULL, 'no key')")
     try:  # a null key now: NOT IN keeps no row, at once (nothing kept from the last query)
-        assert both_ways(spark, sql, rewritten=True) == Counter()
+        assert same_both_ways(spark, sql, rewritten=True) == Counter()
     finally:
         run_postgres(postgres_srv.url, f"DELETE FROM {t['pg_nin']} WHERE k IS NULL")
 
@@ -197,7 +178,7 @@ def test_a_view_of_a_join_is_rewritten_where_it_is_read(
         f"LEFT JOIN {t['dim']} d ON e.ki = d.k"
     )
     try:
-        got = both_ways(spark, f"SELECT * FROM {name}", rewritten=True)
+        got = same_both_ways(spark, f"SELECT * FROM {name}", rewritten=True)
         assert got == Counter(
             {
                 (1, "i1"): 1,
@@ -223,7 +204,7 @@ def test_a_not_in_value_that_may_raise_stays_spark(spark: Any, t: dict[str, str]
     ansi = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", "true")
     try:
-        both_ways(spark, sql, rewritten=False)
+        same_outcome_both_ways(spark, sql, rewritten=False)
         assert "NOT IN value that may raise" in reason(spark, sql)
     finally:
         spark.conf.set("spark.sql.ansi.enabled", ansi)
@@ -254,11 +235,11 @@ def test_a_view_s_definition_is_left_as_spark_analyzed_it(
     try:
         with rewrite(spark, True):
             spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {view} AS {query}")
-        assert both_ways(spark, f"SELECT * FROM {view}", rewritten=True) == expected
+        assert same_both_ways(spark, f"SELECT * FROM {view}", rewritten=True) == expected
         with rewrite(spark, True):
             spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {view} AS SELECT id FROM {t['ev']}")
             spark.sql(f"ALTER VIEW {view} AS {query}")
-        assert both_ways(spark, f"SELECT * FROM {view}", rewritten=True) == expected
+        assert same_both_ways(spark, f"SELECT * FROM {view}", rewritten=True) == expected
     finally:
         spark.sql(f"DROP VIEW IF EXISTS {view}")
 
@@ -275,7 +256,7 @@ def test_a_view_s_text_may_be_read_in_part(spark: Any, t: dict[str, str]) -> Non
     ansi = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", "true")
     try:
-        got = both_ways(spark, f"SELECT id, v FROM {view}", rewritten=False)
+        got = same_both_ways(spark, f"SELECT id, v FROM {view}", rewritten=False)
         pairs = [(1, "i1"), (6, "i1"), (2, "i2"), (7, "i2"), (3, "i3")]
         assert got == Counter(pairs)
         assert "may raise" in reason(spark, f"SELECT id, v FROM {view}")
@@ -322,7 +303,7 @@ def test_literals_reach_the_table_function_as_written(
     )
     spark.conf.set("spark.sql.parser.escapedStringLiterals", str(escaped).lower())
     try:
-        got = both_ways(spark, sql, rewritten=True)
+        got = same_both_ways(spark, sql, rewritten=True)
     finally:
         spark.conf.unset("spark.sql.parser.escapedStringLiterals")
     assert got[(1, "a\\b")] == 1 and got[(2, None)] == 1 and got[(3, None)] == 1
@@ -330,7 +311,7 @@ def test_literals_reach_the_table_function_as_written(
 
 def test_a_table_whose_scan_gives_nulls_stays_spark(spark: Any, t: dict[str, str]) -> None:
     sql = f"SELECT e.id, d.big FROM {t['ev']} e LEFT JOIN {t['ints']} d ON e.ki = d.k"
-    got = both_ways(spark, sql, rewritten=False)
+    got = same_both_ways(spark, sql, rewritten=False)
     assert got[(1, None)] == 1 and got[(2, 5)] == 1
     assert "on.error=null" in reason(spark, sql)
 
@@ -451,7 +432,7 @@ def test_what_may_raise_where_spark_decides_which_rows(
     ansi = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", "true")
     try:
-        both_ways(spark, query, rewritten=rewritten)
+        same_outcome_both_ways(spark, query, rewritten=rewritten)
         if why:
             assert why in reason(spark, query)
     finally:

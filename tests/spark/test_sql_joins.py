@@ -19,7 +19,7 @@ from lookup_source.service import BackgroundHttpServer
 from lookup_source.spark.internals import clear_decisions, jvm_decisions, plan_text
 from lookup_source.spark.versions import SQL_JOINS
 from tests.helpers import needs, run_postgres
-from tests.spark.sql_rewrite import decided, rewrite, rows
+from tests.spark.sql_rewrite import decided, rewrite, rows, same_both_ways
 
 pytestmark = needs(SQL_JOINS)
 
@@ -89,25 +89,6 @@ def tables(spark: Any, postgres_srv: Any) -> Iterator[dict[str, str]]:
     run_postgres(
         postgres_srv.url, f"DROP TABLE {users}", f"DROP TABLE {orders}", f"DROP TABLE {accounts}"
     )
-
-
-def same_both_ways(
-    spark: Any, sql: str, *, rewritten: bool = True, scans: int = 0
-) -> Counter[tuple[Any, ...]]:
-    """The rows of ``sql`` with the rewrite on, checked equal to those with it off; whether
-    the plan with it on is the lookup (and reads a lookup table through ``scans`` scans: its
-    input's own, as in a self-join)."""
-    with rewrite(spark, True):
-        frame = spark.sql(sql)
-        on = rows(frame)
-        physical = plan_text(frame, "simple")
-    assert ("ArrowEvalPythonUDTF" in physical) == rewritten, physical
-    if rewritten:
-        assert physical.count("BatchScan asynclookup") == scans, physical
-    with rewrite(spark, False):
-        off = rows(spark.sql(sql))
-    assert on == off
-    return on
 
 
 def expected_join(how: str, *, event_filter: Any = None) -> Counter[tuple[Any, ...]]:
