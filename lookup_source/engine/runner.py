@@ -19,6 +19,7 @@ import pyarrow as pa
 
 import lookup_source.engine.telemetry as telemetry
 from lookup_source.connector_api import ConnectorConfig
+from lookup_source.connector_api.client import TableFacts
 from lookup_source.engine.kept.clients import ClientFactory
 from lookup_source.engine.kept.task_resources import TaskResources
 from lookup_source.engine.kept.worker import Worker, current_worker
@@ -81,6 +82,17 @@ class LookupTask:
     @property
     def metrics(self) -> LookupMetrics | None:
         return self._engine.metrics if self._engine is not None else None
+
+    def table_facts(self, run: str) -> TableFacts:
+        """What the store says of its whole table (``LookupClient.table_facts``), asked through
+        this task's client once per ``run`` in this worker: the tasks of one run share one
+        answer, the next run asks again (:mod:`~lookup_source.engine.kept.table_facts`)."""
+        client = self._resources.client
+        return self._worker.table_facts.get(
+            self._resources.identities.local.digest("table-facts"),
+            run,
+            lambda: self._loop.run(client.table_facts()),
+        )
 
     def submit(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         """Look up ``batch``; the output that is ready, made batch by batch as it is read."""

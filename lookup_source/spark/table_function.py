@@ -278,9 +278,7 @@ class _LookupRuns:
             self.input_schema = table.schema
             if self.not_in:
                 if self.table_facts is None:
-                    lookup = self.lookup
-                    client_class = lookup.plan.options.connector_class()
-                    self.table_facts = not_in_input.asked(client_class, self.config, lookup.name)
+                    self.table_facts = not_in_input.asked(self.task, self.lookup.name)
                 table = not_in_input.kept(table, self.table_facts)
             yield from self.output.conform(self.task.submit(table), table.schema)
         except Exception:

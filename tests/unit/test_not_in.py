@@ -4,8 +4,6 @@ is not null; a store that cannot tell fails the run, naming the table."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 import pytest
 
@@ -37,15 +35,32 @@ def test_the_rows_looked_up_follow_the_table_now(facts: TableFacts, ids: list[in
     assert kept.column(0).to_pylist() == ids
 
 
-def test_a_store_that_cannot_tell_fails_the_run_naming_the_table(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    said: dict[str, Any] = {"facts": TableFacts(null_key=False)}
-    monkeypatch.setattr(not_in, "table_facts", lambda client_class, config: said["facts"])
+class Task:
+    """What not_in asks of a lookup task: the store's answer for a run."""
+
+    def __init__(self, facts: TableFacts) -> None:
+        self.facts = facts
+        self.runs: list[str] = []
+
+    def table_facts(self, run: str) -> TableFacts:
+        self.runs.append(run)
+        return self.facts
+
+
+def test_a_store_that_cannot_tell_fails_the_run_naming_the_table() -> None:
+    task = Task(TableFacts(null_key=False))
     with pytest.raises(RuntimeError, match="NOT IN over blocklist: the store cannot tell"):
-        not_in.asked(object, None, "blocklist")
-    said["facts"] = TableFacts(null_key=False, any_row=True)
-    assert not_in.asked(object, None, "blocklist") == said["facts"]
+        not_in.asked(task, "blocklist", "stage 1.0")  # type: ignore[arg-type]
+    task.facts = TableFacts(null_key=False, any_row=True)
+    assert not_in.asked(task, "blocklist", "stage 1.0") == task.facts  # type: ignore[arg-type]
+    assert task.runs == ["stage 1.0", "stage 1.0"]
+
+
+def test_outside_a_spark_task_each_ask_is_a_run_of_its_own() -> None:
+    task = Task(TableFacts(null_key=False, any_row=True))
+    not_in.asked(task, "blocklist")  # type: ignore[arg-type]
+    not_in.asked(task, "blocklist")  # type: ignore[arg-type]
+    assert len(set(task.runs)) == 2
 
 
 def test_the_input_must_say_which_values_are_null() -> None:

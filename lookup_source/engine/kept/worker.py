@@ -22,7 +22,9 @@ eviction policy:
 - **the collector's threshold** (:mod:`.gc_tuning`): raised while any task holds it;
 - **the OpenTelemetry exporter**: per process, made by the first task that asks;
 - **the shared tier's health** (:class:`~.shared_cache.StoreHealth`): per kept store client,
-  beside it (:attr:`~.clients.Lease.beside`), dropped with it.
+  beside it (:attr:`~.clients.Lease.beside`), dropped with it;
+- **what stores said of their whole tables** (:mod:`.table_facts`, a SQL ``NOT IN``'s): per
+  lookup and run (a Spark stage), the most recent runs only.
 
 Every one of them reads the worker's one clock (:attr:`Worker.clock`; tests give a virtual
 one). Spark ends a worker with ``os._exit`` or SIGKILL: nothing here runs then, and the
@@ -65,6 +67,7 @@ from lookup_source.engine.kept.clients import (
 )
 from lookup_source.engine.kept.gc_tuning import GcHold
 from lookup_source.engine.kept.identity import IdentityKeys, LookupIdentity
+from lookup_source.engine.kept.table_facts import KeptTableFacts
 from lookup_source.engine.loop import LoopFactory, TaskLoop, loop_factory_of
 
 if TYPE_CHECKING:
@@ -111,6 +114,8 @@ class Worker:
         self.caches = self.kept.caches
         self.identity_keys = IdentityKeys(clock=clocks.monotonic)
         """The identity keys derived in this worker (one PBKDF2 per configuration)."""
+        self.table_facts = KeptTableFacts(clock=clocks.monotonic)
+        """What stores said of their whole tables, per lookup and run (a SQL NOT IN's)."""
         self.gc = GcHold()
         self._sweep_every_s = sweep_every_s
         self._lock = threading.Lock()
