@@ -27,10 +27,12 @@ SQL_SUITES ?= tests/spark/test_sql_joins.py tests/spark/test_sql_join_differenti
 # the Python of each environment (OLDEST_PYTHON: the oldest PySpark with the oldest Python)
 OLDEST_PYTHON ?= $(PYTHON)
 # what the environment of each PySpark runs: every suite but packaging (unit, connector, spark,
-# reliability); packaging (wheels, image replay, cluster recipes, demo, bench, the command) and
-# the cluster budget on local-cluster (the engine's, the same on any PySpark; each surface's
-# budget runs everywhere) run once, in `make test`
-SPARK_SUITES ?= -m "not packaging and not cluster"
+# reliability); packaging (wheels, image replay, cluster recipes, demo, bench, the command), the
+# cluster budget on local-cluster (each surface's budget runs everywhere) and the engine's
+# behaviour at scale or under faults through Spark (marker `once`: store restarts, leaks across
+# jobs, adaptive capacity, hedging, OpenTelemetry; the same on any PySpark) run once, in
+# `make test`
+SPARK_SUITES ?= -m "not packaging and not cluster and not once"
 
 CONNECTORS := connectors/redis connectors/http connectors/postgres
 # a third-party connector, installed as a user would install one, so its tests run too

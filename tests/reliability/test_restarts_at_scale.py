@@ -31,6 +31,8 @@ from tests.servers import (
 )
 from tests.sizes import sized
 
+pytestmark = pytest.mark.once  # the engine's, the same on any PySpark: run once
+
 # lookups of lookup_join and the table function (4 partitions: at CI's size, 250 requests of
 # 500 keys per task, long enough for a restart and several cuts mid-job)
 ROWS = sized(ci=500_000, full=2_000_000)

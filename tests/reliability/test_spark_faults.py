@@ -78,6 +78,7 @@ def probe_workers(spark: Any) -> dict[int, tuple[int, int]]:
     return {r.pid: (r.threads, r.sockets) for r in rows}
 
 
+@pytest.mark.once  # the engine's, the same on any PySpark: run once
 def test_no_leaks_across_jobs(
     spark: Any,
     redis_srv: RedisServer,

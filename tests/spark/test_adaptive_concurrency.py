@@ -14,6 +14,8 @@ from aiohttp import web
 
 from lookup_source import lookup_join, lookup_metrics
 
+pytestmark = pytest.mark.once  # the engine's, the same on any PySpark: run once
+
 SCHEMA = "user_id long, name string"
 ROOM = 12  # requests the server takes at once (both tasks together); it does not say so
 ROWS = 3000

@@ -102,6 +102,7 @@ def check_progress(progress: list[dict[str, Any]]) -> None:
     assert sink["named"] == 300 - sum(missing)
 
 
+@pytest.mark.once  # the engine's, the same on any PySpark: run once
 def test_local_cluster_matches_local(
     redis_srv: Any, prefix: str, loaded: None, spark_work_dir: None
 ) -> None:

@@ -33,6 +33,8 @@ from tests.faults import FaultProxy
 from tests.helpers import waited_for
 from tests.servers import RedisServer
 
+pytestmark = pytest.mark.once  # the engine's, the same on any PySpark: run once
+
 SCHEMA = "user_id long, name string"
 KEYS = 4000
 PARTITIONS = 2

@@ -233,6 +233,7 @@ def receiver() -> Iterator[OtlpReceiver]:
         yield receiving
 
 
+@pytest.mark.once  # the engine's, the same on any PySpark: run once
 def test_opentelemetry_reaches_an_otlp_endpoint_from_the_executors(
     redis_srv: Any, redis_db: Any, prefix: str, receiver: OtlpReceiver
 ) -> None:

@@ -490,6 +490,7 @@ def _worker_state(_: Any) -> Iterator[Any]:
     )
 
 
+@pytest.mark.once  # the engine's, the same on any PySpark: run once
 def test_many_lookups_in_one_session_keep_each_worker_within_its_budget(
     spark: Any, redis_srv: RedisServer, redis_db: Any, redis_users: dict[str, str], prefix: str
 ) -> None:

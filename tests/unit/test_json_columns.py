@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from lookup_source.connector_api.json_columns import DECODE_ERRORS, JsonColumns
 from lookup_source.connector_api.values import to_arrow_column
+from tests.sizes import sized
 
 FIELDS = [
     pa.field("s", pa.string()),
@@ -92,7 +93,11 @@ def same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=sized(ci=300, full=1000),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.lists(documents, min_size=1, max_size=5))
 def test_fast_path_values_equal_the_reference(docs: list[dict[str, Any]]) -> None:
     texts = [json.dumps(d).encode() for d in docs]
