@@ -291,6 +291,60 @@ def test_a_cached_join_is_read_from_the_cache(
             run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'two' WHERE k = 2")
 
 
+@pytest.mark.parametrize("on", [False, True])
+@pytest.mark.parametrize("refresh", ["sql", "catalog"])
+def test_refreshing_the_lookup_table_drops_the_cached_joins_of_it(
+    spark: Any, postgres_srv: Any, t: dict[str, str], on: bool, refresh: str
+) -> None:
+    # REFRESH TABLE (or spark.catalog.refreshTable) re-caches each cached query that reads the
+    # table, which is then read again: the rewritten joins too (the rewrite
+    # keeps the table's relation beside its lookups, in a branch that reads nothing). With the
+    # rewrite off, Spark's own join: the reference
+    sql = f"SELECT e.id, d.v FROM {t['ev']} e JOIN {t['kept']} d ON e.ki = d.k"
+    cached = f"{t['ev']}_refreshed"
+    pg = t["pg_kept"]
+    with rewrite(spark, on):
+        spark.sql(f"CACHE TABLE {cached} AS {sql}")
+        frame = spark.sql(sql)
+        frame.cache()
+        try:
+            before = rows(frame)
+            assert before[(2, "two")] == 1
+            run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'changed' WHERE k = 2")
+            assert rows(spark.table(cached)) == before and rows(frame) == before  # cached
+            if refresh == "sql":
+                spark.sql(f"REFRESH TABLE {t['kept']}")
+            else:
+                spark.catalog.refreshTable(t["kept"])
+            # (a frame cached before keeps the plan it was given: Spark reads it from there)
+            for read in (spark.table(cached), spark.sql(sql)):
+                after = rows(read)
+                assert after[(2, "changed")] == 1 and after[(2, "two")] == 0, after
+                assert sum(after.values()) == sum(before.values())
+        finally:
+            frame.unpersist()
+            spark.sql(f"UNCACHE TABLE IF EXISTS {cached}")
+            spark.sql(f"DROP VIEW IF EXISTS {cached}")
+            run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'two' WHERE k = 2")
+
+
+def test_a_rewrite_keeps_its_table_linked_only_in_the_plan_spark_caches(
+    spark: Any, t: dict[str, str]
+) -> None:
+    # the branch that keeps the table is in the analyzed plan (where Spark's cache looks) and
+    # gone from the optimized one: no scan of the table, and the rows are the lookups'
+    sql = f"SELECT e.id, d.v FROM {t['ev']} e LEFT JOIN {t['kept']} d ON e.ki = d.k"
+    with rewrite(spark, True):
+        frame = spark.sql(sql)
+        execution = frame._jdf.queryExecution()
+        analyzed, optimized = execution.analyzed().toString(), execution.optimizedPlan().toString()
+        physical = plan_text(frame, "simple")
+    assert "Union" in analyzed and "LocalLimit 0" in analyzed, analyzed
+    assert "Union" not in optimized and "RelationV2" not in optimized, optimized
+    assert "ArrowEvalPythonUDTF" in physical and "BatchScan" not in physical, physical
+    same_both_ways(spark, sql, rewritten=True)
+
+
 @pytest.mark.parametrize("escaped", [False, True])
 def test_literals_reach_the_table_function_as_written(
     spark: Any, t: dict[str, str], escaped: bool

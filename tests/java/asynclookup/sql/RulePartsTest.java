@@ -5,6 +5,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.spark.sql.catalyst.expressions.Add;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.Cast;
@@ -20,6 +21,10 @@ import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.Not;
 import org.apache.spark.sql.catalyst.expressions.NumericEvalContext;
 import org.apache.spark.sql.catalyst.expressions.Remainder;
+import org.apache.spark.sql.catalyst.plans.logical.LocalLimit;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation$;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Union;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.DecimalType;
@@ -29,7 +34,8 @@ import scala.Option;
  * Unit tests of the rule's parts that need no session: what never raises ({@link RaiseFree}),
  * which casts keep equality ({@link Casts}), the pair conditions' JSON ({@link PairConditions}),
  * the table function's pickled command ({@link TableFunctions}), what the rule tells the table
- * function ({@link RuleFacts}), and which Spark versions take the extension. A plain runner (no JUnit on this machine): {@code main} prints each failure and
+ * function ({@link RuleFacts}), the branch that keeps a rewrite linked to its table in Spark's
+ * cache ({@link CacheLink}), and which Spark versions take the extension. A plain runner (no JUnit on this machine): {@code main} prints each failure and
  * exits with 1 if there was one; run by tests/unit/test_java_rule_parts.py.
  */
 public final class RulePartsTest {
@@ -43,6 +49,7 @@ public final class RulePartsTest {
     pickledCommand();
     versions();
     ruleFacts();
+    cacheLink();
     System.out.println(passed + " passed, " + FAILED.size() + " failed");
     for (String failure : FAILED) {
       System.out.println("FAILED " + failure);
@@ -164,5 +171,24 @@ public final class RulePartsTest {
     check("5.0 takes it", AsyncLookupSqlExtensions.supported("5.0.0"));
     check("4.0 does not", !AsyncLookupSqlExtensions.supported("4.0.1"));
     check("nonsense does not", !AsyncLookupSqlExtensions.supported("x.y"));
+  }
+
+  private static void cacheLink() {
+    AttributeReference id = Expressions.reference("id", DataTypes.LongType, false, NamedExpression.newExprId());
+    AttributeReference name = column("name", DataTypes.StringType);
+    AttributeReference tags = column("tags", DataTypes.createArrayType(DataTypes.StringType));
+    LogicalPlan lookups = LocalRelation$.MODULE$.apply(Scala.<Attribute>seq(id, name, tags));
+    LogicalPlan table = LocalRelation$.MODULE$.apply(Scala.<Attribute>seq(column("k", DataTypes.LongType)));
+    LogicalPlan linked = CacheLink.linked(lookups, table);
+    check("a link is a union of the lookups and a branch", linked instanceof Union);
+    List<Attribute> out = Scala.list(linked.output());
+    check("its columns are the lookups' (ids, names, types)", out.equals(Scala.list(lookups.output())));
+    check("as nullable as the lookups'", !out.get(0).nullable() && out.get(1).nullable());
+    LogicalPlan branch = Scala.list(linked.children()).get(1);
+    LogicalPlan limit = Scala.list(branch.children()).get(0);
+    check("the branch reads nothing", CacheLink.readsNothing(limit));
+    check("and holds the table", Scala.list(limit.children()).get(0) == table);
+    check("a LIMIT 1 reads", !CacheLink.readsNothing(new LocalLimit(literal(1, DataTypes.IntegerType), table)));
+    check("a plan is found in the link", linked.exists(Scala.fn(p -> p.sameResult(table))));
   }
 }

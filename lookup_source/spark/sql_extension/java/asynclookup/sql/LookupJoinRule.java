@@ -45,7 +45,9 @@ import org.apache.spark.sql.types.Metadata;
  * session, and at debug level on the {@code asynclookup.sql} logger). The table function has the
  * last word: its {@code analyze} (Python, which knows the store) may refuse a rewrite by
  * answering with a single column {@code __asynclookup_veto}, whose metadata says why; the rule
- * then puts the original back. Any failure of its own leaves the plan alone.
+ * then puts the original back. Any failure of its own leaves the plan alone. An accepted rewrite
+ * keeps its table's relation beside it, in a branch that reads nothing, so that Spark's cache
+ * finds the table in a cached query that joins it ({@link CacheLink}).
  */
 public final class LookupJoinRule extends Rule<LogicalPlan> {
   /** Marks a node the rule has already decided to leave alone (the analyzer loops). */
@@ -73,8 +75,13 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     final String how;
     /** The rewrite's id: its table function's decision comes under a metadata key with it. */
     final String id;
+    /** The lookup table's relation, kept beside the lookups for Spark's cache: {@link
+     * CacheLink}. */
+    final LogicalPlan relation;
     /** Whether the rewrite's decision was recorded (the analyzer passes it again). */
     boolean recorded;
+    /** Whether the rewrite was linked to its table ({@link CacheLink}), once resolved. */
+    boolean linked;
 
     Replaced(
         LogicalPlan original,
@@ -82,13 +89,15 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
         String function,
         String written,
         String how,
-        String id) {
+        String id,
+        LogicalPlan relation) {
       this.original = original;
       this.table = table;
       this.function = function;
       this.written = written;
       this.how = how;
       this.id = id;
+      this.relation = relation;
     }
   }
 
@@ -268,7 +277,9 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
             : KeysFirstPlan.of(session, shape, conditions, function, facts);
     String how = direct ? "as lookups" : "as Spark's join against the lookups of its keys";
     plan.setTagValue(
-        REPLACED, new Replaced(original, table, function, shape.written, how, id));
+        REPLACED,
+        new Replaced(
+            original, table, function, shape.written, how, id, shape.side.table.relation));
     return plan;
   }
 
@@ -301,29 +312,38 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
           replaced.table,
           reason != null ? reason : "the table function refused the rewrite");
     }
-    String decision = decisionOf(rewritten, Contract.DECISION_METADATA + "." + replaced.id);
-    if (replaced.recorded) {
-      return rewritten.resolved() ? AnalyzeResults.shared(rewritten) : rewritten;
+    if (!replaced.recorded) {
+      String decision =
+          decisionOf(rewritten, Contract.DECISION_METADATA + "." + replaced.id);
+      if (decision == null && !rewritten.resolved()) {
+        return rewritten; // (its table function has not answered yet)
+      }
+      replaced.recorded = true;
+      String reason = decision != null ? decision : "the table function took it";
+      AsyncLookupSqlExtensions.LOG.info(
+          "asynclookup: the {} with {} runs {} through {} ({})",
+          replaced.written,
+          replaced.table,
+          replaced.how,
+          replaced.function,
+          reason);
+      Decisions.record(
+          session,
+          Contract.DECISION_LOOKUP,
+          replaced.table,
+          replaced.function,
+          reason + "; " + replaced.how);
     }
-    if (decision == null && !rewritten.resolved()) {
-      return rewritten; // (its table function has not answered yet)
+    if (!rewritten.resolved()) {
+      return rewritten;
     }
-    replaced.recorded = true;
-    String reason = decision != null ? decision : "the table function took it";
-    AsyncLookupSqlExtensions.LOG.info(
-        "asynclookup: the {} with {} runs {} through {} ({})",
-        replaced.written,
-        replaced.table,
-        replaced.how,
-        replaced.function,
-        reason);
-    Decisions.record(
-        session,
-        Contract.DECISION_LOOKUP,
-        replaced.table,
-        replaced.function,
-        reason + "; " + replaced.how);
-    return rewritten.resolved() ? AnalyzeResults.shared(rewritten) : rewritten;
+    LogicalPlan shared = AnalyzeResults.shared(rewritten);
+    if (replaced.linked) {
+      return shared;
+    }
+    // linked to its table once, when resolved (the next passes see the tag below the link)
+    replaced.linked = true;
+    return CacheLink.linked(shared, replaced.relation);
   }
 
   private static Attribute vetoOf(LogicalPlan plan) {

@@ -121,8 +121,12 @@ final class LookupTable {
     throw new NotRewritten("key.column names " + name + ", which the table does not have");
   }
 
-  /** Whether {@code plan} reads this same table (the same options and schema) anywhere. */
+  /** Whether {@code plan} reads this same table (the same options and schema) anywhere (a
+   * {@code LIMIT 0} reads nothing: {@link CacheLink}). */
   boolean readBy(org.apache.spark.sql.catalyst.plans.logical.LogicalPlan plan) {
+    if (CacheLink.readsNothing(plan)) {
+      return false;
+    }
     if (isLookupRelation(plan)) {
       DataSourceV2Relation other = (DataSourceV2Relation) plan;
       if (other.options().equals(relation.options()) && other.schema().equals(relation.schema())) {
