@@ -279,7 +279,13 @@ public final class LookupJoinRule extends Rule<LogicalPlan> {
     plan.setTagValue(
         REPLACED,
         new Replaced(
-            original, table, function, shape.written, how, id, shape.side.table.relation));
+            original,
+            table,
+            function,
+            shape.written,
+            how,
+            id,
+            shape.side.table.relation.newInstance())); // (ids of its own, for CacheLink)
     return plan;
   }
 
