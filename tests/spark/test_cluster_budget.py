@@ -233,10 +233,12 @@ def test_two_jobs_keep_the_rate_in_every_second(report: dict[str, Any]) -> None:
     assert service["unexplained_refusals"] == 0, service
     assert service["requests"] == 585 + 300
     # the quota used while keys remained: 0.92 measured on a quiet machine, 0.79 beside a full
-    # test suite; what the budget guarantees is the bound above, and that it does not leave
-    # the quota mostly idle (the even split of rate.limit.total does: the skew phases)
+    # test suite, 0.57 beside CI's other leg and a SQL suite on a slower machine (the tasks
+    # then wait for a core, not for the budget); what the budget guarantees is the bound
+    # above, and that it does not leave the quota mostly idle (the even split of
+    # rate.limit.total does, at about a quarter: the skew phases)
     used = service["requests"] / (300 * max(service["busy_s"], 1e-9))
-    assert used >= 0.6, used
+    assert used >= 0.5, used
     coordinated(phase)
 
 
