@@ -31,7 +31,6 @@ import hashlib
 import hmac
 import os
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +41,7 @@ from lookup_source.connector_api.options import declared_options, declared_secre
 from lookup_source.connector_api.secrets import is_env_option
 from lookup_source.engine.clock import SYSTEM_CLOCKS, Clock
 from lookup_source.engine.kept.function_state import function_state
-from lookup_source.engine.kept.keeper import Keeper
+from lookup_source.engine.kept.keeper import Memo
 from lookup_source.redaction import redact_text, redact_url, secret_name
 
 KDF_ITERATIONS = 100_000
@@ -57,19 +56,11 @@ class IdentityKeys:
     identity derives its key anew."""
 
     def __init__(self, kept: int = 256, *, clock: Clock = SYSTEM_CLOCKS.monotonic) -> None:
-        self._keys: Keeper[bytes] = Keeper(max_entries=kept, clock=clock)
-        self._lock = threading.Lock()
+        self._keys: Memo[bytes] = Memo(max_entries=kept, clock=clock)
 
     def derive(self, material: bytes, salt: bytes) -> bytes:
         memo = hashlib.sha256(material + salt).hexdigest()
-        with self._lock:
-            if self._keys.get(memo) is not None:
-                return self._keys.use(memo).value
-        key = _pbkdf2(material, salt)
-        with self._lock:
-            self._keys.put(memo, key)
-            self._keys.evict()
-        return key
+        return self._keys.get(memo, lambda: _pbkdf2(material, salt))
 
     def __len__(self) -> int:
         return len(self._keys)

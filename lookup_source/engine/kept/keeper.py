@@ -18,6 +18,7 @@ keepers; what each does with a value that goes is its own (``on_drop``).
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -167,4 +168,40 @@ class Keeper(Generic[V]):
                 self.drop(key)
 
 
-__all__ = ["Keeper", "Kept"]
+class Memo(Generic[V]):
+    """Values made once per key and kept by a :class:`Keeper` (``max_entries``, the least
+    recently used forgotten first), under a lock of its own: :meth:`get` makes a value the
+    first time its key is asked, outside the lock (two threads may both make it; the last
+    made is kept).
+
+    >>> memo = Memo(max_entries=2, clock=lambda: 0.0)
+    >>> made = []
+    >>> def make():
+    ...     made.append(1)
+    ...     return "v"
+    >>> memo.get("k", make), memo.get("k", make), len(made)
+    ('v', 'v', 1)
+    """
+
+    def __init__(self, *, max_entries: int, clock: Clock) -> None:
+        self._keeper: Keeper[V] = Keeper(max_entries=max_entries, clock=clock)
+        self._lock = threading.Lock()
+
+    def get(self, key: str, make: Callable[[], V], *, keep: Callable[[V], bool] | None = None) -> V:
+        """``key``'s value: the one kept, else ``make()``, kept unless ``keep(value)`` is
+        false."""
+        with self._lock:
+            if self._keeper.get(key) is not None:
+                return self._keeper.use(key).value
+        value = make()
+        if keep is None or keep(value):
+            with self._lock:
+                self._keeper.put(key, value)
+                self._keeper.evict()
+        return value
+
+    def __len__(self) -> int:
+        return len(self._keeper)
+
+
+__all__ = ["Keeper", "Kept", "Memo"]

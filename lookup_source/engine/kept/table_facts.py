@@ -12,12 +12,11 @@ configurations that may see different tables never share one) and the run, the m
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from lookup_source.connector_api.client import TableFacts
 from lookup_source.engine.clock import Clock
-from lookup_source.engine.kept.keeper import Keeper
+from lookup_source.engine.kept.keeper import Memo
 
 MAX_KEPT_RUNS = 64
 """Answers a worker keeps (one per lookup and run), the least recently used forgotten first."""
@@ -36,25 +35,15 @@ class KeptTableFacts:
     """
 
     def __init__(self, *, clock: Clock, kept: int = MAX_KEPT_RUNS) -> None:
-        self._keeper: Keeper[TableFacts] = Keeper(max_entries=kept, clock=clock)
-        self._lock = threading.Lock()
+        self._answers: Memo[TableFacts] = Memo(max_entries=kept, clock=clock)
 
     def get(self, lookup: str, run: str, ask: Callable[[], TableFacts]) -> TableFacts:
         """The answer of ``lookup`` (its identity's digest) in ``run``: ``ask()`` the first
         time, kept when the store could tell (an answer it could not give is asked again)."""
-        key = f"{lookup}\x00{run}"
-        with self._lock:
-            if self._keeper.get(key) is not None:
-                return self._keeper.use(key).value
-        facts = ask()
-        if facts.known:
-            with self._lock:
-                self._keeper.put(key, facts)
-                self._keeper.evict()
-        return facts
+        return self._answers.get(f"{lookup}\x00{run}", ask, keep=lambda facts: facts.known)
 
     def __len__(self) -> int:
-        return len(self._keeper)
+        return len(self._answers)
 
 
 __all__ = ["MAX_KEPT_RUNS", "KeptTableFacts"]

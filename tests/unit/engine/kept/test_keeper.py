@@ -5,8 +5,9 @@ count and by bytes, which the worker's clients, caches and identity keys all fol
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-from lookup_source.engine.kept.keeper import Keeper
+from lookup_source.engine.kept.keeper import Keeper, Memo
 
 
 def make(**settings: object) -> tuple[Keeper[str], list[str], list[float]]:
@@ -109,7 +110,23 @@ def test_the_worker_keeps_its_clients_caches_and_identity_keys_in_keepers() -> N
     worker = Worker(sweep_every_s=0)
     try:
         assert isinstance(worker.caches._keeper, Keeper)
-        assert isinstance(worker.identity_keys._keys, Keeper)
+        assert isinstance(worker.identity_keys._keys._keeper, Keeper)  # (through a Memo)
+        assert isinstance(worker.table_facts._answers._keeper, Keeper)
         assert isinstance(worker.clients()._kept, Keeper)
     finally:
         worker.close()
+
+
+def test_a_memo_makes_each_value_once_and_keeps_only_what_it_is_told_to() -> None:
+    memo: Memo[str] = Memo(max_entries=2, clock=lambda: 0.0)
+    made: list[str] = []
+
+    def make(value: str) -> Callable[[], str]:
+        return lambda: made.append(value) or value
+
+    assert memo.get("a", make("A")) == memo.get("a", make("again")) == "A"
+    assert memo.get("b", make(""), keep=bool) == ""  # not kept: made again next time
+    assert memo.get("b", make("B")) == "B"
+    assert made == ["A", "", "B"] and len(memo) == 2
+    memo.get("c", make("C"))  # over max_entries: the least recently used ("a") goes
+    assert memo.get("a", make("A2")) == "A2" and len(memo) == 2
