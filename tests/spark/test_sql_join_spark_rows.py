@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -265,67 +266,70 @@ def test_a_view_s_text_may_be_read_in_part(spark: Any, t: dict[str, str]) -> Non
         spark.sql(f"DROP VIEW IF EXISTS {view}")
 
 
+@contextmanager
+def cached_join(
+    spark: Any, postgres_srv: Any, t: dict[str, str], name: str
+) -> Iterator[tuple[str, str, Any]]:
+    """A join of ``kept``, cached twice — ``CACHE TABLE <ev>_<name> AS`` it, and a frame of it
+    ``.cache()``d — with the rewrite as it is: its query, the cached view and the frame. After:
+    both uncached, the view dropped, the store's row of key 2 put back to ``two``."""
+    sql = f"SELECT e.id, d.v FROM {t['ev']} e JOIN {t['kept']} d ON e.ki = d.k"
+    cached = f"{t['ev']}_{name}"
+    spark.sql(f"CACHE TABLE {cached} AS {sql}")
+    frame = spark.sql(sql)
+    frame.cache()
+    try:
+        yield sql, cached, frame
+    finally:
+        frame.unpersist()
+        spark.sql(f"UNCACHE TABLE IF EXISTS {cached}")
+        spark.sql(f"DROP VIEW IF EXISTS {cached}")
+        run_postgres(postgres_srv.url, f"UPDATE {t['pg_kept']} SET v = 'two' WHERE k = 2")
+
+
 def test_a_cached_join_is_read_from_the_cache(
     spark: Any, postgres_srv: Any, t: dict[str, str]
 ) -> None:
     # a query analyzed twice is one plan (the rewrite's id and its table function's answer are
     # the same each time): Spark's cache finds it, as it finds its own join
-    sql = f"SELECT e.id, d.v FROM {t['ev']} e JOIN {t['kept']} d ON e.ki = d.k"
-    cached = f"{t['ev']}_cached"
-    pg = t["pg_kept"]
-    with rewrite(spark, True):
-        spark.sql(f"CACHE TABLE {cached} AS {sql}")
-        frame = spark.sql(sql)
-        frame.cache()
-        try:
-            before = rows(frame)
-            assert before[(2, "two")] == 1 and rows(spark.table(cached)) == before
-            run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'changed' WHERE k = 2")
-            for read in (spark.sql(sql), spark.table(cached)):
-                assert "InMemoryRelation" in plan_text(read, "simple")
-                assert rows(read) == before
-        finally:
-            frame.unpersist()
-            spark.sql(f"UNCACHE TABLE IF EXISTS {cached}")
-            spark.sql(f"DROP VIEW IF EXISTS {cached}")
-            run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'two' WHERE k = 2")
+    with (
+        rewrite(spark, True),
+        cached_join(spark, postgres_srv, t, "cached") as (sql, cached, frame),
+    ):
+        before = rows(frame)
+        assert before[(2, "two")] == 1 and rows(spark.table(cached)) == before
+        run_postgres(postgres_srv.url, f"UPDATE {t['pg_kept']} SET v = 'changed' WHERE k = 2")
+        for read in (spark.sql(sql), spark.table(cached)):
+            assert "InMemoryRelation" in plan_text(read, "simple")
+            assert rows(read) == before
 
 
 @pytest.mark.parametrize("on", [False, True])
 @pytest.mark.parametrize("refresh", ["sql", "catalog"])
-def test_refreshing_the_lookup_table_drops_the_cached_joins_of_it(
+def test_refreshing_the_lookup_table_re_reads_the_cached_joins_of_it(
     spark: Any, postgres_srv: Any, t: dict[str, str], on: bool, refresh: str
 ) -> None:
     # REFRESH TABLE (or spark.catalog.refreshTable) re-caches each cached query that reads the
-    # table, which is then read again: the rewritten joins too (the rewrite
-    # keeps the table's relation beside its lookups, in a branch that reads nothing). With the
-    # rewrite off, Spark's own join: the reference
-    sql = f"SELECT e.id, d.v FROM {t['ev']} e JOIN {t['kept']} d ON e.ki = d.k"
-    cached = f"{t['ev']}_refreshed"
-    pg = t["pg_kept"]
-    with rewrite(spark, on):
-        spark.sql(f"CACHE TABLE {cached} AS {sql}")
-        frame = spark.sql(sql)
-        frame.cache()
-        try:
-            before = rows(frame)
-            assert before[(2, "two")] == 1
-            run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'changed' WHERE k = 2")
-            assert rows(spark.table(cached)) == before and rows(frame) == before  # cached
-            if refresh == "sql":
-                spark.sql(f"REFRESH TABLE {t['kept']}")
-            else:
-                spark.catalog.refreshTable(t["kept"])
-            # (a frame cached before keeps the plan it was given: Spark reads it from there)
-            for read in (spark.table(cached), spark.sql(sql)):
-                after = rows(read)
-                assert after[(2, "changed")] == 1 and after[(2, "two")] == 0, after
-                assert sum(after.values()) == sum(before.values())
-        finally:
-            frame.unpersist()
-            spark.sql(f"UNCACHE TABLE IF EXISTS {cached}")
-            spark.sql(f"DROP VIEW IF EXISTS {cached}")
-            run_postgres(postgres_srv.url, f"UPDATE {pg} SET v = 'two' WHERE k = 2")
+    # table, which is then read again: the rewritten joins too (the rewrite keeps the table's
+    # relation beside its lookups, in a branch that reads nothing). With the rewrite off,
+    # Spark's own join: the reference
+    with (
+        rewrite(spark, on),
+        cached_join(spark, postgres_srv, t, "refreshed") as (sql, cached, frame),
+    ):
+        before = rows(frame)
+        assert before[(2, "two")] == 1
+        run_postgres(postgres_srv.url, f"UPDATE {t['pg_kept']} SET v = 'changed' WHERE k = 2")
+        assert rows(spark.table(cached)) == before and rows(frame) == before  # cached
+        if refresh == "sql":
+            spark.sql(f"REFRESH TABLE {t['kept']}")
+        else:
+            spark.catalog.refreshTable(t["kept"])
+        # (a frame cached before keeps the plan it was given: Spark reads it from there)
+        for read in (spark.table(cached), spark.sql(sql)):
+            after = rows(read)
+            assert after[(2, "changed")] == 1 and after[(2, "two")] == 0, after
+            assert sum(after.values()) == sum(before.values())
 
 
 def test_a_rewrite_keeps_its_table_linked_only_in_the_plan_spark_caches(
