@@ -30,12 +30,15 @@ import org.apache.spark.sql.types.DataType;
  * joins are not linked (a stream is not cached; a batch relation beside it is not allowed).
  */
 final class CacheLink {
+  /** Scala's {@code Literal.default}, looked up once (null: no link is made). */
+  private static final Method DEFAULT = defaultMethod();
+
   private CacheLink() {}
 
   /** {@code rewritten} linked to {@code relation} (the lookup table's, as the join read it); as
    * it is where it cannot be (a stream, a column type Spark has no default value of). */
   static LogicalPlan linked(LogicalPlan rewritten, LogicalPlan relation) {
-    if (rewritten.isStreaming() || !rewritten.resolved()) {
+    if (DEFAULT == null || rewritten.isStreaming() || !rewritten.resolved()) {
       return rewritten;
     }
     List<NamedExpression> nothing = new ArrayList<>();
@@ -59,8 +62,15 @@ final class CacheLink {
   /** {@code Literal.default(type)}: Spark's value of the type that is not null (Scala's
    * {@code default}, a word Java keeps for itself, is called by name). */
   private static Literal defaultOf(DataType type) throws ReflectiveOperationException {
-    Method method = Literal$.class.getMethod("default", DataType.class);
-    return (Literal) method.invoke(Literal$.MODULE$, type);
+    return (Literal) DEFAULT.invoke(Literal$.MODULE$, type);
+  }
+
+  private static Method defaultMethod() {
+    try {
+      return Literal$.class.getMethod("default", DataType.class);
+    } catch (NoSuchMethodException error) {
+      return null;
+    }
   }
 
   /** Whether {@code plan} reads nothing of what is below it (a {@code LIMIT 0}, as a link's
